@@ -1,0 +1,14 @@
+"""Reproducible TensorFlow training launcher.
+
+The package import is light on purpose: TensorFlow is imported only in the job
+process, so ``launch --help``, config composition and ``launch runs`` stay fast.
+
+User code running under ``launch`` (``train=custom`` or ``train=script``) may call
+the helpers below; they are re-exported from :mod:`launcher.userapi`.
+"""
+
+from launcher.userapi import output_dir, record_model, run_dir, seed
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "output_dir", "record_model", "run_dir", "seed"]

@@ -1,0 +1,3 @@
+"""The subcommands of ``launch``: thin argument parsing over the modules that do the work."""
+
+from __future__ import annotations

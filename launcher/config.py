@@ -1,0 +1,115 @@
+"""Checks and resolves a composed launch config, in one place.
+
+Hydra composes the YAML groups in ``launcher/configs``; this module enforces the
+cross-field rules (allowed values named in each message), resolves what must be
+fixed once at launch (the seed, ``auto`` thread counts) and hashes the parts of
+the config that can change a result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from omegaconf import DictConfig, OmegaConf
+
+from launcher import determinism
+from launcher.errors import ConfigError, LauncherError
+
+TASKS = ("mnist", "custom", "script")
+RUNTIMES = ("local",)
+# Fields that cannot change a result: left out of the config hash.
+NOT_IN_HASH = ("store",)
+
+
+def _positive_int(value: object, name: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _positive_number(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` for the first invalid value, naming what is allowed."""
+    train, det = cfg.train, cfg.determinism
+    if train.name not in TASKS:
+        raise ConfigError(f"train={train.name!r} is unknown; choose one of {', '.join(TASKS)}")
+    if det.level not in determinism.LEVELS:
+        raise ConfigError(
+            f"determinism={det.level!r} is unknown; choose one of {', '.join(determinism.LEVELS)}"
+        )
+    if cfg.runtime.name not in RUNTIMES:
+        raise ConfigError(f"runtime={cfg.runtime.name!r} is unknown; choose one of {RUNTIMES}")
+    if "seed" in cfg and cfg.seed is not None:
+        seed = cfg.seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise ConfigError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    if det.seed is not None and (not isinstance(det.seed, int) or det.seed < 0):
+        raise ConfigError(f"determinism.seed must be a non-negative integer, got {det.seed!r}")
+    for key in ("intra_op_threads", "inter_op_threads"):
+        value = det[key]
+        if det.level == "strict" and value is None:
+            raise ConfigError(f"determinism.{key} must be set in strict mode (an integer or auto)")
+        try:
+            determinism.resolve_threads(value, 1)
+        except LauncherError as exc:
+            raise ConfigError(f"determinism.{key}: {exc}") from None
+    if det.onednn_opts is not None and not isinstance(det.onednn_opts, bool):
+        raise ConfigError(f"determinism.onednn_opts must be true, false or null, got {det.onednn_opts!r}")
+    if train.name == "mnist":
+        _positive_int(train.epochs, "train.epochs")
+        _positive_int(train.batch_size, "train.batch_size")
+        _positive_int(train.max_samples, "train.max_samples", allow_none=True)
+        _positive_number(train.learning_rate, "train.learning_rate")
+        if not isinstance(train.data, str) or not train.data:
+            raise ConfigError("train.data must be sample, full, or a path to an .npz file or IDX directory")
+    elif train.name == "custom":
+        if OmegaConf.is_missing(train, "entrypoint") or ":" not in str(train.entrypoint):
+            raise ConfigError("train=custom needs train.entrypoint=package.module:function")
+    elif train.name == "script":
+        if OmegaConf.is_missing(train, "script"):
+            raise ConfigError("train=script needs train.script=path/to/train.py")
+        if not os.path.isfile(str(train.script)):
+            raise ConfigError(f"train.script {train.script!r} is not a file")
+    if not str(cfg.store.root):
+        raise ConfigError("store.root must be a directory path")
+
+
+def resolve(cfg: DictConfig, cpu_count: int | None = None) -> DictConfig:
+    """A copy of ``cfg`` with everything fixed that must not change on replay.
+
+    The seed becomes a top-level ``seed`` (from ``+seed``, else the level's default,
+    else drawn from the OS and recorded); ``auto`` thread counts become numbers; a
+    script path becomes absolute. Resolving a resolved config changes nothing.
+    """
+    validate(cfg)
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    OmegaConf.set_struct(out, False)
+    seed = cfg.get("seed")
+    if seed is None:
+        seed = cfg.determinism.seed
+    if seed is None:
+        seed = determinism.draw_seed()
+    out.seed = int(seed)
+    cores = cpu_count if cpu_count is not None else os.cpu_count()
+    for key in ("intra_op_threads", "inter_op_threads"):
+        out.determinism[key] = determinism.resolve_threads(cfg.determinism[key], cores)
+    if out.train.name == "script":
+        out.train.script = os.path.abspath(str(out.train.script))
+    OmegaConf.set_struct(out, True)
+    return out
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """sha256 of the canonical JSON of the config without fields that cannot affect results."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    for key in NOT_IN_HASH:
+        data.pop(key, None)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

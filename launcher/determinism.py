@@ -1,0 +1,191 @@
+"""The determinism bootstrap: plan in the parent, apply in the job process.
+
+``plan()`` is pure: from the determinism level and its settings it decides the
+environment variables the job process must start with (``PYTHONHASHSEED`` only
+works when set before the interpreter starts) and the calls to make inside it.
+``apply()`` runs those calls in the job process before any task code, in the one
+order TensorFlow accepts (thread counts before anything initializes the runtime).
+``read_back()`` asks TensorFlow and the process environment what actually took
+effect, and ``verify()`` fails the run when something did not.
+
+The same module serves the local runtime and, later, a container entrypoint.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import asdict, dataclass, field
+
+from launcher.errors import DeterminismError
+
+LEVELS = ("off", "seeded", "strict")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the bootstrap does for one job. Serializable: it travels in job.json."""
+
+    level: str
+    seed: int
+    env: dict[str, str] = field(default_factory=dict)  # set before the interpreter starts
+    seed_everything: bool = False  # random, NumPy, TF global seed, Keras, TF global Generator
+    op_determinism: bool = False  # tf.config.experimental.enable_op_determinism()
+    intra_op_threads: int | None = None  # None: TensorFlow's default (the core count)
+    inter_op_threads: int | None = None
+    deterministic_data: bool = False  # tf.data Options.deterministic for the task's pipelines
+    jit_compile: bool | None = None  # False in strict: Keras' "auto" turns XLA on
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Plan:
+        return cls(**data)
+
+
+def plan(
+    level: str,
+    seed: int,
+    intra_op_threads: int | None = None,
+    inter_op_threads: int | None = None,
+    onednn_opts: bool | None = None,
+) -> Plan:
+    """Decide the bootstrap for ``level``; thread counts must already be resolved numbers."""
+    if level not in LEVELS:
+        raise DeterminismError(f"unknown determinism level {level!r}; choose one of {LEVELS}")
+    env: dict[str, str] = {}
+    if onednn_opts is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn_opts else "0"
+    if level == "off":
+        return Plan(level=level, seed=seed, env=env)
+    env["PYTHONHASHSEED"] = str(seed)
+    if level == "seeded":
+        return Plan(
+            level=level,
+            seed=seed,
+            env=env,
+            seed_everything=True,
+            intra_op_threads=intra_op_threads,
+            inter_op_threads=inter_op_threads,
+        )
+    if intra_op_threads is None or inter_op_threads is None:
+        raise DeterminismError("strict determinism needs fixed intra_op_threads and inter_op_threads")
+    env.update(
+        {
+            # Deprecated since TF 2.8 in favour of enable_op_determinism(); set for older
+            # code paths and readers of the environment, but the call is what we rely on.
+            "TF_DETERMINISTIC_OPS": "1",
+            "TF_CUDNN_DETERMINISTIC": "1",
+            "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        }
+    )
+    return Plan(
+        level=level,
+        seed=seed,
+        env=env,
+        seed_everything=True,
+        op_determinism=True,
+        intra_op_threads=intra_op_threads,
+        inter_op_threads=inter_op_threads,
+        deterministic_data=True,
+        jit_compile=False,
+    )
+
+
+def apply(p: Plan) -> None:
+    """Apply ``p`` in the job process. Must run before any task code touches TensorFlow."""
+    import tensorflow as tf
+
+    # Thread counts first: they raise once anything has initialized the runtime.
+    if p.intra_op_threads is not None:
+        tf.config.threading.set_intra_op_parallelism_threads(p.intra_op_threads)
+    if p.inter_op_threads is not None:
+        tf.config.threading.set_inter_op_parallelism_threads(p.inter_op_threads)
+    if p.op_determinism:
+        tf.config.experimental.enable_op_determinism()
+    if p.seed_everything:
+        import keras
+
+        # random, NumPy's global RandomState, tf.random.set_seed, Keras' seed generators.
+        keras.utils.set_random_seed(p.seed)
+        # Not covered by set_random_seed: the global tf.random.Generator is created
+        # from non-deterministic state on first use (measured: differs every run).
+        tf.random.set_global_generator(tf.random.Generator.from_seed(p.seed))
+    else:
+        random.seed(p.seed)
+
+
+def read_back(p: Plan) -> dict:
+    """The effective settings, read from TensorFlow and this process' environment."""
+
+    import tensorflow as tf
+
+    effective = {
+        "level": p.level,
+        "seed": p.seed,
+        "op_determinism": _op_determinism_enabled(tf),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "deterministic_data": p.deterministic_data,
+        "jit_compile": p.jit_compile,
+        "env": {name: os.environ.get(name) for name in sorted(_PLANNED_ENV_NAMES)},
+    }
+    return effective
+
+
+def _op_determinism_enabled(tf) -> bool:
+    # Public in some releases; in TF 2.21 only tensorflow.python.framework.config has it.
+    getter = getattr(tf.config.experimental, "is_op_determinism_enabled", None)
+    if getter is None:
+        from tensorflow.python.framework import config as tf_config
+
+        getter = tf_config.is_op_determinism_enabled
+    return bool(getter())
+
+
+_PLANNED_ENV_NAMES = (
+    "PYTHONHASHSEED",
+    "TF_DETERMINISTIC_OPS",
+    "TF_CUDNN_DETERMINISTIC",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "TF_ENABLE_ONEDNN_OPTS",
+)
+
+
+def verify(p: Plan, effective: dict) -> None:
+    """Raise ``DeterminismError`` naming every planned setting that did not take effect."""
+    problems = []
+    for name, value in p.env.items():
+        got = effective["env"].get(name)
+        if got != value:
+            problems.append(f"{name}={got!r} (planned {value!r})")
+    if p.op_determinism and not effective["op_determinism"]:
+        problems.append("op determinism is not enabled")
+    for key in ("intra_op_threads", "inter_op_threads"):
+        planned = getattr(p, key)
+        if planned is not None and effective[key] != planned:
+            problems.append(f"{key}={effective[key]} (planned {planned})")
+    if problems:
+        raise DeterminismError(
+            "determinism settings did not take effect: " + "; ".join(problems), problems
+        )
+
+
+def resolve_threads(value: object, cpu_count: int | None) -> int | None:
+    """Turn a configured thread count into a number: ``auto`` means this machine's cores.
+
+    Resolved once at launch; the run records the number, so replays and sweeps reuse it.
+    """
+    if value is None:
+        return None
+    if value == "auto":
+        return max(1, cpu_count or 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DeterminismError(f"thread count must be an integer >= 1 or 'auto', got {value!r}")
+    return value
+
+
+def draw_seed() -> int:
+    """A fresh seed from the OS, for `off` runs (recorded so the run can be re-run)."""
+    return int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF

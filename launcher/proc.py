@@ -1,0 +1,84 @@
+"""The one place that runs programs: no shell, output streamed to terminal and log.
+
+Like nox's ``popen``: callers build argument lists with pure functions and hand
+them here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def run_streaming(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    cwd: str | None = None,
+    echo: bool = True,
+    preexec_affinity: set[int] | None = None,
+) -> int:
+    """Run ``argv``; copy its merged stdout/stderr to our stdout and to ``log_path``.
+
+    Returns the exit code (negative for a signal, as ``subprocess`` does). Ctrl-C is
+    passed to the child, and the child is killed if we are interrupted twice.
+    """
+
+    def _pin() -> None:
+        if preexec_affinity:
+            os.sched_setaffinity(0, preexec_affinity)
+
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_pin if preexec_affinity else None,
+        )
+        try:
+            _pump(proc, log, echo)
+            return proc.wait()
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)
+            try:
+                _pump(proc, log, echo)
+                return proc.wait(timeout=30)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):
+                proc.kill()
+                return proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _pump(proc: subprocess.Popen, log, echo: bool) -> None:
+    assert proc.stdout is not None
+    out = sys.stdout.buffer
+    while True:
+        chunk = proc.stdout.read1(65536)
+        if not chunk:
+            return
+        log.write(chunk)
+        log.flush()
+        if echo:
+            out.write(chunk)
+            out.flush()
+
+
+def capture(argv: Sequence[str], cwd: str | None = None, timeout: float = 10) -> str | None:
+    """Run a probe; its stdout, or None when the program is missing or fails."""
+    try:
+        done = subprocess.run(
+            list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None

@@ -1,0 +1,158 @@
+"""Run directories: unique creation, atomic files, status, and the seal.
+
+A run directory is ``<store>/<YYYYMMDD-HHMMSS>-<6 hex>``, created with an exclusive
+``mkdir`` so runs started in the same second, or by several processes at once,
+never collide. Every file is written atomically (temporary file, fsync, rename).
+
+A run is *complete* only when ``manifest.json`` exists: it lists the sha256 of every
+other file and is written last, after which all files are made read-only. A run
+without a manifest is running, failed or interrupted, never complete.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import secrets
+import stat
+import tempfile
+from pathlib import Path
+
+from launcher.errors import RunNotFound, SealError, StoreError
+
+MANIFEST = "manifest.json"
+STATUS = "status.json"
+MANIFEST_SCHEMA = 1
+
+
+def create(store_root: str | os.PathLike, now: _dt.datetime | None = None) -> Path:
+    """Create and return a new, empty, uniquely named run directory under ``store_root``."""
+    root = Path(store_root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create store {str(root)!r}: {exc.strerror}") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise StoreError(f"store {str(root)!r} is not writable")
+    stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    for _ in range(100):
+        path = root / f"{stamp}-{secrets.token_hex(3)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"cannot create a run in {str(root)!r}: {exc.strerror}") from None
+    raise StoreError(f"could not find a free run name in {str(root)!r}")
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: readers see the old file or the new one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | os.PathLike, data: object) -> None:
+    """Atomic canonical JSON (sorted keys, trailing newline)."""
+    write_bytes(path, (json.dumps(data, sort_keys=True, indent=2) + "\n").encode())
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise RunNotFound(f"{path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise SealError(f"{path} is not readable JSON: {exc}", str(path)) from None
+
+
+def set_status(run_dir: Path, state: str, **fields: object) -> None:
+    """Record the run's state (running, failed, interrupted); complete comes with the seal."""
+    data = {"state": state, "time": _dt.datetime.now().astimezone().isoformat(), **fields}
+    write_json(run_dir / STATUS, data)
+
+
+def status(run_dir: Path) -> dict:
+    return read_json(run_dir / STATUS) if (run_dir / STATUS).exists() else {"state": "unknown"}
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files(run_dir: Path) -> list[str]:
+    return sorted(
+        p.relative_to(run_dir).as_posix()
+        for p in run_dir.rglob("*")
+        if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
+    )
+
+
+def seal(run_dir: Path) -> dict:
+    """Mark ``run_dir`` complete: write the manifest last, then make every file read-only."""
+    set_status(run_dir, "complete")
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "files": {name: file_sha256(run_dir / name) for name in _files(run_dir)},
+    }
+    write_json(run_dir / MANIFEST, manifest)
+    for path in [*run_dir.rglob("*"), run_dir]:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    return manifest
+
+
+def unseal_for_resume(run_dir: Path) -> None:
+    """Make a (never sealed) interrupted run's files writable again for resuming it."""
+    for path in [run_dir, *run_dir.rglob("*")]:
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def require_run(path: str | os.PathLike) -> Path:
+    """``path`` as a run directory, or ``RunNotFound`` with the reason."""
+    run_dir = Path(path)
+    if not run_dir.exists():
+        raise RunNotFound(f"run directory {str(run_dir)!r} does not exist")
+    if not run_dir.is_dir() or not (run_dir / "config.yaml").exists():
+        raise RunNotFound(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    return run_dir
+
+
+def verify_seal(path: str | os.PathLike) -> Path:
+    """Check that a run is complete and untouched; raise ``SealError`` naming the culprit."""
+    run_dir = require_run(path)
+    if not (run_dir / MANIFEST).exists():
+        state = status(run_dir).get("state", "unknown")
+        raise SealError(f"run {run_dir.name} is not complete (state: {state}; no {MANIFEST})")
+    manifest = read_json(run_dir / MANIFEST)
+    if manifest.get("schema") != MANIFEST_SCHEMA or not isinstance(manifest.get("files"), dict):
+        raise SealError(f"run {run_dir.name}: {MANIFEST} has an unknown schema", MANIFEST)
+    listed = manifest["files"]
+    for name, digest in sorted(listed.items()):
+        file = run_dir / name
+        if not file.is_file():
+            raise SealError(f"run {run_dir.name} was modified: {name} is missing", name)
+        if file_sha256(file) != digest:
+            raise SealError(f"run {run_dir.name} was modified: {name} changed after sealing", name)
+    extra = sorted(set(_files(run_dir)) - set(listed))
+    if extra:
+        raise SealError(f"run {run_dir.name} was modified: {extra[0]} was added after sealing", extra[0])
+    return run_dir
