@@ -87,14 +87,7 @@ def _run(run_dir: Path) -> None:
     timings = result.setdefault("timings", {})
     timings["bootstrap_s"] = bootstrap_s
     timings["job_s"] = time.perf_counter() - started
-    runs.write_json(
-        run_dir / JOB_FACTS,
-        {
-            "determinism": effective,
-            "software": fingerprint.tensorflow_software(),
-            "data": dict(sorted(ctx.data_files.items())),
-        },
-    )
+    runs.write_json(run_dir / JOB_FACTS, fingerprint.job_facts(effective, ctx.data_files))
     runs.write_json(run_dir / RESULT, result)
 
 

@@ -1,6 +1,6 @@
 """What a run ran on: hardware, software, environment, code, data, config.
 
-Gatherers are small named functions in ``GATHERERS``; each *probe* (reads a file or
+Gatherers are small functions (``hardware``, ``software``, ``code``); each *probe* (reads a file or
 runs a program) is kept apart from its *parser* (pure, tested on recorded output).
 Nothing is mutated while probing. The launcher process never imports TensorFlow:
 the job process adds TensorFlow's facts and the effective determinism settings
@@ -36,6 +36,9 @@ ENV_ALLOW = (
     "PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "TF_ENABLE_ONEDNN_OPTS", "LD_PRELOAD",
 )  # fmt: skip
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+# Terraform shares the TF_ prefix; its variables (TF_VAR_* may hold secrets) never enter.
+ENV_DENY = ("TF_VAR_*", "TF_CLI_*", "TF_TOKEN_*", "TF_LOG*", "TF_WORKSPACE", "TF_DATA_DIR",
+            "TF_INPUT", "TF_IN_AUTOMATION", "TF_PLUGIN_CACHE_DIR", "TF_REGISTRY_*")  # fmt: skip
 
 
 def allowed_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -44,6 +47,8 @@ def allowed_env(env: Mapping[str, str]) -> dict[str, str]:
     for name, value in env.items():
         upper = name.upper()
         if any(word in upper for word in SECRET_WORDS):
+            continue
+        if any(fnmatch.fnmatchcase(upper, pattern) for pattern in ENV_DENY):
             continue
         if any(fnmatch.fnmatchcase(upper, pattern) for pattern in ENV_ALLOW):
             out[name] = value
@@ -220,30 +225,38 @@ def code(cwd: str, script: str | None = None) -> dict:
 
 
 # ---------------------------------------------------------------- assembly
-GATHERERS: dict[str, Callable[[], dict]] = {"hardware": hardware, "software": software}
-
-
 def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None) -> dict:
-    """The launcher-side fingerprint of a job about to start with environment ``env``."""
-    fp = {name: gather() for name, gather in GATHERERS.items()}
-    fp.update(
-        schema=SCHEMA,
-        environment=allowed_env(env),
-        code=code(cwd, script),
-        config_sha256=config_sha256,
-        host={"hostname": socket.gethostname()},
-        determinism=None,
-        data=None,
-    )
-    return fp
+    """The launcher-side fingerprint of a job about to start with environment ``env``.
+
+    ``software``, ``determinism`` and ``data`` are filled in by the job process
+    (``job_facts``), since a container's software is not the host's.
+    """
+    return {
+        "schema": SCHEMA,
+        "hardware": hardware(),
+        "software": None,
+        "environment": allowed_env(env),
+        "code": code(cwd, script),
+        "config_sha256": config_sha256,
+        "host": {"hostname": socket.gethostname()},
+        "determinism": None,
+        "data": None,
+    }
 
 
-def merge_job_facts(fp: dict, facts: dict) -> dict:
-    """Add what the job process measured: effective determinism, TF build, data hashes."""
+def job_facts(effective: dict, data_files: dict[str, str]) -> dict:
+    """What the job process measures: its software (with TensorFlow's build), effective
+    determinism settings and the data it read. Called in the job process."""
+    sw = software()
+    sw.update(tensorflow_software())
+    return {"software": sw, "determinism": effective, "data": dict(sorted(data_files.items()))}
+
+
+def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dict:
+    """The complete fingerprint: launcher side, job side, and the container if there was one."""
     out = json.loads(json.dumps(fp))
-    out["determinism"] = facts["determinism"]
-    out["data"] = facts["data"]
-    out["software"].update(facts["software"])
+    out.update(software=facts["software"], determinism=facts["determinism"], data=facts["data"])
+    out["software"]["container"] = container
     return out
 
 

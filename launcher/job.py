@@ -21,6 +21,7 @@ from launcher.errors import LauncherError
 
 FINGERPRINT = "fingerprint.json"
 CONFIG = "config.yaml"
+CONTAINER = "container.json"  # written by a container runtime: image id, tag, uid, network
 LAUNCHER_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -89,7 +90,8 @@ def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: 
     """Seal a successful job; mark any other ending failed or interrupted, with its reason."""
     seed = int(resolved.seed)
     if returncode == 0 and (run_dir / RESULT).exists() and (run_dir / JOB_FACTS).exists():
-        fp = fingerprint.merge_job_facts(fp, runs.read_json(run_dir / JOB_FACTS))
+        container = runs.read_json(run_dir / CONTAINER) if (run_dir / CONTAINER).exists() else None
+        fp = fingerprint.merge_job_facts(fp, runs.read_json(run_dir / JOB_FACTS), container)
         runs.write_json(run_dir / FINGERPRINT, fp)
         (run_dir / JOB_FACTS).unlink()
         result = runs.read_json(run_dir / RESULT)
