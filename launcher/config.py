@@ -111,5 +111,7 @@ def config_hash(cfg: DictConfig) -> str:
     data = OmegaConf.to_container(cfg, resolve=True)
     for key in NOT_IN_HASH:
         data.pop(key, None)
+    if data.get("runtime", {}).get("name") == "local":
+        data.pop("image", None)  # the image settings do not reach a local run
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

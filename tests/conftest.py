@@ -1,0 +1,61 @@
+"""Shared fixtures: the committed MNIST subset, a store, and the real `launch` command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).parent.parent
+
+
+@pytest.fixture
+def mnist_npz() -> Path:
+    """600 train / 200 test real MNIST images in Keras' mnist.npz layout."""
+    return DATA / "mnist-small.npz"
+
+
+@pytest.fixture
+def mnist_idx_dir() -> Path:
+    return DATA / "mnist-idx"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A run store whose path has a space and a quote, as users' paths do."""
+    path = tmp_path / "run store 'x'"
+    path.mkdir()
+    return path
+
+
+def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600):
+    """Run the real `launch` command (as `python -m launcher`) and capture its output."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *map(str, args)],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def launch():
+    return run_launch
+
+
+QUICK = ("train.epochs=1", "train.batch_size=100")
+
+
+def quick_run(launch, store: Path, npz: Path, *overrides: str):
+    """A real one-epoch strict MNIST run on the small subset; asserts it completed."""
+    done = launch("train=mnist", f"train.data={npz}", f"store.root={store}", *QUICK, *overrides)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done
