@@ -118,14 +118,16 @@ def parse_cuda_driver_version(text: str) -> str | None:
 
 
 def parse_nvidia_topology(text: str) -> list[list[str]]:
-    """The GPU-to-GPU link matrix of ``nvidia-smi topo -m`` (NV#, PIX, SYS, X, ...)."""
-    rows = []
-    for line in text.splitlines():
-        cells = line.split()
-        if cells and re.fullmatch(r"GPU\d+", cells[0]):
-            links = [c for c in cells[1:] if re.fullmatch(r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC", c)]
-            rows.append(links)
-    return rows
+    """The GPU-to-GPU link matrix of ``nvidia-smi topo -m`` (X, NV#, PIX, PXB, PHB, NODE, SYS)."""
+    lines = text.splitlines()
+    if not lines:
+        return []
+    n_gpus = sum(1 for cell in lines[0].split() if re.fullmatch(r"GPU\d+", cell))
+    return [
+        line.split()[1 : 1 + n_gpus]
+        for line in lines[1:]
+        if line[:1].strip() and re.fullmatch(r"GPU\d+", line.split()[0])
+    ]
 
 
 def _read(path: str) -> str:

@@ -1,0 +1,72 @@
+import pytest
+from omegaconf import OmegaConf
+
+from launcher import config
+from launcher.cli import compose
+from launcher.errors import ConfigError
+
+
+def test_default_composition_is_strict_mnist_on_the_sample():
+    cfg = compose([])
+    assert cfg.train.name == "mnist" and cfg.train.data == "sample"
+    assert cfg.determinism.level == "strict" and cfg.runtime.name == "local"
+    assert "seed" not in cfg  # so that +seed=N works as users type it
+
+
+def test_plus_seed_overrides_the_level_default():
+    assert config.resolve(compose(["+seed=42"])).seed == 42
+    assert config.resolve(compose([])).seed == 0
+
+
+def test_off_draws_a_seed_and_records_it():
+    a = config.resolve(compose(["determinism=off"]))
+    b = config.resolve(compose(["determinism=off"]))
+    assert isinstance(a.seed, int) and a.seed != b.seed
+
+
+def test_auto_threads_resolve_once_to_a_number():
+    cfg = compose(["determinism.intra_op_threads=auto"])
+    resolved = config.resolve(cfg, cpu_count=48)
+    assert resolved.determinism.intra_op_threads == 48
+    # Resolving the stored config again (a replay on another machine) keeps the number.
+    assert config.resolve(resolved, cpu_count=2).determinism.intra_op_threads == 48
+
+
+def test_config_hash_ignores_the_store_but_not_the_threads():
+    a = config.resolve(compose(["store.root=/a"]))
+    b = config.resolve(compose(["store.root=/b"]))
+    c = config.resolve(compose(["determinism.intra_op_threads=2"]))
+    assert config.config_hash(a) == config.config_hash(b) != config.config_hash(c)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["train.epochs=0"], "train.epochs must be a positive integer"),
+        (["train.epochs=-3"], "train.epochs must be a positive integer"),
+        (["train.batch_size=abc"], "train.batch_size must be a positive integer"),
+        (["+seed=abc"], "seed must be an integer"),
+        (["+seed=1.5"], "seed must be an integer"),
+        (["determinism.intra_op_threads=0"], "determinism.intra_op_threads"),
+        (["determinism.intra_op_threads=null"], "must be set in strict mode"),
+        (["train=custom"], "train.entrypoint=package.module:function"),
+        (["train=script", "train.script=/nonexistent.py"], "is not a file"),
+    ],
+)
+def test_invalid_values_are_named(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        config.validate(compose(overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides", [["train.nope=1"], ["train=nope"], ["determinism=maybe"], ["seed=1"], ["bad override"]]
+)
+def test_unknown_options_are_one_line_config_errors(overrides):
+    with pytest.raises(ConfigError) as info:
+        compose(overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_resolved_config_is_plain_yaml():
+    resolved = config.resolve(compose(["+seed=5"]))
+    assert OmegaConf.to_yaml(resolved).count("seed: 5") == 1

@@ -1,0 +1,86 @@
+import pytest
+
+from launcher import determinism
+from launcher.errors import DeterminismError
+
+
+def test_off_sets_nothing_but_records_the_seed():
+    p = determinism.plan("off", 123)
+    assert p.seed == 123
+    assert p.env == {}
+    assert not p.seed_everything and not p.op_determinism
+
+
+def test_seeded_sets_hash_seed_before_start_and_seeds_everything():
+    p = determinism.plan("seeded", 7)
+    assert p.env == {"PYTHONHASHSEED": "7"}
+    assert p.seed_everything and not p.op_determinism
+    assert p.intra_op_threads is None
+
+
+def test_strict_pins_everything():
+    p = determinism.plan("strict", 3, intra_op_threads=1, inter_op_threads=2, onednn_opts=False)
+    assert p.env == {
+        "PYTHONHASHSEED": "3",
+        "TF_DETERMINISTIC_OPS": "1",
+        "TF_CUDNN_DETERMINISTIC": "1",
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "TF_ENABLE_ONEDNN_OPTS": "0",
+    }
+    assert p.op_determinism and p.seed_everything and p.deterministic_data
+    assert (p.intra_op_threads, p.inter_op_threads) == (1, 2)
+    assert p.jit_compile is False
+
+
+def test_strict_refuses_unpinned_threads():
+    with pytest.raises(DeterminismError, match="fixed intra_op_threads"):
+        determinism.plan("strict", 0, None, 1)
+
+
+def test_plan_round_trips_through_json_dict():
+    p = determinism.plan("strict", 3, 1, 1, True)
+    assert determinism.Plan.from_dict(p.to_dict()) == p
+
+
+@pytest.mark.parametrize(
+    "value,cores,expected", [(1, 64, 1), (4, 2, 4), ("auto", 8, 8), ("auto", None, 1), (None, 8, None)]
+)
+def test_resolve_threads(value, cores, expected):
+    assert determinism.resolve_threads(value, cores) == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, "many", 1.5, True])
+def test_resolve_threads_rejects(value):
+    with pytest.raises(DeterminismError):
+        determinism.resolve_threads(value, 4)
+
+
+def _effective(plan, **over):
+    eff = {
+        "op_determinism": plan.op_determinism,
+        "intra_op_threads": plan.intra_op_threads or 0,
+        "inter_op_threads": plan.inter_op_threads or 0,
+        "env": dict(plan.env),
+    }
+    eff.update(over)
+    return eff
+
+
+def test_verify_accepts_what_was_planned():
+    p = determinism.plan("strict", 1, 1, 1, False)
+    determinism.verify(p, _effective(p))
+
+
+def test_verify_names_every_setting_that_did_not_take():
+    p = determinism.plan("strict", 1, 1, 1, False)
+    eff = _effective(p, op_determinism=False, intra_op_threads=2, env={**p.env, "PYTHONHASHSEED": None})
+    with pytest.raises(DeterminismError) as info:
+        determinism.verify(p, eff)
+    text = str(info.value)
+    assert "op determinism" in text and "intra_op_threads=2" in text and "PYTHONHASHSEED" in text
+    assert len(info.value.problems) == 3
+
+
+def test_drawn_seeds_are_in_range_and_vary():
+    seeds = {determinism.draw_seed() for _ in range(20)}
+    assert len(seeds) > 1 and all(0 <= s < 2**31 for s in seeds)
