@@ -34,7 +34,7 @@ def test_parse_nvidia_smi_outputs():
     assert gpus[1]["mig_mode"] == "Disabled" and gpus[1]["uuid"].startswith("GPU-9b8a")
     assert fpm.parse_cuda_driver_version((RECORDED / "nvidia-smi.txt").read_text()) == "12.4"
     topo = fpm.parse_nvidia_topology((RECORDED / "nvidia-smi-topo.txt").read_text())
-    assert topo == [["X", "NV12", "SYS"], ["NV12", "X", "SYS"]]
+    assert topo == [["X", "NV12"], ["NV12", "X"]]  # GPU-to-GPU links only, NIC columns dropped
 
 
 def test_no_gpu_outputs():
