@@ -54,6 +54,8 @@ def hydra_message(exc: BaseException) -> str:
         reason = str(cause).strip().splitlines()[0]
         if reason not in head:
             head = f"{head} {reason}"
+    if head.startswith("Error parsing override"):
+        head += " (quote values with quotes or special characters: key='it\\'s')"
     return head
 
 

@@ -69,6 +69,8 @@ def validate(cfg: DictConfig) -> None:
         _positive_number(train.learning_rate, "train.learning_rate")
         if not isinstance(train.data, str) or not train.data:
             raise ConfigError("train.data must be sample, full, or a path to an .npz file or IDX directory")
+        if train.data not in ("sample", "full") and not os.path.exists(os.path.expanduser(train.data)):
+            raise ConfigError(f"train.data {train.data!r} does not exist (use sample, full, or a path)")
     elif train.name == "custom":
         if OmegaConf.is_missing(train, "entrypoint") or ":" not in str(train.entrypoint):
             raise ConfigError("train=custom needs train.entrypoint=package.module:function")
@@ -102,6 +104,8 @@ def resolve(cfg: DictConfig, cpu_count: int | None = None) -> DictConfig:
         out.determinism[key] = determinism.resolve_threads(cfg.determinism[key], cores)
     if out.train.name == "script":
         out.train.script = os.path.abspath(str(out.train.script))
+    if out.train.name == "mnist" and out.train.data not in ("sample", "full"):
+        out.train.data = os.path.abspath(os.path.expanduser(str(out.train.data)))
     OmegaConf.set_struct(out, True)
     return out
 

@@ -26,10 +26,23 @@ def mnist_idx_dir() -> Path:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    """A run store whose path has a space and a quote, as users' paths do."""
-    path = tmp_path / "run store 'x'"
+    """A run store whose path has a space, as users' paths do."""
+    path = tmp_path / "run store"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def weird_dir(tmp_path: Path) -> Path:
+    """A directory whose name has spaces, quotes and a dollar sign (pass it through ``q``)."""
+    path = tmp_path / "we'ird \"dir\" $HOME"
+    path.mkdir()
+    return path
+
+
+def q(value: object) -> str:
+    """Quote a value for a Hydra override (paths with quotes need it; spaces do not)."""
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600):

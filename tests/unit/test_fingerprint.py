@@ -16,7 +16,10 @@ def test_parse_cpuinfo_keeps_kernel_selecting_isa_flags():
 
 
 def test_parse_cpuinfo_arm():
-    text = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm sve i8mm bf16\nCPU implementer\t: 0x41\nCPU part\t: 0xd40\n"
+    text = (
+        "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm sve i8mm bf16\n"
+        "CPU implementer\t: 0x41\nCPU part\t: 0xd40\n"
+    )
     cpu = fpm.parse_cpuinfo(text)
     assert cpu == {"vendor": "0x41", "model": "0xd40", "isa": ["asimd", "bf16", "i8mm", "sve"]}
 
