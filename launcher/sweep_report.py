@@ -1,0 +1,116 @@
+"""What a sweep came to, as data and as text: pure functions over the job records.
+
+``summarize`` turns the ``jobs/NNN.json`` records into ``summary.json`` (per-job rows,
+per-metric mean/std/min/max over the completed jobs, the number of distinct weight
+hashes); ``render`` prints it as a table. ``verification`` and
+``render_verification`` do the same for ``launch sweep verify``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from pathlib import Path
+
+SUMMARY_SCHEMA = 1
+HASH_CHARS = 16  # of the weights sha256 in the table; summary.json has all 64
+
+
+def summarize(records: list[dict]) -> dict:
+    """The summary of a sweep. ``ok`` only when every job completed."""
+    done = [r for r in records if r["status"] == "complete"]
+    names = sorted({name for r in done for name in r.get("final_metrics", {})})
+    metrics = {}
+    for name in names:
+        values = [float(r["final_metrics"][name]) for r in done if name in r["final_metrics"]]
+        metrics[name] = {
+            "n": len(values),
+            "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0,  # sample std
+            "min": min(values),
+            "max": max(values),
+        }
+    hashes = {r["weights_sha256"] for r in done if r.get("weights_sha256")}
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "jobs": [_row(r) for r in records],
+        "counts": dict(sorted(Counter(r["status"] for r in records).items())),
+        "metrics": metrics,
+        "distinct_weights": len(hashes),
+        "ok": bool(records) and len(done) == len(records),
+    }
+
+
+def _row(r: dict) -> dict:
+    keys = ("num", "overrides", "seed", "status", "slot", "run_dir", "final_metrics",
+            "weights_sha256", "error")  # fmt: skip
+    return {k: r.get(k) for k in keys}
+
+
+def render(summary: dict) -> str:
+    """The table printed at the end of a sweep."""
+    names = list(summary["metrics"])
+    head = ["job", "seed", "status", *names, "weights_sha256"]
+    rows = []
+    for r in summary["jobs"]:
+        values = [_num(r["final_metrics"].get(n)) for n in names]
+        last = (r["weights_sha256"] or "")[:HASH_CHARS] or (r["error"] or "")
+        rows.append([f"{r['num']:03d}", _text(r["seed"]), r["status"], *values, last])
+    for stat in ("mean", "std", "min", "max"):
+        rows.append([stat, "", "", *[_num(summary["metrics"][n][stat]) for n in names], ""])
+    total = len(summary["jobs"])
+    complete = summary["counts"].get("complete", 0)
+    lines = _table(head, rows)
+    lines.append(
+        f"{complete} of {total} jobs complete; {summary['distinct_weights']} distinct weight "
+        f"hash(es); summary: {Path(summary.get('sweep_dir', '.')) / 'summary.json'}"
+    )
+    return "\n".join(lines)
+
+
+def verdict(record: dict, name: str, detail: str, new_run: Path | None = None) -> dict:
+    """One job's line of a verification."""
+    return {
+        "num": record["num"],
+        "seed": record.get("seed"),
+        "original": record.get("run_dir"),
+        "new_run": str(new_run) if new_run else None,
+        "verdict": name,
+        "detail": detail,
+    }
+
+
+def verification(results: list[dict]) -> dict:
+    """Counts and the exit code: 0 all reproduced; 3 only incomparable; else 1."""
+    counts = Counter(r["verdict"] for r in results)
+    reproduced = counts.get("REPRODUCED", 0)
+    if results and reproduced == len(results):
+        code = 0
+    elif counts.get("NOT COMPARABLE", 0) + reproduced == len(results) and results:
+        code = 3
+    else:
+        code = 1
+    return {"jobs": results, "counts": dict(sorted(counts.items())), "reproduced": reproduced,
+            "total": len(results), "exit_code": code}  # fmt: skip
+
+
+def render_verification(report: dict) -> str:
+    rows = [[f"{r['num']:03d}", _text(r["seed"]), r["verdict"], r["detail"] or ""]
+            for r in report["jobs"]]  # fmt: skip
+    lines = _table(["job", "seed", "verdict", "detail"], rows)
+    lines.append(f"{report['reproduced']} of {report['total']} jobs reproduced bit for bit")
+    return "\n".join(lines)
+
+
+def _num(value: object) -> str:
+    return "" if value is None else f"{float(value):.4f}"
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*head).rstrip(), *(fmt.format(*row).rstrip() for row in rows)]
