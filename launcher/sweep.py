@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,16 +29,18 @@ from launcher.errors import ConfigError, LauncherError
 
 SWEEP = "sweep.json"
 JOBS = "jobs"
+SLOTS = "slots"  # the slots' lock files, while the sweep runs
 SUMMARY = "summary.json"
 DEFAULT_LAUNCHER = "joblib"  # as in launch.yaml's defaults
 # Launchers whose scheduler allocates the devices (one GPU per job): no local slots.
 SCHEDULED = ("submitit_slurm",)
-# joblib's loky workers set these (``ParallelBackendBase.MAX_NUM_THREADS_VARS`` and
-# ``TBB_ENABLE_IPC_VAR``); a job must start with launch's environment, not the worker's,
-# or its recorded environment (OMP_*) and comparability key would depend on the launcher.
+# joblib's loky workers set these (``ParallelBackendBase.MAX_NUM_THREADS_VARS``,
+# ``TBB_ENABLE_IPC_VAR``, and ``import joblib`` sets KMP_INIT_AT_FORK). A job must start
+# with launch's environment, not the worker's, or its recorded environment (OMP_*, KMP_*)
+# and so its comparability key would depend on the launcher plugin that ran it.
 WORKER_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS", "NUMBA_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-              "ENABLE_IPC")  # fmt: skip
+              "ENABLE_IPC", "KMP_INIT_AT_FORK")  # fmt: skip
 
 
 @dataclass
@@ -46,6 +49,7 @@ class SweepPlan:
 
     jobs: list[list[str]]  # each job's task overrides, in Hydra's job order
     hydra_overrides: list[str]  # hydra/... and hydra.* overrides, for every job
+    swept: list[str]  # the swept keys, as written: "+seed", "train.learning_rate"
     launcher: str  # hydra/launcher choice
     slots: list[_slots.Slot]  # empty when a scheduler allocates devices
     store_root: Path  # absolute
@@ -53,8 +57,9 @@ class SweepPlan:
 
 
 # ---------------------------------------------------------------- prepare (before any job)
-def expand(overrides: list[str]) -> tuple[list[list[str]], list[str]]:
-    """The jobs of a sweep (task overrides per job, Hydra's order) and the Hydra overrides."""
+def expand(overrides: list[str]) -> tuple[list[list[str]], list[str], list[str]]:
+    """The jobs of a sweep (task overrides per job, in Hydra's order), the Hydra
+    overrides, and the keys being swept."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -72,7 +77,8 @@ def expand(overrides: list[str]) -> tuple[list[list[str]], list[str]]:
         if o.is_sweep_override() and not list(o.sweep_string_iterator()):
             raise ConfigError(f"{o.input_line} yields no values: the sweep would run no jobs")
     jobs = BasicSweeper.split_arguments(task, None)[0]
-    return jobs, [o.input_line for o in parsed if o.is_hydra_override()]
+    swept = [o.get_key_element() for o in task if o.is_sweep_override()]
+    return jobs, [o.input_line for o in parsed if o.is_hydra_override()], swept
 
 
 def launcher_choice(hydra_overrides: list[str]) -> str:
@@ -89,14 +95,14 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) ->
     """Expand, compose and validate every job; decide the slots. Raises ``ConfigError``."""
     from launcher import cli, config, fingerprint
 
-    jobs, hydra_overrides = expand(overrides)
+    jobs, hydra_overrides, swept = expand(overrides)
     cfgs = []
     for num, job_overrides in enumerate(jobs):
         try:
             cfg = cli.compose([*job_overrides, *hydra_overrides])
             config.validate(cfg)
         except ConfigError as exc:
-            raise ConfigError(f"job {num} ({' '.join(job_overrides)}): {exc}") from None
+            raise ConfigError(f"job {num} ({label(job_overrides, swept)}): {exc}") from None
         cfgs.append(cfg)
     for name in ("store.root", "runtime.slots", "runtime.name"):
         if len({str(_select(c, name)) for c in cfgs}) > 1:
@@ -110,7 +116,7 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) ->
         slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores)
     seeds = [c.get("seed", c.determinism.seed) for c in cfgs]
     root = Path(str(cfgs[0].store.root)).absolute()
-    return SweepPlan(jobs, hydra_overrides, launcher, slots, root, seeds)
+    return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds)
 
 
 def _select(cfg, dotted: str) -> object:
@@ -189,11 +195,17 @@ def sweep_meta(plan: SweepPlan, overrides: list[str]) -> dict:
         "overrides": list(overrides),
         "launcher": plan.launcher,
         "jobs": len(plan.jobs),
+        "swept": list(plan.swept),
         "slots": [s.to_dict() for s in plan.slots],
         "store_root": str(plan.store_root),
         "cwd": os.getcwd(),
         "worker_env": {k: os.environ[k] for k in WORKER_ENV if k in os.environ},
     }
+
+
+def label(overrides: list[str], swept: list[str]) -> str:
+    """A job's swept overrides only ("+seed=3"): what tells it apart from the others."""
+    return " ".join(o for o in overrides if o.partition("=")[0] in swept) or "(no sweep)"
 
 
 def job_path(sweep_dir: Path, num: int) -> Path:
@@ -225,10 +237,10 @@ def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
             os.environ.pop(name, None)
         os.environ.update(meta.get("worker_env", {}))
         slot_list = [_slots.Slot.from_dict(s) for s in meta["slots"]]
-        with _slots.hold(slot_list, sweep_dir / "slots") as slot:
+        with _slots.hold(slot_list, sweep_dir / SLOTS) as slot:
             record.update(status="running", slot=slot.device if slot else None)
             runs.write_json(job_path(sweep_dir, num), record)
-            print(f"[sweep] job {num:03d} {' '.join(overrides)}: started in "
+            print(f"[sweep] job {num:03d} {label(overrides, meta['swept'])}: started in "
                   f"{record['slot'] or 'this allocation'}", flush=True)  # fmt: skip
             outcome = job.run(
                 cfg,
@@ -281,6 +293,7 @@ def finalize(sweep_dir: Path) -> dict:
 
     if (sweep_dir / SUMMARY).exists():
         return runs.read_json(sweep_dir / SUMMARY)
+    shutil.rmtree(sweep_dir / SLOTS, ignore_errors=True)  # every job has ended: locks unused
     summary = sweep_report.summarize(read_records(sweep_dir))
     summary["sweep_dir"] = str(sweep_dir)
     runs.write_json(sweep_dir / SUMMARY, summary)

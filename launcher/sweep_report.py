@@ -54,7 +54,7 @@ def render(summary: dict) -> str:
     rows = []
     for r in summary["jobs"]:
         values = [_num(r["final_metrics"].get(n)) for n in names]
-        last = (r["weights_sha256"] or "")[:HASH_CHARS] or (r["error"] or "")
+        last = (r["weights_sha256"] or "")[:HASH_CHARS] or _short(r["error"] or "")
         rows.append([f"{r['num']:03d}", _text(r["seed"]), r["status"], *values, last])
     for stat in ("mean", "std", "min", "max"):
         rows.append([stat, "", "", *[_num(summary["metrics"][n][stat]) for n in names], ""])
@@ -100,6 +100,10 @@ def render_verification(report: dict) -> str:
     lines = _table(["job", "seed", "verdict", "detail"], rows)
     lines.append(f"{report['reproduced']} of {report['total']} jobs reproduced bit for bit")
     return "\n".join(lines)
+
+
+def _short(text: str, limit: int = 72) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _num(value: object) -> str:
