@@ -114,7 +114,7 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) ->
             gpus = fingerprint.hardware()["gpus"]
         cores = sorted(os.sched_getaffinity(0)) if cores is None else cores
         slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores)
-    seeds = [c.get("seed", c.determinism.seed) for c in cfgs]
+    seeds = [planned_seed(c) for c in cfgs]
     root = Path(str(cfgs[0].store.root)).absolute()
     return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds)
 
@@ -123,6 +123,12 @@ def _select(cfg, dotted: str) -> object:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(cfg, dotted)
+
+
+def planned_seed(cfg) -> object:
+    """``+seed``, else the determinism level's seed; None when the job will draw one."""
+    seed = _select(cfg, "seed")
+    return _select(cfg, "determinism.seed") if seed is None else seed
 
 
 def hydra_quote(value: str) -> str:
@@ -231,7 +237,7 @@ def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
     from launcher import job
 
     meta = runs.read_json(sweep_dir / SWEEP)
-    record = pending_record(num, overrides, cfg.get("seed", cfg.determinism.seed))
+    record = pending_record(num, overrides, planned_seed(cfg))
     try:
         for name in WORKER_ENV:  # the job starts with launch's environment, not the worker's
             os.environ.pop(name, None)
