@@ -1,0 +1,101 @@
+"""Real sweeps through the real `launch -m` command (issue 5: seed sweeps)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.sweep import hydra_quote
+from tests.conftest import QUICK
+
+pytestmark = pytest.mark.slow
+
+
+def _sweep(launch, store: Path, npz: Path, *overrides: str):
+    """``launch -m`` of a quick strict MNIST sweep; returns (process, sweep directory)."""
+    done = launch("-m", "train=mnist", "determinism=strict", f"train.data={npz}", *QUICK,
+                  f"store.root={hydra_quote(str(store))}", *overrides)  # fmt: skip
+    sweeps = sorted((store / "sweeps").iterdir()) if (store / "sweeps").exists() else []
+    return done, (sweeps[-1] if sweeps else None)
+
+
+def _summary(sweep_dir: Path) -> dict:
+    return json.loads((sweep_dir / "summary.json").read_text())
+
+
+def _by_seed(summary: dict) -> dict[int, str]:
+    return {j["seed"]: j["weights_sha256"] for j in summary["jobs"]}
+
+
+def test_four_seed_sweep_runs_summarizes_and_repeats_bit_for_bit(launch, store, mnist_npz):
+    first, sweep_a = _sweep(launch, store, mnist_npz, "+seed=range(4)")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    a = _summary(sweep_a)
+    assert a["ok"] and a["counts"] == {"complete": 4}
+    assert sorted(_by_seed(a)) == [0, 1, 2, 3]
+    assert a["distinct_weights"] == 4  # four seeds, four different models
+    assert {"accuracy", "loss"} <= set(a["metrics"])
+    assert a["metrics"]["loss"]["min"] <= a["metrics"]["loss"]["mean"] <= a["metrics"]["loss"]["max"]
+    for job in a["jobs"]:  # one sealed run directory per job, in the store
+        run = Path(job["run_dir"])
+        assert run.parent == store and (run / "manifest.json").exists()
+        assert json.loads((run / "result.json").read_text())["weights_sha256"] == job["weights_sha256"]
+    assert sorted(p.name for p in (sweep_a / "jobs").iterdir()) == [f"00{i}.json" for i in range(4)]
+    assert "4 of 4 jobs complete; 4 distinct weight hash(es)" in first.stdout
+    second, sweep_b = _sweep(launch, store, mnist_npz, "+seed=range(4)")
+    assert second.returncode == 0 and sweep_b != sweep_a
+    assert _by_seed(_summary(sweep_b)) == _by_seed(a)  # the same sweep again: the same bits
+
+
+def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_npz):
+    done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=5,5", "runtime.slots=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = _summary(sweep_dir)["jobs"]
+    assert {j["slot"] for j in jobs} == {"cpu 0", "cpu 1"}  # the two ran at once, one per slot
+    assert jobs[0]["weights_sha256"] == jobs[1]["weights_sha256"]
+    # The same seed outside any slot (a plain run) and under submitit's local launcher.
+    single = launch("train=mnist", "determinism=strict", f"train.data={mnist_npz}", *QUICK,
+                    "+seed=5", f"store.root={hydra_quote(str(store))}")  # fmt: skip
+    assert single.returncode == 0 and jobs[0]["weights_sha256"] in single.stdout
+    done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=5", "hydra/launcher=submitit_local")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _by_seed(_summary(sweep_dir)) == {5: jobs[0]["weights_sha256"]}
+
+
+def test_a_failed_job_shows_as_failed_and_the_others_complete(launch, store, mnist_npz, tmp_path):
+    bad = tmp_path / "broken.npz"
+    bad.write_bytes(b"not an npz file")
+    done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=1", f"train.data={mnist_npz},{bad}")
+    assert done.returncode == 1
+    summary = _summary(sweep_dir)
+    assert [j["status"] for j in summary["jobs"]] == ["complete", "failed"]
+    assert "broken.npz" in summary["jobs"][1]["error"]
+    assert "1 of 2 jobs complete" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["+seed=range(0)"], "yields no values"),
+        (["+seed=1,x"], "seed must be an integer"),
+        (["+seed=1,2", "runtime.slots=64"], "runtime.slots=64 but this machine has"),
+    ],
+)
+def test_bad_input_fails_before_any_job(launch, store, mnist_npz, overrides, message):
+    done, sweep_dir = _sweep(launch, store, mnist_npz, *overrides)
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("launch: error: ") and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert sweep_dir is None and list(store.iterdir()) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("launcher.replay") is None, reason="needs replay")
+def test_sweep_verify_replays_every_job(launch, store, mnist_npz):
+    done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=range(2)")
+    assert done.returncode == 0
+    verified = launch("sweep", "verify", sweep_dir)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
+    assert "2 of 2 jobs reproduced bit for bit" in verified.stdout
