@@ -37,6 +37,8 @@ class RunNotFound(LauncherError):
 class SealError(LauncherError):
     """A stored run is incomplete or was modified after it was sealed."""
 
+    exit_code = 4
+
     def __init__(self, message: str, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
@@ -44,6 +46,8 @@ class SealError(LauncherError):
 
 class SchemaError(LauncherError):
     """A stored file has a schema version this launcher cannot read."""
+
+    exit_code = 5
 
 
 class DeterminismError(LauncherError):
@@ -77,3 +81,44 @@ class NotComparable(LauncherError):
 
 class ResumeError(LauncherError):
     """A run cannot be resumed (complete, no checkpoint, ...)."""
+
+
+class DockerUnavailable(LauncherError):
+    """No Docker daemon answers (runtime=docker, launch image ...)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"no Docker daemon answers at {url}: start one (dockerd) or use runtime=local"
+        )
+        self.url = url
+
+
+class ImageError(LauncherError):
+    """An image cannot be specified, built or found; the message names the next step."""
+
+
+class LockfileError(ImageError):
+    """A lockfile is missing, has an unpinned requirement or a requirement without hashes."""
+
+    def __init__(self, message: str, path: str | None = None, requirement: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.requirement = requirement
+
+
+class BuildFailed(ImageError):
+    """``docker build`` failed; carries the failing step and the tail of the build log."""
+
+    def __init__(self, message: str, step: str | None = None, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.step = step
+        self.log_tail = log_tail
+
+
+class PackagesMismatch(ImageError):
+    """A rebuilt image's installed package tree differs from the one recorded."""
+
+    def __init__(self, message: str, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual

@@ -60,21 +60,21 @@ def execute(
     echo: bool = True,
     extra_env: dict[str, str] | None = None,
     replay_of: str | None = None,
+    replay_notes: dict | None = None,
 ) -> Outcome:
     """Run the prepared job in ``run_dir`` to its end and record how it ended."""
     cwd = cwd or os.getcwd()
-    det = resolved.determinism
-    plan = determinism.plan(
-        det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts
-    )
-    env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
-    env.update(extra_env or {})
-    script = str(resolved.train.script) if resolved.train.name == "script" else None
-    fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script)
+    plan, env, fp = launch_fingerprint(resolved, cwd, extra_env)
     runs.write_json(run_dir / FINGERPRINT, fp)
     runs.write_json(
         run_dir / JOB,
-        {"plan": plan.to_dict(), "progress": echo and sys.stdout.isatty(), "replay_of": replay_of},
+        {
+            "plan": plan.to_dict(),
+            "progress": echo and sys.stdout.isatty(),
+            "launch_dir": cwd,
+            "replay_of": replay_of,
+            "replay": replay_notes,
+        },
     )
     row = _row(run_dir, resolved, "running", replay_of=replay_of)
     index.record(run_dir.parent, row)
@@ -84,6 +84,20 @@ def execute(
     except KeyboardInterrupt:
         returncode = 130
     return finish(run_dir, resolved, fp, returncode, row)
+
+
+def launch_fingerprint(
+    resolved: DictConfig, cwd: str, extra_env: dict[str, str] | None = None
+) -> tuple[determinism.Plan, dict[str, str], dict]:
+    """The plan, the job's environment, and the launcher side of its fingerprint."""
+    det = resolved.determinism
+    plan = determinism.plan(
+        det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts
+    )
+    env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
+    env.update(extra_env or {})
+    script = str(resolved.train.script) if resolved.train.name == "script" else None
+    return plan, env, fingerprint.collect(env, cwd, config.config_hash(resolved), script)
 
 
 def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row) -> Outcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,11 +47,15 @@ def q(value: object) -> str:
 
 
 def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600):
-    """Run the real `launch` command (as `python -m launcher`) and capture its output."""
+    """Run the real `launch` command (as `python -m launcher`) and capture its output.
+
+    It runs outside any git checkout unless ``cwd`` says otherwise, so the code
+    fingerprint does not follow edits to the project's own tree during a test.
+    """
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "launcher", *map(str, args)],
-        cwd=cwd,
+        cwd=cwd or tempfile.gettempdir(),
         env=full_env,
         capture_output=True,
         text=True,

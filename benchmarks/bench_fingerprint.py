@@ -1,0 +1,51 @@
+"""How much time fingerprinting adds to a launch (target: under 0.5 s).
+
+Measured side by side in one run, in fresh interpreters (cold imports count, as in a
+real `launch`): the launcher-side fingerprint (hardware, environment, code; no
+TensorFlow), the job-side software section (distribution list), and for scale the
+job process' `import tensorflow`. Prints medians over N repetitions and ratios.
+
+    python benchmarks/bench_fingerprint.py [N]
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+
+PROGRAMS = {
+    "interpreter start (baseline)": "pass",
+    "launcher side: collect()": "import os; from launcher import fingerprint as f; f.collect(dict(os.environ), os.getcwd(), 'x')",
+    "job side: software()": "from launcher import fingerprint as f; f.software()",
+    "job process: import tensorflow": "import tensorflow",
+}
+
+
+def wall(code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    samples: dict[str, list[float]] = {name: [] for name in PROGRAMS}
+    for _ in range(N):  # interleaved, so drift on a noisy machine hits all alike
+        for name, code in PROGRAMS.items():
+            samples[name].append(wall(code))
+    med = {name: statistics.median(values) for name, values in samples.items()}
+    base = med["interpreter start (baseline)"]
+    print(f"fingerprint benchmark, {N} interleaved repetitions, medians (seconds)")
+    for name, value in med.items():
+        print(f"  {name:<34} {value:7.3f}   above baseline {value - base:7.3f}")
+    added = (med["launcher side: collect()"] - base) + (med["job side: software()"] - base)
+    print(f"fingerprint added to a launch: {added:.3f} s (target < 0.5 s): {'OK' if added < 0.5 else 'OVER'}")
+    tf_cost = med["job process: import tensorflow"] - base
+    print(f"ratio fingerprint / import tensorflow: {added / tf_cost:.3f}")
+
+
+if __name__ == "__main__":
+    main()

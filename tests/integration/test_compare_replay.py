@@ -1,0 +1,152 @@
+"""Fingerprints, comparability, seals, the run index and replay on real runs (issue: compare/replay)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUICK
+
+pytestmark = pytest.mark.slow
+
+TINY = (*QUICK, "train.max_samples=300")
+
+
+def _run(launch, store, npz, *overrides) -> Path:
+    before = set(store.iterdir())
+    done = launch(f"train.data={npz}", f"store.root={store}", *TINY, *overrides)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (new,) = [p for p in set(store.iterdir()) - before if p.is_dir()]
+    return new
+
+
+def _verdict(stdout: str) -> str:
+    """The replay's verdict line (training output comes before it)."""
+    words = ("REPRODUCED", "DIVERGED", "NOT COMPARABLE", "FAILED", "REFUSED")
+    return next(w for line in stdout.splitlines() for w in words if line.startswith(w + ":"))
+
+
+@pytest.fixture
+def two_threads_runs(launch, store, mnist_npz):
+    a = _run(launch, store, mnist_npz, "determinism.intra_op_threads=1")
+    b = _run(launch, store, mnist_npz, "determinism.intra_op_threads=1")
+    c = _run(launch, store, mnist_npz, "determinism.intra_op_threads=2")
+    return a, b, c
+
+
+def test_compare_identical_refused_forced_and_tolerance(launch, two_threads_runs):
+    a, b, c = two_threads_runs
+    same = launch("compare", a, b)
+    assert same.returncode == 0 and same.stdout.startswith("IDENTICAL"), same.stdout + same.stderr
+
+    refused = launch("compare", a, c)
+    assert refused.returncode == 3 and refused.stdout.startswith("REFUSED")
+    assert "intra_op_threads" in refused.stdout
+    row = next(line for line in refused.stdout.splitlines() if line.strip().startswith("determinism.intra_op"))
+    assert row.split()[1:] == ["1", "2"]
+
+    forced = launch("compare", a, c, "--force")
+    assert forced.returncode == 3 and forced.stdout.startswith("NOT COMPARABLE (forced: results differ)")
+
+    equivalent = launch("compare", a, b, "--tolerance", "1e-6,0")
+    assert equivalent.returncode == 0 and equivalent.stdout.startswith("EQUIVALENT")
+    assert "IDENTICAL" not in equivalent.stdout
+
+    bad = launch("compare", a, b, "--tolerance", "x")
+    assert bad.returncode == 2 and "--tolerance takes RTOL,ATOL" in bad.stderr
+
+
+def test_fingerprint_schema_and_key_fields(two_threads_runs):
+    a, _, _ = two_threads_runs
+    text = (a / "fingerprint.json").read_text()
+    fp = json.loads(text)
+    assert text == json.dumps(fp, sort_keys=True, indent=2) + "\n"  # canonical JSON
+    assert fp["schema"] == 1
+    assert fp["hardware"]["cpu"]["isa"] and fp["hardware"]["gpus"] == []
+    assert fp["software"]["tensorflow"] and "is_cuda_build" in fp["software"]["tf_build"]
+    assert len(fp["software"]["packages_sha256"]) == 64 and any(p.startswith("keras==") for p in fp["software"]["packages"])
+    assert fp["environment"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert fp["determinism"]["intra_op_threads"] == 1 and fp["determinism"]["op_determinism"] is True
+    assert list(fp["data"].values())[0] == __import__("hashlib").sha256(Path(list(fp["data"])[0]).read_bytes()).hexdigest()
+    assert fp["code"]["launcher_version"]
+
+
+def test_tampered_or_incomplete_runs_are_refused_and_not_modified(launch, two_threads_runs, tmp_path):
+    a, b, _ = two_threads_runs
+    fp_file = b / "fingerprint.json"
+    b.chmod(0o755)
+    fp_file.chmod(0o644)
+    fp_file.write_text(fp_file.read_text().replace('"intra_op_threads": 1', '"intra_op_threads": 1 '))
+    before = {p.name: p.read_bytes() for p in b.iterdir() if p.is_file()}
+    done = launch("compare", a, b)
+    assert done.returncode == 4
+    assert "fingerprint.json changed after sealing" in done.stderr and len(done.stderr.splitlines()) == 1
+    replayed = launch("replay", b)
+    assert replayed.returncode == 4 and "fingerprint.json" in replayed.stderr
+    assert {p.name: p.read_bytes() for p in b.iterdir() if p.is_file()} == before
+
+    assert launch("compare", a, tmp_path / "nope").returncode == 2
+    assert "not a run directory" in launch("compare", a, tmp_path).stderr
+
+
+def test_a_fingerprint_schema_this_version_cannot_read(launch, two_threads_runs):
+    a, b, _ = two_threads_runs
+    from launcher import runs
+
+    b.chmod(0o755)
+    for p in b.iterdir():
+        p.chmod(0o644)
+    fp = json.loads((b / "fingerprint.json").read_text())
+    fp["schema"] = 99
+    runs.write_json(b / "fingerprint.json", fp)
+    (b / "manifest.json").unlink()
+    runs.seal(b)  # a well-sealed run from a future launcher
+    done = launch("compare", a, b)
+    assert done.returncode == 5 and "schema 99" in done.stderr and "reads 1" in done.stderr
+
+
+def test_replay_reproduces_and_links_to_the_original(launch, store, mnist_npz):
+    original = _run(launch, store, mnist_npz, "+seed=3")
+    done = launch("replay", original)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert _verdict(done.stdout) == "REPRODUCED"
+    replays = [p for p in store.iterdir() if p.is_dir() and p != original]
+    (new,) = replays
+    job = json.loads((new / "job.json").read_text())
+    assert job["replay_of"] == original.name and job["replay"]["comparable"] is True
+    assert (new / "manifest.json").exists()
+    assert json.loads((new / "result.json").read_text())["seed"] == 3
+
+
+def test_replay_refuses_when_the_environment_differs(launch, store, mnist_npz):
+    original = _run(launch, store, mnist_npz)
+    done = launch("replay", original, env={"OMP_NUM_THREADS": "3"})
+    assert done.returncode == 3 and done.stdout.startswith("REFUSED")
+    assert "environment.OMP_NUM_THREADS" in done.stdout
+    assert len([p for p in store.iterdir() if p.is_dir()]) == 1  # nothing ran
+    forced = launch("replay", original, "--allow-mismatch", env={"OMP_NUM_THREADS": "3"})
+    assert forced.returncode == 3 and _verdict(forced.stdout) == "NOT COMPARABLE"
+    new = next(p for p in store.iterdir() if p.is_dir() and p != original)
+    assert json.loads((new / "job.json").read_text())["replay"]["comparable"] is False
+
+
+def test_six_launches_at_once_all_appear_in_the_index(store, mnist_npz):
+    args = [f"train.data={mnist_npz}", f"store.root={store}", *TINY, "train.max_samples=100"]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "launcher", *args, f"+seed={i}"], cwd=store,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for i in range(6)
+    ]  # fmt: skip
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    listing = subprocess.run([sys.executable, "-m", "launcher", "runs", "--store", str(store)],
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert listing.strip().endswith("6 run(s)")
+    assert listing.count(" complete ") == 6
+    seeds = sorted(int(line.split()[4]) for line in listing.splitlines()[1:-1])
+    assert seeds == list(range(6))
+    only_seed = subprocess.run([sys.executable, "-m", "launcher", "runs", "--store", str(store), "--status", "failed"],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert only_seed.strip().endswith("0 run(s)")
