@@ -63,8 +63,9 @@ def runs_command(argv: list[str]) -> int:
              f"{'weights':<12} metrics"  # fmt: skip
     print(header)
     for r in rows:
+        key, weights = (r.key_sha256 or "-")[:12], (r.weights_sha256 or "-")[:12]
         print(f"{r.id:<23} {r.time:<25} {r.task:<7} {r.level:<7} {r.seed!s:>10} {r.status:<11} "
-              f"{(r.key_sha256 or '-')[:12]:<12} {(r.weights_sha256 or '-')[:12]:<12} {index.metrics_text(r)}")  # fmt: skip
+              f"{key:<12} {weights:<12} {index.metrics_text(r)}")  # fmt: skip
     print(f"{len(rows)} run(s)")
     return 0
 

@@ -1,5 +1,6 @@
 """Fingerprints, comparability, seals, the run index and replay on real runs (issue: compare/replay)."""
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -66,10 +67,12 @@ def test_fingerprint_schema_and_key_fields(two_threads_runs):
     assert fp["schema"] == 1
     assert fp["hardware"]["cpu"]["isa"] and fp["hardware"]["gpus"] == []
     assert fp["software"]["tensorflow"] and "is_cuda_build" in fp["software"]["tf_build"]
-    assert len(fp["software"]["packages_sha256"]) == 64 and any(p.startswith("keras==") for p in fp["software"]["packages"])
+    assert len(fp["software"]["packages_sha256"]) == 64
+    assert any(p.startswith("keras==") for p in fp["software"]["packages"])
     assert fp["environment"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
     assert fp["determinism"]["intra_op_threads"] == 1 and fp["determinism"]["op_determinism"] is True
-    assert list(fp["data"].values())[0] == __import__("hashlib").sha256(Path(list(fp["data"])[0]).read_bytes()).hexdigest()
+    ((data_path, digest),) = fp["data"].items()
+    assert digest == hashlib.sha256(Path(data_path).read_bytes()).hexdigest()
     assert fp["code"]["launcher_version"]
 
 
