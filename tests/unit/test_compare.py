@@ -1,0 +1,95 @@
+"""The comparison verdicts, on run records built in memory (no training)."""
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from launcher import compare
+from launcher.errors import ConfigError
+from tests.unit.test_fingerprint import _fp
+
+
+def _record(**over):
+    rec = compare.RunRecord(
+        path=Path("/runs/a"),
+        fingerprint=_fp(),
+        config={"train": {"name": "mnist", "epochs": 2}, "determinism": {"intra_op_threads": 1},
+                "seed": 0, "store": {"root": "/a"}},
+        metrics=[{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25}],
+        result={"weights_sha256": "w", "layer_sha256": {"conv1": "c1", "logits": "l1"},
+                "final_metrics": {"loss": 0.25}, "outputs": {}},
+    )  # fmt: skip
+    for key, value in over.items():
+        setattr(rec, key, value)
+    return rec
+
+
+def test_identical():
+    c = compare.decide(_record(), _record(path=Path("/elsewhere/b")))
+    assert (c.verdict, c.exit_code) == ("IDENTICAL", 0)
+
+
+def test_store_paths_do_not_matter():
+    b = _record()
+    b.config = {**b.config, "store": {"root": "/b"}}
+    assert compare.decide(_record(), b).verdict == "IDENTICAL"
+
+
+def test_different_names_the_first_epoch_and_the_layers():
+    b = _record()
+    b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.2500001}]
+    b.result = {**b.result, "weights_sha256": "x", "layer_sha256": {"conv1": "c1", "logits": "l2"}}
+    c = compare.decide(_record(), b)
+    assert (c.verdict, c.exit_code, c.first_differing_epoch, c.differing_layers) == ("DIFFERENT", 1, 2, ["logits"])
+    text = compare.report(c, Path("a"), Path("b"))
+    assert "first differing epoch: 2" in text and "logits" in text
+
+
+def test_refused_shows_config_fields_not_a_hash():
+    b = _record()
+    b.fingerprint = copy.deepcopy(b.fingerprint)
+    b.fingerprint["config_sha256"] = "other"
+    b.config = {**b.config, "determinism": {"intra_op_threads": 2}}
+    c = compare.decide(_record(), b)
+    assert (c.verdict, c.exit_code) == ("REFUSED", 3)
+    assert c.differences == [("config.determinism.intra_op_threads", 1, 2)]
+    forced = compare.decide(_record(), b, force=True)
+    assert (forced.verdict, forced.exit_code) == ("NOT COMPARABLE", 3)
+    assert forced.notes == ["forced: results are bitwise equal"]
+
+
+def test_runs_of_different_tasks_are_bad_input():
+    b = _record()
+    b.config = {**b.config, "train": {"name": "custom"}}
+    with pytest.raises(ConfigError, match="different tasks"):
+        compare.decide(_record(), b)
+
+
+def _other_tensorflow(metric=0.25):
+    b = _record()
+    b.fingerprint = copy.deepcopy(b.fingerprint)
+    b.fingerprint["software"]["tensorflow"] = "2.20.0"
+    b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": metric}]
+    return b
+
+
+def test_tolerance_admits_a_software_migration_but_never_says_identical():
+    c = compare.decide_equivalent(_record(), _other_tensorflow(0.2500001), rtol=1e-5, atol=0)
+    assert (c.verdict, c.exit_code) == ("EQUIVALENT", 0)
+    c = compare.decide_equivalent(_record(), _other_tensorflow(0.26), rtol=1e-5, atol=0)
+    assert (c.verdict, c.exit_code) == ("NOT EQUIVALENT", 1)
+    assert any("epoch 2: loss" in note for note in c.notes)
+
+
+def test_tolerance_still_refuses_other_differences():
+    b = _other_tensorflow()
+    b.fingerprint["determinism"] = {**b.fingerprint["determinism"], "intra_op_threads": 4}
+    c = compare.decide_equivalent(_record(), b, rtol=1e-5, atol=0)
+    assert c.verdict == "REFUSED" and [d[0] for d in c.differences] == ["determinism.intra_op_threads"]
+
+
+@pytest.mark.parametrize("text", ["1e-5", "a,b", "-1,0", ""])
+def test_bad_tolerance(text):
+    with pytest.raises(ConfigError):
+        compare.parse_tolerance(text)
