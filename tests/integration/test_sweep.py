@@ -65,11 +65,13 @@ def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_
     assert _by_seed(_summary(sweep_dir)) == {5: jobs[0]["weights_sha256"]}
 
 
-def test_a_failed_job_shows_as_failed_and_the_others_complete(launch, store, mnist_npz, tmp_path):
-    bad = tmp_path / "broken.npz"
+def test_a_failed_job_shows_as_failed_and_the_others_complete(launch, weird_dir, mnist_npz):
+    bad = weird_dir.parent / "broken.npz"
     bad.write_bytes(b"not an npz file")
+    store = weird_dir  # spaces, quotes and a dollar sign in the store and sweep paths
     done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=1", f"train.data={mnist_npz},{bad}")
-    assert done.returncode == 1
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert sweep_dir.parent.parent == store
     summary = _summary(sweep_dir)
     assert [j["status"] for j in summary["jobs"]] == ["complete", "failed"]
     assert "broken.npz" in summary["jobs"][1]["error"]
