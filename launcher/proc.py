@@ -82,3 +82,18 @@ def capture(argv: Sequence[str], cwd: str | None = None, timeout: float = 10) ->
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+def spawn_detached(argv: Sequence[str]) -> subprocess.Popen:
+    """Start a helper in its own session: Ctrl-C in our terminal does not reach it.
+
+    For watchdogs that must outlive an interrupted or killed parent; the caller ends
+    it with ``terminate()`` when it is no longer needed.
+    """
+    return subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
