@@ -18,7 +18,11 @@ import datetime as _dt
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +34,7 @@ from launcher.errors import ConfigError, LauncherError
 SWEEP = "sweep.json"
 JOBS = "jobs"
 SLOTS = "slots"  # the slots' lock files, while the sweep runs
+STOP = "STOP"  # written at the first Ctrl-C: queued jobs are not started
 SUMMARY = "summary.json"
 DEFAULT_LAUNCHER = "joblib"  # as in launch.yaml's defaults
 # Launchers whose scheduler allocates the devices (one GPU per job): no local slots.
@@ -147,7 +152,7 @@ def hydra_argv(plan: SweepPlan, overrides: list[str], sweep_dir: Path) -> list[s
 
 # ---------------------------------------------------------------- run
 def run_multirun(overrides: list[str]) -> int:
-    """Run a sweep: 0 when every job completed, 1 otherwise."""
+    """Run a sweep: 0 when every job completed, 1 otherwise, 130 after Ctrl-C."""
     plan = prepare(overrides)
     sweep_dir = runs.create(plan.store_root / "sweeps")
     runs.write_json(sweep_dir / SWEEP, sweep_meta(plan, overrides))
@@ -158,7 +163,11 @@ def run_multirun(overrides: list[str]) -> int:
     print(f"[sweep] {sweep_dir}: {len(plan.jobs)} jobs, launcher {plan.launcher}, "
           f"slots: {slots_text}", flush=True)  # fmt: skip
     try:
-        _hydra_multirun(hydra_argv(plan, overrides, sweep_dir))
+        with _stop_on_ctrl_c(sweep_dir):
+            _hydra_multirun(hydra_argv(plan, overrides, sweep_dir))
+    except KeyboardInterrupt:
+        finalize(sweep_dir)  # what finished, and what did not, on record
+        raise
     except LauncherError:
         raise
     except Exception as exc:  # the launcher plugin broke (a worker died): say so, summarize
@@ -166,6 +175,8 @@ def run_multirun(overrides: list[str]) -> int:
 
         print(f"launch: error: sweep launcher failed: {hydra_message(exc)}", file=sys.stderr)
     summary = finalize(sweep_dir)
+    if (sweep_dir / STOP).exists():
+        return 130
     return 0 if summary["ok"] else 1
 
 
@@ -234,41 +245,86 @@ def _task(cfg) -> dict:
 
 def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
     """Take a slot, run one job to its end, record it in ``jobs/NNN.json``; never raises."""
-    from launcher import job
-
     meta = runs.read_json(sweep_dir / SWEEP)
     record = pending_record(num, overrides, planned_seed(cfg))
     try:
         for name in WORKER_ENV:  # the job starts with launch's environment, not the worker's
             os.environ.pop(name, None)
         os.environ.update(meta.get("worker_env", {}))
-        slot_list = [_slots.Slot.from_dict(s) for s in meta["slots"]]
-        with _slots.hold(slot_list, sweep_dir / SLOTS) as slot:
-            record.update(status="running", slot=slot.device if slot else None)
-            runs.write_json(job_path(sweep_dir, num), record)
-            print(f"[sweep] job {num:03d} {label(overrides, meta['swept'])}: started in "
-                  f"{record['slot'] or 'this allocation'}", flush=True)  # fmt: skip
-            outcome = job.run(
-                cfg,
-                store_root=Path(meta["store_root"]),
-                cwd=meta["cwd"],
-                cpus=slot.cpus if slot else None,
-                echo=False,
-                extra_env=dict(slot.env) if slot else None,
-            )
-        record.update(
-            status=outcome.status, seed=outcome.seed, run_dir=str(outcome.run_dir),
-            final_metrics=outcome.result.get("final_metrics", {}),
-            weights_sha256=outcome.result.get("weights_sha256"), error=outcome.error,
-        )  # fmt: skip
-        line = job.summary_line(outcome)
+        with _outlive_ctrl_c():
+            line = _run_in_slot(cfg, sweep_dir, meta, record)
     except Exception as exc:  # one failed job never stops the others
         message = str(exc) if isinstance(exc, LauncherError) else f"{type(exc).__name__}: {exc}"
         record.update(status="failed", error=message)
-        line = f"[launch] job {num:03d} FAILED: {message}"
+        line = f"FAILED: {message}"
     runs.write_json(job_path(sweep_dir, num), record)
-    print(f"[sweep] job {num:03d} {line.removeprefix('[launch] ')}", flush=True)
+    print(f"[sweep] job {num:03d} {line}", flush=True)
     return record
+
+
+def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
+    """Hold a slot for the job's whole life; update ``record``; return the job's line."""
+    from launcher import job
+
+    slot_list = [_slots.Slot.from_dict(s) for s in meta["slots"]]
+    with _slots.hold(slot_list, sweep_dir / SLOTS) as slot:
+        if (sweep_dir / STOP).exists():
+            record.update(status="interrupted", error="not started: the sweep was interrupted")
+            return "not started: the sweep was interrupted"
+        record.update(status="running", slot=slot.device if slot else None)
+        runs.write_json(job_path(sweep_dir, record["num"]), record)
+        print(f"[sweep] job {record['num']:03d} {label(record['overrides'], meta['swept'])}: "
+              f"started in {record['slot'] or 'this allocation'}", flush=True)  # fmt: skip
+        outcome = job.run(
+            cfg,
+            store_root=Path(meta["store_root"]),
+            cwd=meta["cwd"],
+            cpus=slot.cpus if slot else None,
+            echo=False,
+            extra_env=dict(slot.env) if slot else None,
+        )
+    record.update(
+        status=outcome.status, seed=outcome.seed, run_dir=str(outcome.run_dir),
+        final_metrics=outcome.result.get("final_metrics", {}),
+        weights_sha256=outcome.result.get("weights_sha256"), error=outcome.error,
+    )  # fmt: skip
+    return job.summary_line(outcome).removeprefix("[launch] ")
+
+
+@contextmanager
+def _outlive_ctrl_c() -> Iterator[None]:
+    """In a worker: Ctrl-C reaches the job process itself (one process group), which ends
+    as ``interrupted``; the worker must live on to record that, not die with it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _stop_on_ctrl_c(sweep_dir: Path) -> Iterator[None]:
+    """In ``launch``: the first Ctrl-C lets running jobs end as interrupted and starts no
+    queued job (the ``STOP`` file says so); a second one aborts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame) -> None:
+        if (sweep_dir / STOP).exists():
+            raise KeyboardInterrupt
+        runs.write_json(sweep_dir / STOP, {"time": _dt.datetime.now().astimezone().isoformat()})
+        print("[sweep] interrupted: running jobs stop, queued jobs will not start "
+              "(Ctrl-C again to abort)", file=sys.stderr, flush=True)  # fmt: skip
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # ---------------------------------------------------------------- summary

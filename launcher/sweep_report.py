@@ -56,7 +56,7 @@ def render(summary: dict) -> str:
         values = [_num(r["final_metrics"].get(n)) for n in names]
         last = (r["weights_sha256"] or "")[:HASH_CHARS] or _short(r["error"] or "")
         rows.append([f"{r['num']:03d}", _text(r["seed"]), r["status"], *values, last])
-    for stat in ("mean", "std", "min", "max"):
+    for stat in ("mean", "std", "min", "max") if names else ():
         rows.append([stat, "", "", *[_num(summary["metrics"][n][stat]) for n in names], ""])
     total = len(summary["jobs"])
     complete = summary["counts"].get("complete", 0)

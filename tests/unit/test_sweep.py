@@ -262,6 +262,30 @@ def test_a_job_that_raises_becomes_a_failed_record(tmp_path, monkeypatch, error)
     assert json.loads((d / "jobs" / "000.json").read_text())["status"] == "failed"
 
 
+def test_after_ctrl_c_queued_jobs_do_not_start(tmp_path, monkeypatch):
+    fake = FakeJob()
+    monkeypatch.setattr("launcher.job.run", fake.run)
+    d = _sweep_dir(tmp_path, slots.plan("auto", [], CORES2))
+    (d / sweep.STOP).write_text("{}")
+    record = sweep.run_job(OmegaConf.create({"seed": 2}), d, 2, ["+seed=2"])
+    assert record["status"] == "interrupted" and "not started" in record["error"]
+    assert fake.calls == []
+
+
+def test_first_ctrl_c_asks_to_stop_the_second_aborts(tmp_path, capsys):
+    import os
+    import signal
+
+    with pytest.raises(KeyboardInterrupt), sweep._stop_on_ctrl_c(tmp_path):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        assert (tmp_path / sweep.STOP).exists()
+        assert "queued jobs will not start" in capsys.readouterr().err
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 # ---------------------------------------------------------------- summary
 def _record(num, status="complete", metrics=None, weights=None, seed=None):
     rec = sweep.pending_record(num, [f"+seed={num}"], num if seed is None else seed)
