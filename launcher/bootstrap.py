@@ -76,7 +76,11 @@ def _run(run_dir: Path) -> None:
         run_dir=run_dir,
         output_dir=output_dir,
         progress=bool(job.get("progress")),
+        resume=job.get("resume"),
     )
+    # Written now and again at the end: an interrupted run keeps the software it ran on.
+    facts = fingerprint.job_facts(effective, {})
+    runs.write_json(run_dir / JOB_FACTS, facts)
     bootstrap_s = time.perf_counter() - started
     result = tasks.get(cfg.train.name)(ctx)
     result.setdefault("final_metrics", {})
@@ -84,10 +88,13 @@ def _run(run_dir: Path) -> None:
     result["outputs"] = tree_digest(output_dir)
     result["seed"] = plan.seed
     result["task"] = str(cfg.train.name)
+    if ctx.resume:
+        result["resumed_from_epoch"] = ctx.resume["epoch"]
     timings = result.setdefault("timings", {})
     timings["bootstrap_s"] = bootstrap_s
     timings["job_s"] = time.perf_counter() - started
-    runs.write_json(run_dir / JOB_FACTS, fingerprint.job_facts(effective, ctx.data_files))
+    facts["data"] = dict(sorted(ctx.data_files.items()))
+    runs.write_json(run_dir / JOB_FACTS, facts)
     runs.write_json(run_dir / RESULT, result)
 
 

@@ -43,6 +43,27 @@ def replay_command(argv: list[str]) -> int:
     return result.exit_code
 
 
+@subcommand("resume", "RUN [--allow-mismatch]: continue an interrupted run from its last checkpoint")
+def resume_command(argv: list[str]) -> int:
+    from launcher import compare, job, resume
+    from launcher.errors import NotComparable
+
+    p = parser("resume", "Continue an interrupted run from its newest complete checkpoint.")
+    p.add_argument("run")
+    p.add_argument("--allow-mismatch", action="store_true", help="resume even when the environment differs")
+    args = p.parse_args(argv)
+    try:
+        outcome, notes = resume.resume(args.run, allow_mismatch=args.allow_mismatch)
+    except NotComparable as exc:
+        print(f"REFUSED: {exc}")
+        print("\n".join(compare.difference_table(exc.differences, "stored run", "here, now")))
+        return exc.exit_code
+    for note in notes:
+        print(f"[launch] {note}")
+    print(job.summary_line(outcome))
+    return 0 if outcome.ok else (130 if outcome.status == "interrupted" else 1)
+
+
 @subcommand("runs", "[--store DIR] [--task T] [--status S] [--key PREFIX]: list runs, newest first")
 def runs_command(argv: list[str]) -> int:
     from launcher import index

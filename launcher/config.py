@@ -67,6 +67,10 @@ def validate(cfg: DictConfig) -> None:
         _positive_int(train.batch_size, "train.batch_size")
         _positive_int(train.max_samples, "train.max_samples", allow_none=True)
         _positive_number(train.learning_rate, "train.learning_rate")
+        _positive_int(train.checkpoint_keep, "train.checkpoint_keep")
+        if isinstance(train.checkpoint_every, bool) or not isinstance(train.checkpoint_every, int) \
+                or train.checkpoint_every < 0:
+            raise ConfigError(f"train.checkpoint_every must be an integer >= 0, got {train.checkpoint_every!r}")
         if not isinstance(train.data, str) or not train.data:
             raise ConfigError("train.data must be sample, full, or a path to an .npz file or IDX directory")
         if train.data not in ("sample", "full") and not os.path.exists(os.path.expanduser(train.data)):

@@ -61,6 +61,7 @@ def execute(
     extra_env: dict[str, str] | None = None,
     replay_of: str | None = None,
     replay_notes: dict | None = None,
+    resume: dict | None = None,
 ) -> Outcome:
     """Run the prepared job in ``run_dir`` to its end and record how it ended."""
     cwd = cwd or os.getcwd()
@@ -74,6 +75,7 @@ def execute(
             "launch_dir": cwd,
             "replay_of": replay_of,
             "replay": replay_notes,
+            "resume": resume,
         },
     )
     row = _row(run_dir, resolved, "running", replay_of=replay_of)

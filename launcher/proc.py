@@ -6,6 +6,7 @@ them here.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -28,7 +29,8 @@ def run_streaming(
     passed to the child, and the child is killed if we are interrupted twice.
     """
 
-    def _pin() -> None:
+    def _child_setup() -> None:
+        _die_with_parent()
         if preexec_affinity:
             os.sched_setaffinity(0, preexec_affinity)
 
@@ -40,7 +42,7 @@ def run_streaming(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_pin if preexec_affinity else None,
+            preexec_fn=_child_setup,
         )
         try:
             _pump(proc, log, echo)
@@ -57,6 +59,16 @@ def run_streaming(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this (child) process when its parent dies: a killed
+    launcher must not leave a job training on, orphaned."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not glibc/Linux: the job outlives a killed launcher
 
 
 def _pump(proc: subprocess.Popen, log, echo: bool) -> None:

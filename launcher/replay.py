@@ -49,19 +49,30 @@ def current_data_hashes(stored: dict[str, str]) -> dict[str, str]:
 def precheck(run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None) -> list[tuple[str, object, object]]:
     """Key differences between the stored run and a rerun here, now, before running it."""
     stored = runs.read_json(run_dir / job.FINGERPRINT)
+    return key_differences_now(stored, run_dir, cwd, extra_env)
+
+
+def key_differences_now(
+    stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None
+) -> list[tuple[str, object, object]]:
+    """Key differences between fingerprint ``stored`` of ``run_dir`` and this environment."""
     fingerprint.check_schema(stored, str(run_dir))
     resolved = OmegaConf.load(run_dir / job.CONFIG)
     _, _, current = job.launch_fingerprint(resolved, cwd, extra_env)
-    current["software"] = fingerprint.software()
-    current["software"]["container"] = stored["software"].get("container")
+    if stored.get("software") is None:
+        current["software"] = None  # the job never reported: nothing to check it against
+    else:
+        current["software"] = fingerprint.software()
+        current["software"]["container"] = stored["software"].get("container")
     current["data"] = current_data_hashes(stored.get("data") or {})
     for name in MEASURED_IN_JOB:
         section, _, sub = name.partition(".")
         if sub:
-            current[section][sub] = stored[section].get(sub)
+            if current[section] is not None:
+                current[section][sub] = (stored[section] or {}).get(sub)
         else:
             current[section] = stored[section]
-    for name in ("tensorflow", "keras", "numpy"):
+    for name in ("tensorflow", "keras", "numpy") if current["software"] else ():
         # The launcher reads distribution versions; the job reads __version__. Same release,
         # but e.g. local builds may spell it differently: the job's check after the run decides.
         if current["software"].get(name) and stored["software"].get(name):

@@ -27,6 +27,7 @@ class TaskContext:
     run_dir: Path
     output_dir: Path
     progress: bool  # a terminal is watching: show Keras progress bars
+    resume: dict | None = None  # {"checkpoint": relative path, "epoch": N} when resuming
     data_files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of data read
 
     def log_epoch(self, epoch: int, metrics: dict[str, float]) -> None:

@@ -2,7 +2,8 @@
 
 Each epoch's shuffle order is a pure function of (seed, epoch), never a stream
 that advances with iteration, so an epoch reads the same batches whether the run
-started at epoch 0 or resumed at epoch k.
+started at epoch 0 or resumed at epoch k. In seeded and strict modes the complete
+training state is checkpointed every ``train.checkpoint_every`` epochs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 import numpy as np
 
 from launcher import data as mnist_data
+from launcher.checkpoints import Checkpointer
 from launcher.hashing import keras_weights, weights_digest
 from launcher.tasks import TaskContext
 
@@ -73,10 +75,17 @@ def run(ctx: TaskContext) -> dict:
     model = build_model(keras, float(train.learning_rate), ctx.plan.jit_compile)
     deterministic = ctx.plan.deterministic_data or ctx.plan.level != "off"
     val = make_dataset(tf, x_test, y_test, train.batch_size, deterministic)
+    checkpointer = None
+    if ctx.plan.level != "off" and train.checkpoint_every:
+        checkpointer = Checkpointer(ctx.run_dir, model, int(train.checkpoint_keep))
     first_epoch = 0
+    if ctx.resume:
+        first_epoch = checkpointer.restore(ctx.run_dir / ctx.resume["checkpoint"])
+        print(f"[launch] resumed from {ctx.resume['checkpoint']}: continuing after epoch {first_epoch}", flush=True)
 
     setup_s = time.perf_counter() - started
-    epoch_times = []
+    epoch_times: list[float] = []
+    checkpoint_times: list[float] = []
     history: dict[str, float] = {}
     for epoch in range(first_epoch, int(train.epochs)):
         t0 = time.perf_counter()
@@ -92,6 +101,10 @@ def run(ctx: TaskContext) -> dict:
         )
         history = {k: float(v[-1]) for k, v in sorted(fit.history.items())}
         ctx.log_epoch(epoch + 1, history)
+        trained = time.perf_counter()
+        if checkpointer and (epoch + 1) % int(train.checkpoint_every) == 0:
+            checkpointer.save(epoch + 1)
+            checkpoint_times.append(time.perf_counter() - trained)
         epoch_times.append(time.perf_counter() - t0)
 
     model.save_weights(ctx.run_dir / WEIGHTS_FILE)
@@ -101,5 +114,5 @@ def run(ctx: TaskContext) -> dict:
         "weights_sha256": total,
         "layer_sha256": per_layer,
         "weights_file": WEIGHTS_FILE,
-        "timings": {"setup_s": setup_s, "epoch_s": epoch_times},
+        "timings": {"setup_s": setup_s, "epoch_s": epoch_times, "checkpoint_s": checkpoint_times},
     }

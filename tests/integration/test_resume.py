@@ -1,0 +1,110 @@
+"""Checkpoint and resume with a real SIGKILL (issue: checkpoint and resume)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ARGS = ("train=mnist", "determinism=strict", "train.epochs=3", "train.batch_size=50")
+
+
+def _result(run: Path) -> dict:
+    return json.loads((run / "result.json").read_text())
+
+
+def _start(store: Path, npz: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "launcher", *ARGS, f"train.data={npz}", f"store.root={store}"],
+        cwd=store, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+
+def _kill_after_checkpoint(store: Path, npz: Path, epoch: int) -> Path:
+    """Start a strict run and SIGKILL its whole process group once checkpoint ``epoch`` exists."""
+    before = set(store.iterdir())
+    proc = _start(store, npz)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        new = [p for p in set(store.iterdir()) - before if p.is_dir()]
+        if new and (new[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            assert not (new[0] / "manifest.json").exists(), "the run finished before it could be killed"
+            return new[0]
+        assert proc.poll() is None, "the run ended before its checkpoint"
+        time.sleep(0.02)
+    raise AssertionError("no checkpoint appeared")
+
+
+def _processes_mentioning(path: Path) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in text:
+            found.append(text)
+    return found
+
+
+@pytest.fixture
+def uninterrupted(launch, tmp_path, mnist_npz) -> dict:
+    store = tmp_path / "reference"
+    done = launch(*ARGS, f"train.data={mnist_npz}", f"store.root={store}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run,) = [p for p in store.iterdir() if p.is_dir()]
+    return {"result": _result(run), "metrics": (run / "metrics.jsonl").read_text()}
+
+
+def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, uninterrupted):
+    run = _kill_after_checkpoint(store, mnist_npz, 1)
+    assert json.loads((run / "status.json").read_text())["state"] == "running"
+    assert not _processes_mentioning(run), "the job process outlived its killed launcher"
+    done = launch("resume", run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    result = _result(run)
+    assert result["weights_sha256"] == uninterrupted["result"]["weights_sha256"]
+    assert result["layer_sha256"] == uninterrupted["result"]["layer_sha256"]
+    assert (run / "metrics.jsonl").read_text() == uninterrupted["metrics"]
+    assert result["resumed_from_epoch"] >= 1
+    job = json.loads((run / "job.json").read_text())
+    assert job["resume"]["history"][-1]["from_epoch"] == result["resumed_from_epoch"]
+    assert (run / "manifest.json").exists()
+    again = launch("resume", run)
+    assert again.returncode == 2 and "is complete; nothing to resume" in again.stderr
+
+
+def test_a_torn_checkpoint_falls_back_to_the_previous_one(launch, store, mnist_npz, uninterrupted):
+    run = _kill_after_checkpoint(store, mnist_npz, 2)
+    newest = run / "checkpoints" / "epoch-000002"
+    data = next(newest.glob("state.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # torn mid-write
+    done = launch("resume", run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "checkpoint epoch-000002 is incomplete" in done.stdout and "falling back" in done.stdout
+    assert _result(run)["resumed_from_epoch"] == 1
+    assert _result(run)["weights_sha256"] == uninterrupted["result"]["weights_sha256"]
+
+
+def test_resume_refuses_a_changed_environment(launch, store, mnist_npz):
+    run = _kill_after_checkpoint(store, mnist_npz, 1)
+    done = launch("resume", run, env={"OMP_NUM_THREADS": "7"})
+    assert done.returncode == 3 and "environment.OMP_NUM_THREADS" in done.stdout
+    assert json.loads((run / "status.json").read_text())["state"] == "running"  # untouched
+
+
+def test_resume_bad_input(launch, tmp_path):
+    assert launch("resume", tmp_path / "missing").returncode == 2
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    done = launch("resume", run)
+    assert done.returncode == 2 and "cannot be resumed" in done.stderr and "no checkpoints" in done.stderr

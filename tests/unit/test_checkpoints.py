@@ -1,0 +1,47 @@
+"""Choosing the checkpoint to resume from, without TensorFlow."""
+
+import json
+
+from launcher import checkpoints, runs
+from launcher.resume import keep_metrics_through
+
+
+def _checkpoint(run_dir, epoch, payload=b"weights"):
+    path = run_dir / "checkpoints" / checkpoints.name(epoch)
+    path.mkdir(parents=True)
+    (path / "state.index").write_bytes(payload)
+    files = {"state.index": runs.file_sha256(path / "state.index")}
+    runs.write_json(path / checkpoints.MANIFEST, {"epoch": epoch, "files": files})
+    return path
+
+
+def test_newest_complete_checkpoint_wins(tmp_path):
+    _checkpoint(tmp_path, 1)
+    _checkpoint(tmp_path, 2)
+    path, epoch, notes = checkpoints.latest_complete(tmp_path)
+    assert (path.name, epoch, notes) == ("epoch-000002", 2, [])
+
+
+def test_torn_or_unfinished_checkpoints_are_skipped_and_said(tmp_path):
+    _checkpoint(tmp_path, 1)
+    torn = _checkpoint(tmp_path, 2)
+    (torn / "state.index").write_bytes(b"wei")
+    unfinished = tmp_path / "checkpoints" / checkpoints.name(3)
+    unfinished.mkdir()
+    path, epoch, notes = checkpoints.latest_complete(tmp_path)
+    assert epoch == 1
+    assert notes == [
+        "checkpoint epoch-000003 is incomplete (no checkpoint.json); falling back to an earlier one",
+        "checkpoint epoch-000002 is incomplete (state.index does not match its hash (torn write?));"
+        " falling back to an earlier one",
+    ]
+
+
+def test_no_checkpoint(tmp_path):
+    assert checkpoints.latest_complete(tmp_path) == (None, 0, [])
+
+
+def test_metrics_after_the_checkpoint_are_dropped(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e, "loss": e}) + "\n" for e in (1, 2, 3)))
+    keep_metrics_through(tmp_path, 2)
+    assert [json.loads(x)["epoch"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
