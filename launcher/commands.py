@@ -23,21 +23,33 @@ def compare_command(argv: list[str]) -> int:
     return result.exit_code
 
 
-@subcommand("replay", "RUN [--allow-mismatch]: rerun a stored run, say if it reproduced")
-def replay_command(argv: list[str]) -> int:
-    from launcher import compare, replay
-    from launcher.errors import NotComparable
-
-    p = parser("replay", "Rerun a stored run from its config and seed and compare bit for bit.")
+def _rerun_args(name: str, description: str, argv: list[str]):
+    """The arguments shared by replay and resume: a run, and --allow-mismatch."""
+    p = parser(name, description)
     p.add_argument("run")
     p.add_argument("--allow-mismatch", action="store_true", help="run even when the environment differs")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def _refused(exc) -> int:
+    """Print a comparability refusal of the environment, field by field."""
+    from launcher import compare
+
+    print(f"REFUSED: {exc}")
+    print("\n".join(compare.difference_table(exc.differences, "stored run", "here, now")))
+    return exc.exit_code
+
+
+@subcommand("replay", "RUN [--allow-mismatch]: rerun a stored run, say if it reproduced")
+def replay_command(argv: list[str]) -> int:
+    from launcher import replay
+    from launcher.errors import NotComparable
+
+    args = _rerun_args("replay", "Rerun a stored run from its config and seed and compare bit for bit.", argv)
     try:
         result = replay.replay(args.run, allow_mismatch=args.allow_mismatch)
     except NotComparable as exc:
-        print(f"REFUSED: {exc}")
-        print("\n".join(compare.difference_table(exc.differences, "stored run", "here, now")))
-        return exc.exit_code
+        return _refused(exc)
     print(f"{result.verdict}: replay {result.new_run} of {result.original}")
     print(result.detail)
     return result.exit_code
@@ -45,19 +57,14 @@ def replay_command(argv: list[str]) -> int:
 
 @subcommand("resume", "RUN [--allow-mismatch]: continue an interrupted run from its last checkpoint")
 def resume_command(argv: list[str]) -> int:
-    from launcher import compare, job, resume
+    from launcher import job, resume
     from launcher.errors import NotComparable
 
-    p = parser("resume", "Continue an interrupted run from its newest complete checkpoint.")
-    p.add_argument("run")
-    p.add_argument("--allow-mismatch", action="store_true", help="resume even when the environment differs")
-    args = p.parse_args(argv)
+    args = _rerun_args("resume", "Continue an interrupted run from its newest complete checkpoint.", argv)
     try:
         outcome, notes = resume.resume(args.run, allow_mismatch=args.allow_mismatch)
     except NotComparable as exc:
-        print(f"REFUSED: {exc}")
-        print("\n".join(compare.difference_table(exc.differences, "stored run", "here, now")))
-        return exc.exit_code
+        return _refused(exc)
     for note in notes:
         print(f"[launch] {note}")
     print(job.summary_line(outcome))

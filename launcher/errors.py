@@ -58,17 +58,6 @@ class DeterminismError(LauncherError):
         self.problems = problems or []
 
 
-class JobFailed(LauncherError):
-    """The training job exited unsuccessfully."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, run_dir: str | None = None, returncode: int | None = None):
-        super().__init__(message)
-        self.run_dir = run_dir
-        self.returncode = returncode
-
-
 class NotComparable(LauncherError):
     """Two fingerprints differ in fields that decide comparability."""
 
