@@ -165,10 +165,8 @@ def run_multirun(overrides: list[str]) -> int:
     try:
         with _stop_on_ctrl_c(sweep_dir):
             _hydra_multirun(hydra_argv(plan, overrides, sweep_dir))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, LauncherError):
         finalize(sweep_dir)  # what finished, and what did not, on record
-        raise
-    except LauncherError:
         raise
     except Exception as exc:  # the launcher plugin broke (a worker died): say so, summarize
         from launcher.cli import hydra_message

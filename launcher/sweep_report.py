@@ -95,11 +95,15 @@ def verification(results: list[dict]) -> dict:
 
 
 def render_verification(report: dict) -> str:
-    rows = [[f"{r['num']:03d}", _text(r["seed"]), r["verdict"], r["detail"] or ""]
+    rows = [[f"{r['num']:03d}", _text(r["seed"]), r["verdict"], _first_line(r["detail"])]
             for r in report["jobs"]]  # fmt: skip
     lines = _table(["job", "seed", "verdict", "detail"], rows)
     lines.append(f"{report['reproduced']} of {report['total']} jobs reproduced bit for bit")
     return "\n".join(lines)
+
+
+def _first_line(text: str | None) -> str:
+    return _short((text or "").strip().split("\n", 1)[0])
 
 
 def _short(text: str, limit: int = 72) -> str:
