@@ -367,14 +367,14 @@ def run_in_container(job) -> int:
 
     spec, cfg = _spec_of_run(job.run_dir)
     runtime_cfg = OmegaConf.to_container(cfg.runtime, resolve=True)
+    run_dir, cwd = str(job.run_dir.resolve()), os.path.abspath(job.cwd)
+    mounts = container_spec.job_mounts(run_dir, cwd, container_spec.input_paths(cfg, cwd))
     cli = containers.client()
     inputs = read_inputs(spec, cli)
     info = ensure_image(spec, inputs=inputs, echo=job.echo, cli=cli)
     store_in_run(job.run_dir, inputs)
     uid, gid = container_spec.container_user(os.getuid(), os.getgid())
     runs.write_json(job.run_dir / CONTAINER, info.record(uid, gid))
-    run_dir, cwd = str(job.run_dir.resolve()), os.path.abspath(job.cwd)
-    mounts = container_spec.job_mounts(run_dir, cwd, container_spec.input_paths(cfg, cwd))
     import socket
 
     args = container_spec.run_args(

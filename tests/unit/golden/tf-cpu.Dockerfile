@@ -20,19 +20,22 @@ RUN python3 -m venv --without-pip /opt/launch/venv \
       --find-links /build/wheels --require-hashes --no-deps --no-compile -r /build/tools.txt \
  && /opt/launch/venv/bin/python -m pip install --no-index --find-links /build/wheels \
       --require-hashes --no-deps --no-compile --no-build-isolation -r /build/lockfile.txt
-COPY launcher/ /opt/launch/src/launcher/
 # Byte code with hash-based invalidation (PEP 552): no timestamps, same bytes every build.
 RUN /opt/launch/venv/bin/python -m compileall -q -j 1 --invalidation-mode unchecked-hash \
-      /opt/launch/venv/lib /opt/launch/src
+      /opt/launch/venv/lib
 
 # ---- final: the base and /opt/launch; no wheels, no build files, no CA bundle
 FROM launch-base:bookworm
-COPY --from=builder /opt/launch /opt/launch
+COPY --from=builder /opt/launch/venv /opt/launch/venv
 RUN groupadd --gid 1000 launch \
  && useradd --no-log-init --uid 1000 --gid 1000 --create-home --home-dir /home/launch \
       --shell /usr/sbin/nologin launch
 ENV PATH=/opt/launch/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONPATH=/opt/launch/src PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/home/launch
+# The launcher last: a change to it rebuilds only these two layers.
+COPY launcher/ /opt/launch/src/launcher/
+RUN PYTHONHASHSEED=0 /opt/launch/venv/bin/python -m compileall -q -j 1 \
+      --invalidation-mode unchecked-hash /opt/launch/src
 USER 1000:1000
 WORKDIR /home/launch
 # The determinism bootstrap is the entrypoint: `docker run IMAGE RUN_DIR`.
