@@ -40,18 +40,23 @@ class Slot:
         return cls(int(data["index"]), str(data["device"]), cpus, dict(data.get("env") or {}))
 
 
-def plan(requested: object, gpus: Sequence[dict], cores: Sequence[int]) -> list[Slot]:
+def plan(
+    requested: object, gpus: Sequence[dict], cores: Sequence[int], threads_per_job: int = 1
+) -> list[Slot]:
     """The slots for ``runtime.slots=requested`` on a machine with ``gpus`` and ``cores``.
 
-    ``auto`` is one slot per GPU, else one per CPU core. An integer asks for that
-    many and may not exceed the devices there are; CPU cores are split into that
-    many contiguous groups of (nearly) equal size.
+    ``auto`` is one slot per GPU, else as many CPU slots as jobs of
+    ``threads_per_job`` intra-op threads fit on the cores. An integer asks for that
+    many and may not exceed the devices there are. CPU slots are contiguous groups
+    of *equal* size (cores left over stay idle): TensorFlow sizes its default thread
+    pools from the cores a process may use, so unequal slots could change the bits
+    of a job whose thread counts are not pinned.
     """
     cores = sorted(cores)
     devices = len(gpus) if gpus else len(cores)
     kind = f"{len(gpus)} GPU(s)" if gpus else f"{len(cores)} CPU core(s) and no GPU"
     if requested == "auto" or requested is None:
-        count = devices
+        count = len(gpus) if gpus else max(1, len(cores) // max(1, threads_per_job))
     elif isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
         raise ConfigError(f"runtime.slots must be auto or a positive integer, got {requested!r}")
     elif requested > devices:
@@ -65,7 +70,8 @@ def plan(requested: object, gpus: Sequence[dict], cores: Sequence[int]) -> list[
         raise ConfigError(f"no device for a sweep slot: this machine has {kind}")
     if gpus:
         return [_gpu_slot(i, gpus[i]) for i in range(count)]
-    groups = [cores[i * len(cores) // count : (i + 1) * len(cores) // count] for i in range(count)]
+    size = len(cores) // count
+    groups = [cores[i * size : (i + 1) * size] for i in range(count)]
     return [Slot(i, f"cpu {_span(g)}", cpus=frozenset(g)) for i, g in enumerate(groups)]
 
 

@@ -98,7 +98,7 @@ def launcher_choice(hydra_overrides: list[str]) -> str:
 
 def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) -> SweepPlan:
     """Expand, compose and validate every job; decide the slots. Raises ``ConfigError``."""
-    from launcher import cli, config, fingerprint
+    from launcher import cli, config, determinism, fingerprint
 
     jobs, hydra_overrides, swept = expand(overrides)
     cfgs = []
@@ -109,7 +109,7 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) ->
         except ConfigError as exc:
             raise ConfigError(f"job {num} ({label(job_overrides, swept)}): {exc}") from None
         cfgs.append(cfg)
-    for name in ("store.root", "runtime.slots", "runtime.name"):
+    for name in ("store.root", "runtime.slots", "runtime.name", "determinism.intra_op_threads"):
         if len({str(_select(c, name)) for c in cfgs}) > 1:
             raise ConfigError(f"{name} cannot be swept: one sweep has one value")
     launcher = launcher_choice(hydra_overrides)
@@ -118,7 +118,8 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) ->
         if gpus is None:
             gpus = fingerprint.hardware()["gpus"]
         cores = sorted(os.sched_getaffinity(0)) if cores is None else cores
-        slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores)
+        threads = determinism.resolve_threads(cfgs[0].determinism.intra_op_threads, len(cores))
+        slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores, threads or 1)
     seeds = [planned_seed(c) for c in cfgs]
     root = Path(str(cfgs[0].store.root)).absolute()
     return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds)

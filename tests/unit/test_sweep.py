@@ -40,10 +40,17 @@ def test_auto_slots_are_one_per_gpu_and_name_the_gpu_index():
     assert all(s.cpus is None for s in got)
 
 
-def test_fewer_slots_than_cores_split_the_cores_evenly():
+def test_fewer_slots_than_cores_get_equal_groups_of_cores():
     got = slots.plan(2, [], [0, 1, 2, 3, 4])
-    assert [sorted(s.cpus) for s in got] == [[0, 1], [2, 3, 4]]
-    assert got[1].device == "cpu 2-4"
+    assert [sorted(s.cpus) for s in got] == [[0, 1], [2, 3]]  # core 4 idles: equal slots
+    assert got[1].device == "cpu 2-3"
+
+
+def test_auto_cpu_slots_fit_the_jobs_thread_count():
+    got = slots.plan("auto", [], range(8), threads_per_job=3)
+    assert [s.device for s in got] == ["cpu 0-3", "cpu 4-7"]  # 2 jobs of 3 fit; equal halves
+    assert len(slots.plan("auto", [], CORES2, threads_per_job=4)) == 1  # never zero
+    assert len(slots.plan("auto", GPUS, CORES2, threads_per_job=4)) == 3  # GPUs: one each
 
 
 @pytest.mark.parametrize("requested", [0, -1, True, "two", 1.5])
@@ -124,6 +131,15 @@ def test_launcher_choice_is_the_last_on_the_command_line():
     assert sweep.launcher_choice(["hydra/launcher=a", "hydra/launcher=submitit_slurm"]) == (
         "submitit_slurm"
     )
+
+
+def test_auto_slots_follow_the_configured_intra_op_threads(store):
+    plan = sweep.prepare(["+seed=1,2", "determinism.intra_op_threads=2", _store_arg(store)],
+                         gpus=[], cores=[0, 1, 2, 3])  # fmt: skip
+    assert [s.device for s in plan.slots] == ["cpu 0-1", "cpu 2-3"]
+    plan = sweep.prepare(["+seed=1,2", "determinism.intra_op_threads=auto", _store_arg(store)],
+                         gpus=[], cores=[0, 1, 2, 3])  # fmt: skip
+    assert [s.device for s in plan.slots] == ["cpu 0-3"]
 
 
 def test_prepare_composes_every_job_and_plans_slots(store):
