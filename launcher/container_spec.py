@@ -20,8 +20,8 @@ IMAGE_UID = 1000  # the image's `launch` user, used when launch itself runs as r
 NETWORK = "none"  # a job never has a network
 # Mounting over these would replace the image's own system or its installed packages.
 PROTECTED = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/opt/launch",
-             "/proc", "/sbin", "/sys", "/usr", "/var", "/home", "/home/launch", "/root", "/run",
-             "/tmp")  # fmt: skip
+             "/proc", "/sbin", "/sys", "/usr", "/var", "/var/tmp", "/home", "/home/launch", "/root",
+             "/run")  # fmt: skip
 JOB_LABELS = ("launch.role", "launch.run", "launch.owner", "launch.host")
 
 
@@ -65,7 +65,7 @@ def job_mounts(run_dir: str, cwd: str, read_only_paths: Iterable[str] = ()) -> l
 
 
 def input_paths(cfg: Mapping, cwd: str) -> list[str]:
-    """Host paths a job reads besides its working directory: ``train.data``, a script."""
+    """Host paths a job reads besides its working directory: data, a script, a code path."""
     train = cfg.get("train", {})
     paths = []
     data = train.get("data")
@@ -76,6 +76,11 @@ def input_paths(cfg: Mapping, cwd: str) -> list[str]:
     script = train.get("script")
     if train.get("name") == "script" and isinstance(script, str) and os.path.exists(script):
         paths.append(os.path.dirname(os.path.abspath(script)))  # the script's siblings import
+    extra = train.get("path")  # train=custom: a directory put on sys.path
+    if train.get("name") == "custom" and isinstance(extra, str) and extra:
+        path = os.path.join(cwd, os.path.expanduser(extra))
+        if os.path.isdir(path):
+            paths.append(path)
     return paths
 
 
@@ -109,17 +114,23 @@ def run_args(
     gpus: bool = False,
     tmpfs_mb: int = 1024,
 ) -> dict:
-    """Keyword arguments for ``containers.create``; mounts and GPU requests as plain data."""
+    """Keyword arguments for ``containers.create``; mounts and GPU requests as plain data.
+
+    The container's scratch space is a tmpfs at /tmp, or at /var/tmp (with TMPDIR set)
+    when the user's working directory is the host's /tmp, mounted read-only there.
+    """
+    scratch = "/var/tmp" if any(m.target == "/tmp" for m in mounts) else "/tmp"
+    env = dict(env) if scratch == "/tmp" else {**env, "TMPDIR": scratch}
     args: dict = {
         "image": image,
         "command": [run_dir],  # the entrypoint is `python -m launcher.bootstrap`
         "user": f"{user[0]}:{user[1]}",
-        "environment": dict(env),
+        "environment": dict(sorted(env.items())),
         "working_dir": cwd,
         "mounts": [asdict(m) for m in mounts],
         "network_mode": NETWORK,
         "read_only": True,  # the image's files cannot change; only the run dir and /tmp
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmpfs_mb}m"},
+        "tmpfs": {scratch: f"rw,nosuid,nodev,size={tmpfs_mb}m"},
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "init": True,  # a real PID 1 passes SIGINT/SIGTERM on to the job

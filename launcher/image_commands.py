@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from launcher.cli import parser, subcommand
 
-IMAGE_HELP = "build|list|prune|bootstrap-base  images for runtime=docker"
+IMAGE_HELP = "build|list|prune|bootstrap-base [OVERRIDES]: images for runtime=docker"
 
 
 def _spec(overrides: list[str]):
@@ -54,7 +54,7 @@ def image_command(argv: list[str]) -> int:
     return 0
 
 
-@subcommand("lock", "image=NAME [--host]      pin an image's packages with hashes")
+@subcommand("lock", "image=NAME [--host]: pin an image's packages with hashes (pip-compile)")
 def lock_command(argv: list[str]) -> int:
     p = parser("lock", "Regenerate lockfiles/<image>.txt from its .in file with pip-compile.")
     p.add_argument("--host", action="store_true",

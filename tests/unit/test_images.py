@@ -313,6 +313,8 @@ def test_input_paths_from_config(tmp_path, weird_dir):
     assert container_spec.input_paths({"train": {"name": "mnist", "data": "sample"}}, "/") == []
     cfg = {"train": {"name": "script", "script": str(script)}}
     assert container_spec.input_paths(cfg, str(tmp_path)) == [str(weird_dir)]
+    cfg = {"train": {"name": "custom", "path": weird_dir.name, "data": "sample"}}
+    assert container_spec.input_paths(cfg, str(weird_dir.parent)) == [str(weird_dir)]
 
 
 def test_user_and_exit_codes():
@@ -323,6 +325,14 @@ def test_user_and_exit_codes():
     assert container_spec.exit_code(130) == -2
     assert container_spec.exit_code(137) == -9
     assert container_spec.exit_code(137, oom_killed=True) == 137
+
+
+def test_launch_from_host_tmp_moves_the_scratch_space():
+    mounts = container_spec.job_mounts("/tmp/store/run", "/tmp")
+    assert [(m.target, m.read_only) for m in mounts] == [("/tmp", True), ("/tmp/store/run", False)]
+    args = container_spec.run_args("img", "/tmp/store/run", "/tmp", (1, 1), {}, mounts, {})
+    assert args["tmpfs"] == {"/var/tmp": "rw,nosuid,nodev,size=1024m"}
+    assert args["environment"] == {"TMPDIR": "/var/tmp"}
 
 
 def test_gpu_request():
