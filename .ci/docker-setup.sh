@@ -9,7 +9,7 @@ set -euo pipefail
 
 PIDFILE="${LAUNCH_DOCKERD_PIDFILE:-/tmp/launch-ci-dockerd.pid}"
 LOGFILE="${LAUNCH_DOCKERD_LOG:-/tmp/launch-ci-dockerd.log}"
-LAUNCH=(python -m launcher)
+LAUNCH=("${PYTHON:-python3}" -m launcher)
 
 log() { echo "[docker-setup] $*"; }
 

@@ -129,7 +129,11 @@ def _read(path: Path, what: str) -> str:
     try:
         return path.read_text()
     except OSError as exc:
-        raise ImageError(f"{what} {str(path)!r} cannot be read ({exc.strerror})") from None
+        hint = ""
+        if not (images.LAUNCH_ROOT / "images").is_dir():
+            hint = (": images/ and lockfiles/ come with the launcher's source tree; install it "
+                    "with pip install -e, or give absolute paths")  # fmt: skip
+        raise ImageError(f"{what} {str(path)!r} cannot be read ({exc.strerror}){hint}") from None
 
 
 # ---------------------------------------------------------------- ensure / build
