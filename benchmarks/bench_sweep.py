@@ -117,8 +117,8 @@ def main() -> None:
     ratio = serial / parallel
     print(f"sweep benchmark: {SEEDS} seeds, {SLOTS} slots, medians of {len(counted)} "
           f"{'quiet' if clean else 'NOISY (no quiet round: unreliable)'} round(s)")  # fmt: skip
-    print(f"  serial   ({SEEDS} x launch)      {serial:7.1f} s")
-    print(f"  parallel (launch -m, {SLOTS} slots) {parallel:7.1f} s")
+    print(f"  {f'serial   ({SEEDS} x launch)':<32} {serial:7.1f} s")
+    print(f"  {f'parallel (launch -m, {SLOTS} slots)':<32} {parallel:7.1f} s")
     print(f"  same weights per seed in both modes: {'yes' if same else 'NO'}")
     print(f"  most foreign CPU in a counted measurement: {foreign:.1f} s "
           f"(a round counts when <= {args.quiet_cpu} s)")  # fmt: skip
