@@ -115,13 +115,19 @@ def lock(spec: images.ImageSpec, on_host: bool = False, echo: bool = True) -> Pa
     if not spec.requirements.is_file():
         raise ImageError(f"image.requirements {str(spec.requirements)!r} is not a file")
     header = f"launch lock image={spec.name}"
+    # pip-compile runs in a scratch directory holding lockfiles/<name>.in, so the
+    # "via -r lockfiles/..." comments read the same wherever the lock was made.
+    source, target = Path("lockfiles") / spec.requirements.name, Path("lockfiles") / spec.lockfile.name
     with tempfile.TemporaryDirectory(prefix="launch-lock-") as tmp:
-        out = Path(tmp) / spec.lockfile.name
-        shutil.copy(spec.requirements, Path(tmp) / spec.requirements.name)
+        (Path(tmp) / "lockfiles").mkdir()
+        shutil.copy(spec.requirements, Path(tmp) / source)
         if on_host:
-            _lock_on_host(spec, Path(tmp), out, header, echo)
+            _lock_on_host(spec, Path(tmp), source, target, header, echo)
         else:
-            _lock_in_base(spec, Path(tmp), out, header, echo)
+            _lock_in_base(spec, Path(tmp), source, target, header, echo)
+        out = Path(tmp) / target
+        if not out.is_file():
+            raise ImageError(f"pip-compile wrote no {target}; see its output above")
         text = out.read_text()
         images.parse_lockfile(text, str(out))  # every pin has hashes
         spec.lockfile.write_text(text)
@@ -129,31 +135,30 @@ def lock(spec: images.ImageSpec, on_host: bool = False, echo: bool = True) -> Pa
     return spec.lockfile
 
 
-def _lock_on_host(spec, tmp: Path, out: Path, header: str, echo: bool) -> None:
+def _lock_on_host(spec, tmp: Path, source: Path, target: Path, header: str, echo: bool) -> None:
     here = f"{platform.python_version_tuple()[0]}.{platform.python_version_tuple()[1]}"
     if here != images.TARGET_PYTHON or platform.machine() != "x86_64" or sys.platform != "linux":
         raise ImageError(
             f"this host runs Python {here} on {sys.platform}/{platform.machine()}, the image "
             f"Python {images.TARGET_PYTHON} on linux/x86_64: lock in the base image (without --host)"
         )
-    argv = images.pip_compile_argv(
-        sys.executable, tmp / spec.requirements.name, out, spec.ca_bundle, spec.index_url
-    )
+    argv = images.pip_compile_argv(sys.executable, source, target, spec.ca_bundle, spec.index_url)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, CUSTOM_COMPILE_COMMAND=header)
-    _run(argv, tmp / "lock.log", "pip-compile", echo)
+    code = proc.run_streaming(argv, env, tmp / "lock.log", cwd=str(tmp), echo=echo)
+    if code != 0:
+        raise ImageError(f"pip-compile failed (exit {code}); is the index reachable?")
 
 
-def _lock_in_base(spec, tmp: Path, out: Path, header: str, echo: bool) -> None:
+def _lock_in_base(spec, tmp: Path, source: Path, target: Path, header: str, echo: bool) -> None:
     base_ref, _ = images.parse_base(spec.base, spec.allow_unpinned)
     cli = containers.client()
     if containers.find_image(cli, base_ref) is None:
         raise ImageError(f"base image {base_ref} is missing: run `launch image bootstrap-base` or pull it")
     ca = "/etc/launch-ca.pem"
     compile_argv = images.pip_compile_argv(
-        "/tmp/lock/bin/python", Path("/work") / spec.requirements.name, Path("/work") / out.name,
-        ca if spec.ca_bundle else None, spec.index_url,
-    )  # fmt: skip
+        "/tmp/lock/bin/python", source, target, ca if spec.ca_bundle else None, spec.index_url
+    )
     script = lock_script(compile_argv, ca if spec.ca_bundle else None)
     mounts = [container_spec.MountSpec(str(tmp), "/work", read_only=False)]
     if spec.ca_bundle:
@@ -166,8 +171,11 @@ def _lock_in_base(spec, tmp: Path, out: Path, header: str, echo: bool) -> None:
         user=f"{os.getuid()}:{os.getgid()}",
         on_output=(lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush())) if echo else (lambda b: None),
     )  # fmt: skip
-    if status != 0 or not out.is_file():
-        raise ImageError(f"pip-compile in {base_ref} failed (exit {status}); is the index reachable?")
+    if status != 0:
+        raise ImageError(
+            f"pip-compile in {base_ref} failed (exit {status}): is the index reachable? behind a "
+            "TLS-intercepting proxy set image.ca_bundle=/path/to/ca.pem"
+        )
 
 
 def lock_script(compile_argv: list[str], ca: str | None) -> str:
@@ -176,7 +184,7 @@ def lock_script(compile_argv: list[str], ca: str | None) -> str:
 
     cert = f" --cert {shlex.quote(ca)}" if ca else ""
     return (
-        "set -e; python3 -m venv /tmp/lock; "
+        "set -e; cd /work; python3 -m venv /tmp/lock; "
         f"/tmp/lock/bin/python -m pip install -q{cert} {shlex.quote(PIP_TOOLS)}; "
         + shlex.join(compile_argv)
     )
