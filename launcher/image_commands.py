@@ -74,8 +74,11 @@ def _list() -> int:
     rows = []
     for attrs in containers.managed_images(cli):
         labels = containers.labels_of(attrs)
+        role = labels.get("launch.role")
+        if role not in ("image", "base") or (role == "base" and not attrs.get("RepoTags")):
+            continue  # builder stages: removed by prune
         refs = [t for t in attrs.get("RepoTags") or [] if ":unverified-" not in t] or ["<none>"]
-        packages = labels.get("launch.packages_sha256", labels.get("launch.rootfs_sha256", ""))
+        packages = labels.get("launch.packages_sha256", "") if role == "image" else "(base)"
         size = f"{attrs.get('Size', 0) / 1e9:.2f} GB"
         rows.append((refs[0], attrs["Id"][7:19], size, attrs.get("Created", "")[:19], packages[:16]))
     if not rows:
@@ -101,12 +104,13 @@ def _prune(keep: int, dry_run: bool) -> int:
     by_name: dict[str, list[dict]] = {}
     for attrs in containers.managed_images(cli):
         labels = containers.labels_of(attrs)
-        if labels.get("launch.role") == "base" or "launch.image" not in labels:
+        if labels.get("launch.role") != "image":
             continue  # the base is removed with docker rmi only: it takes a debootstrap to remake
         by_name.setdefault(labels["launch.image"], []).append(attrs)
     for _name, group in sorted(by_name.items()):
-        group.sort(key=lambda a: a.get("Created", ""), reverse=True)
-        for attrs in group[keep:]:
+        group.sort(key=lambda a: (bool(a.get("RepoTags")), a.get("Created", "")), reverse=True)
+        tagged = [a for a in group if a.get("RepoTags")]
+        for attrs in tagged[keep:] + [a for a in group if not a.get("RepoTags")]:
             for ref in attrs.get("RepoTags") or [attrs["Id"]]:
                 print(f"{'would remove' if dry_run else 'removed'} {ref}")
                 if not dry_run:

@@ -57,6 +57,7 @@ class BuildInputs:
     def labels(self) -> dict[str, str]:
         return {
             containers.MANAGED: "1",
+            "launch.role": "image",  # overrides the local base's "base", which images inherit
             "launch.image": self.name,
             "launch.content_tag": self.tag,
             "launch.base": self.base,
