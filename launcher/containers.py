@@ -34,8 +34,11 @@ def daemon_url() -> str:
 
 def client(timeout: int = BUILD_TIMEOUT_S):
     """A connected client, or ``DockerUnavailable`` saying how to start a daemon."""
-    import docker
-    from docker.errors import DockerException
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError:
+        raise ImageError("the Docker SDK is missing: pip install docker (or use runtime=local)") from None
 
     try:
         cli = docker.from_env(timeout=timeout)
