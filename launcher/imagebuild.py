@@ -351,12 +351,12 @@ def _info(name: str, size: int) -> tarfile.TarInfo:
 
 
 # ---------------------------------------------------------------- runs
-def store_in_run(run_dir: Path, inputs: BuildInputs) -> None:
+def store_in_run(run_dir: Path, dockerfile: str, lockfile: str) -> None:
     """Keep the Dockerfile and lockfile a run used: replay rebuilds from them."""
     target = run_dir / RUN_IMAGE_DIR
     target.mkdir(exist_ok=True)
-    runs.write_bytes(target / "Dockerfile", inputs.dockerfile.encode())
-    runs.write_bytes(target / "lockfile.txt", inputs.lockfile.encode())
+    runs.write_bytes(target / "Dockerfile", dockerfile.encode())
+    runs.write_bytes(target / "lockfile.txt", lockfile.encode())
 
 
 def _spec_of_run(run_dir: Path) -> tuple[images.ImageSpec, object]:
@@ -375,9 +375,14 @@ def run_in_container(job) -> int:
     run_dir, cwd = str(job.run_dir.resolve()), os.path.abspath(job.cwd)
     mounts = container_spec.job_mounts(run_dir, cwd, container_spec.input_paths(cfg, cwd))
     cli = containers.client()
-    inputs = read_inputs(spec, cli)
-    info = ensure_image(spec, inputs=inputs, echo=job.echo, cli=cli)
-    store_in_run(job.run_dir, inputs)
+    original = _replayed_run(job.run_dir)
+    if original is not None:  # a replay runs in the original's image, or a verified rebuild
+        info, dockerfile, lockfile = _image_for_run(original, cli, job.echo)
+    else:
+        inputs = read_inputs(spec, cli)
+        info = ensure_image(spec, inputs=inputs, echo=job.echo, cli=cli)
+        dockerfile, lockfile = inputs.dockerfile, inputs.lockfile
+    store_in_run(job.run_dir, dockerfile, lockfile)
     uid, gid = container_spec.container_user(os.getuid(), os.getgid())
     runs.write_json(job.run_dir / CONTAINER, info.record(uid, gid))
     import socket
@@ -411,22 +416,47 @@ def _give_back(run_dir: Path, owner: tuple[int, int]) -> None:
         os.lchown(path, *owner)
 
 
+def _replayed_run(run_dir: Path) -> Path | None:
+    """The Docker run that ``run_dir`` replays (job.json's ``replay_of``, same store), if any."""
+    name = runs.read_json(run_dir / "job.json").get("replay_of") if (run_dir / "job.json").exists() else None
+    original = run_dir.parent / name if name else None
+    return original if original is not None and (original / CONTAINER).is_file() else None
+
+
+def _image_for_run(run_dir: Path, cli, echo: bool = True) -> tuple[ImageInfo, str, str]:
+    """The image a Docker run used (rebuilt and checked when gone), its Dockerfile and lockfile."""
+    record = runs.read_json(run_dir / CONTAINER)
+    stored = run_dir / RUN_IMAGE_DIR
+    dockerfile = _read(stored / "Dockerfile", "the run's Dockerfile")
+    lockfile = _read(stored / "lockfile.txt", "the run's lockfile")
+    attrs = containers.find_image(cli, record["image_id"])
+    if attrs is not None:
+        info = ImageInfo(attrs["Id"], record["image"], containers.labels_of(attrs), built=False)
+        _say(echo, f"image {record['image']} of run {run_dir.name} exists; reused")
+    else:
+        spec, _ = _spec_of_run(run_dir)
+        inputs = inputs_from_texts(spec, dockerfile, lockfile, cli)
+        if inputs.launcher_version != record["launcher_version"]:
+            raise PackagesMismatch(
+                f"the image of run {run_dir.name} is gone and cannot be rebuilt as it was: it held "
+                f"launcher {record['launcher_version']}, this is {inputs.launcher_version}; "
+                "run the replay with the launcher source the run used",
+                record["packages_sha256"], "",
+            )  # fmt: skip
+        info = ensure_image(
+            spec, inputs=inputs, expected_packages=record["packages_sha256"], echo=echo, cli=cli
+        )
+    _check_packages(info, record["packages_sha256"], "the image")
+    return info, dockerfile, lockfile
+
+
 def ensure_image_for_run(run_dir: str | os.PathLike) -> str:
     """The id of an image with the packages a Docker run recorded, rebuilt if it is gone.
 
     For replay: uses the run's image when it still exists; otherwise rebuilds from the
     run's stored Dockerfile and lockfile and checks the installed tree's hash against
-    the run's ``packages_sha256`` (``PackagesMismatch`` when it differs).
+    the run's ``packages_sha256`` (``PackagesMismatch`` when it differs). A replay
+    through ``runtime=docker`` does this by itself (job.json's ``replay_of``).
     """
-    run_dir = Path(run_dir)
-    record = runs.read_json(run_dir / CONTAINER)
-    cli = containers.client()
-    attrs = containers.find_image(cli, record["image_id"])
-    if attrs is not None:
-        return attrs["Id"]
-    spec, _ = _spec_of_run(run_dir)
-    stored = run_dir / RUN_IMAGE_DIR
-    dockerfile = _read(stored / "Dockerfile", "the run's Dockerfile")
-    inputs = inputs_from_texts(spec, dockerfile, _read(stored / "lockfile.txt", "the run's lockfile"), cli)
-    info = ensure_image(spec, inputs=inputs, expected_packages=record["packages_sha256"], cli=cli)
+    info, _, _ = _image_for_run(Path(run_dir), containers.client())
     return info.image_id

@@ -155,8 +155,18 @@ def test_ensure_image_for_run_checks_the_packages(docker_pair, tmp_path):
         path.chmod(path.stat().st_mode | 0o200)
     forged = {**recorded, "image_id": "sha256:" + "0" * 64, "packages_sha256": "f" * 64}
     (copy / "container.json").write_text(json.dumps(forged))
-    with pytest.raises(PackagesMismatch, match="the run recorded ffffffffffffffff"):
+    with pytest.raises(PackagesMismatch, match="ffffffffffffffff"):
         imagebuild.ensure_image_for_run(copy)
+
+
+@pytest.mark.slow
+def test_replay_runs_in_the_runs_image(docker_pair, project, launch):
+    (a, _), _ = docker_pair
+    # The precheck compares this host's Python with the image's: --allow-mismatch.
+    done = launch("replay", a, "--allow-mismatch", cwd=project, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"of run {a.name} exists; reused" in done.stdout
+    assert "REPRODUCED" in done.stdout
 
 
 SANDBOX_PROBE = r"""
