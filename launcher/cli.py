@@ -112,7 +112,8 @@ def usage() -> str:
         lines.append(f"       launch {name:<28} {help_text}")
     lines += [
         "",
-        "config groups: train=mnist|custom|script  determinism=off|seeded|strict  runtime=local",
+        "config groups: train=mnist|custom|script  determinism=off|seeded|strict  runtime=local|docker",
+        "  image=tf-cpu|tf-gpu (runtime=docker)",
         "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
     ]

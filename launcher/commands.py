@@ -99,3 +99,4 @@ def runs_command(argv: list[str]) -> int:
 
 
 from launcher import sweep  # noqa: E402,F401  (registers `launch sweep`)
+from launcher import image_commands  # noqa: E402,F401  (registers `launch image`, `launch lock`)

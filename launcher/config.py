@@ -18,7 +18,7 @@ from launcher import determinism
 from launcher.errors import ConfigError, LauncherError
 
 TASKS = ("mnist", "custom", "script")
-RUNTIMES = ("local",)
+RUNTIMES = ("local", "docker")
 # Fields that cannot change a result: left out of the config hash.
 NOT_IN_HASH = ("store",)
 
@@ -119,7 +119,14 @@ def config_hash(cfg: DictConfig) -> str:
     data = OmegaConf.to_container(cfg, resolve=True)
     for key in NOT_IN_HASH:
         data.pop(key, None)
-    if data.get("runtime", {}).get("name") == "local":
+    runtime = data.get("runtime", {})
+    runtime.pop("slots", None)  # where a sweep job runs, never what it computes
+    if runtime.get("name") == "local":
         data.pop("image", None)  # the image settings do not reach a local run
+    else:  # where wheels come from and how a job is stopped cannot change a result
+        for key in ("ca_bundle", "index_url", "wheelhouse"):
+            data.get("image", {}).pop(key, None)
+        for key in ("stop_timeout_s", "tmpfs_mb"):
+            runtime.pop(key, None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

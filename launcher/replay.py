@@ -10,6 +10,7 @@ against the stored fingerprint; a difference refuses the replay (exit 3) unless
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -61,6 +62,10 @@ def key_differences_now(
     _, _, current = job.launch_fingerprint(resolved, cwd, extra_env)
     if stored.get("software") is None:
         current["software"] = None  # the job never reported: nothing to check it against
+    elif stored["software"].get("container"):
+        # The software is the image's, not this host's: the rerun uses the run's image, or a
+        # rebuild whose installed-package tree is checked against the stored packages_sha256.
+        current["software"] = json.loads(json.dumps(stored["software"]))
     else:
         current["software"] = fingerprint.software()
         current["software"]["container"] = stored["software"].get("container")

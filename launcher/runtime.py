@@ -69,4 +69,8 @@ def job_env(base: dict[str, str], plan_env: dict[str, str], launcher_root: str) 
 def get(name: str) -> Runtime:
     if name == "local":
         return LocalRuntime()
-    raise ConfigError(f"runtime={name!r} is unknown; choose local")
+    if name == "docker":
+        from launcher.containers import DockerRuntime
+
+        return DockerRuntime()
+    raise ConfigError(f"runtime={name!r} is unknown; choose local or docker")
