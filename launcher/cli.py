@@ -109,7 +109,7 @@ def usage() -> str:
         "       launch -m [OVERRIDES...]         sweep, e.g. -m train=mnist '+seed=range(10)'",
     ]
     for name, (help_text, _) in SUBCOMMANDS.items():
-        lines.append(f"       launch {name:<28} {help_text}")
+        lines.append(f"       launch {name:<9} {help_text}")
     lines += [
         "",
         "config groups: train=mnist|custom|script  determinism=off|seeded|strict  runtime=local|docker",

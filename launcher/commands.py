@@ -98,5 +98,7 @@ def runs_command(argv: list[str]) -> int:
     return 0
 
 
-from launcher import sweep  # noqa: E402,F401  (registers `launch sweep`)
-from launcher import image_commands  # noqa: E402,F401  (registers `launch image`, `launch lock`)
+from launcher import (
+    image_commands,  # noqa: E402,F401  (registers `launch image`, `launch lock`)
+    sweep,  # noqa: E402,F401  (registers `launch sweep`)
+)
