@@ -98,7 +98,5 @@ def runs_command(argv: list[str]) -> int:
     return 0
 
 
-from launcher import (
-    image_commands,  # noqa: E402,F401  (registers `launch image`, `launch lock`)
-    sweep,  # noqa: E402,F401  (registers `launch sweep`)
-)
+# Modules that register their own subcommands (imported last: they import this CLI).
+from launcher import image_commands, sweep  # noqa: E402,F401,I001
