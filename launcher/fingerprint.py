@@ -320,7 +320,9 @@ KEY: dict[str, Callable[[dict], object]] = {
 def _container_key(container: dict | None) -> object:
     if not container:
         return None
-    return {k: container.get(k) for k in ("image_id", "content_tag", "packages_sha256", "uid")}
+    # Out: image_id. A verified rebuild (same inputs, same installed-tree hash) has a new id
+    # only because Docker records creation times; the tag and the tree hash say what ran.
+    return {k: container.get(k) for k in ("content_tag", "packages_sha256", "uid")}
 
 
 def comparability_key(fp: dict) -> dict[str, object]:

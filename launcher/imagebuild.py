@@ -132,8 +132,8 @@ def _read(path: Path, what: str) -> str:
     except OSError as exc:
         hint = ""
         if not (images.LAUNCH_ROOT / "images").is_dir():
-            hint = (": images/ and lockfiles/ come with the launcher's source tree; install it "
-                    "with pip install -e, or give absolute paths")  # fmt: skip
+            hint = (": images/ and lockfiles/ come with the launcher (source tree, or "
+                    f"{images.LAUNCH_ROOT} for an installed wheel); reinstall it, or give absolute paths")  # fmt: skip
         raise ImageError(f"{what} {str(path)!r} cannot be read ({exc.strerror}){hint}") from None
 
 

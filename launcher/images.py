@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ImageError, LockfileError
 
-# images/ and lockfiles/ live at the root of the launcher's source tree.
-LAUNCH_ROOT = Path(__file__).resolve().parent.parent
+
+def _assets_root() -> Path:
+    """Where images/ and lockfiles/ are: the source tree (a checkout or an editable install),
+    else the copies a wheel installs under ``<prefix>/share/launch`` (pyproject data-files)."""
+    source = Path(__file__).resolve().parent.parent
+    if (source / "images").is_dir():
+        return source
+    return Path(sys.prefix) / "share" / "launch"
+
+
+LAUNCH_ROOT = _assets_root()
 REPOSITORY = "launch"  # images are tagged launch/<name>:<content tag>
 LOCAL_BASE = "launch-base:bookworm"  # made by `launch image bootstrap-base`; image.base=local
 TAG_LENGTH = 24  # hex digits of the content hash shown in the tag (96 bits)
