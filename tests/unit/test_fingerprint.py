@@ -121,3 +121,15 @@ def test_probing_does_not_mutate_the_environment():
     fpm.hardware()
     fpm.software()
     assert dict(os.environ) == before
+
+
+def test_container_key_is_what_ran_not_the_image_id():
+    container = {"image_id": "sha256:aa", "content_tag": "t", "packages_sha256": "p", "uid": 1000,
+                 "network": "none", "base_digest": "b"}  # fmt: skip
+    a, b, local = _fp(), _fp(), _fp()
+    a["software"]["container"] = container
+    b["software"]["container"] = {**container, "image_id": "sha256:bb"}  # a verified rebuild
+    assert fpm.key_differences(a, b) == []
+    b["software"]["container"]["packages_sha256"] = "q"
+    assert [d[0] for d in fpm.key_differences(a, b)] == ["software.container.packages_sha256"]
+    assert [d[0] for d in fpm.key_differences(a, local)] == ["software.container"]
