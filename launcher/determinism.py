@@ -14,7 +14,6 @@ The same module serves the local runtime and, later, a container entrypoint.
 from __future__ import annotations
 
 import os
-import random
 from dataclasses import asdict, dataclass, field
 
 from launcher.errors import DeterminismError
@@ -112,8 +111,6 @@ def apply(p: Plan) -> None:
         # Not covered by set_random_seed: the global tf.random.Generator is created
         # from non-deterministic state on first use (measured: differs every run).
         tf.random.set_global_generator(tf.random.Generator.from_seed(p.seed))
-    else:
-        random.seed(p.seed)
 
 
 def read_back(p: Plan) -> dict:

@@ -8,6 +8,7 @@ the index says so; a run that did not finish never looks complete.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: 
         result = runs.read_json(run_dir / RESULT)
         runs.seal(run_dir)
         row.status, row.key_sha256 = "complete", fingerprint.key_sha256(fp)
-        row.metrics = _json(result.get("final_metrics", {}))
+        row.metrics = json.dumps(result.get("final_metrics", {}), sort_keys=True)
         row.weights_sha256 = result.get("weights_sha256")
         index.record(run_dir.parent, row)
         return Outcome(run_dir, "complete", seed, result=result, returncode=0)
@@ -167,8 +168,3 @@ def _row(run_dir: Path, resolved: DictConfig, status: str, replay_of: str | None
         replay_of=replay_of,
     )
 
-
-def _json(value: object) -> str:
-    import json
-
-    return json.dumps(value, sort_keys=True)
