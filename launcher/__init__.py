@@ -7,8 +7,8 @@ User code running under ``launch`` (``train=custom`` or ``train=script``) may ca
 the helpers below; they are re-exported from :mod:`launcher.userapi`.
 """
 
-from launcher.userapi import output_dir, record_model, run_dir, seed
+from launcher.userapi import output_dir, record_model, run_dir, seed, trace_callback
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "output_dir", "record_model", "run_dir", "seed"]
+__all__ = ["__version__", "output_dir", "record_model", "run_dir", "seed", "trace_callback"]

@@ -66,8 +66,14 @@ def _run(run_dir: Path) -> None:
     cfg = OmegaConf.load(run_dir / "config.yaml")
     output_dir = run_dir / OUTPUT_DIR
     output_dir.mkdir(exist_ok=True)
+    trace_every = int(cfg.determinism.get("trace_every") or 0)
     os.environ.update(
-        {"LAUNCH_RUN_DIR": str(run_dir), "LAUNCH_OUTPUT_DIR": str(output_dir), "LAUNCH_SEED": str(plan.seed)}
+        {
+            "LAUNCH_RUN_DIR": str(run_dir),
+            "LAUNCH_OUTPUT_DIR": str(output_dir),
+            "LAUNCH_SEED": str(plan.seed),
+            "LAUNCH_TRACE_EVERY": str(trace_every),
+        }
     )
     ctx = tasks.TaskContext(
         cfg=cfg,
@@ -77,6 +83,7 @@ def _run(run_dir: Path) -> None:
         output_dir=output_dir,
         progress=bool(job.get("progress")),
         resume=job.get("resume"),
+        trace_every=trace_every,
     )
     # Written now and again at the end: an interrupted run keeps the software it ran on.
     facts = fingerprint.job_facts(effective, {})
@@ -94,6 +101,7 @@ def _run(run_dir: Path) -> None:
     timings["bootstrap_s"] = bootstrap_s
     timings["job_s"] = time.perf_counter() - started
     facts["data"] = dict(sorted(ctx.data_files.items()))
+    facts["determinism"].update(ctx.effective)
     runs.write_json(run_dir / JOB_FACTS, facts)
     runs.write_json(run_dir / RESULT, result)
 

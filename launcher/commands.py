@@ -98,5 +98,19 @@ def runs_command(argv: list[str]) -> int:
     return 0
 
 
+@subcommand("audit", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where")
+def audit_command(argv: list[str]) -> int:
+    from launcher import audit
+    from launcher.errors import ConfigError
+
+    if any(a in ("-h", "--help") for a in argv):
+        print(audit.USAGE)
+        return 0
+    if any(a.startswith("-") for a in argv):
+        raise ConfigError(f"launch audit: unknown option {next(a for a in argv if a.startswith('-'))!r}; "
+                          "it takes overrides and audit.KEY=VALUE (see launch audit --help)")  # fmt: skip
+    return audit.run(argv)
+
+
 # Modules that register their own subcommands (imported last: they import this CLI).
 from launcher import image_commands, sweep  # noqa: E402,F401,I001

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from launcher import fingerprint, runs
+from launcher import config, fingerprint, runs, trace
 from launcher.errors import ConfigError
 
 # With --tolerance, runs may differ only in these key fields (a software migration).
@@ -39,6 +39,7 @@ class RunRecord:
     config: dict
     metrics: list[dict]
     result: dict
+    steps: list[dict] = field(default_factory=list)  # the divergence trace (trace.jsonl)
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Comparison:
     first_differing_epoch: int | None = None
     differing_layers: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    divergence: trace.Divergence | None = None  # where the step traces first differ
+    equal: bool | None = None  # results bitwise equal (None: not compared)
 
 
 def load(path: str | Path) -> RunRecord:
@@ -59,14 +62,14 @@ def load(path: str | Path) -> RunRecord:
     cfg = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
     metrics_path = run_dir / "metrics.jsonl"
     metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
-    return RunRecord(run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"))
+    return RunRecord(run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"), trace.read(run_dir))
 
 
 def key_differences(a: RunRecord, b: RunRecord) -> list[tuple[str, object, object]]:
     """Differing key fields; a differing config hash is shown as the config fields that differ."""
     diffs = fingerprint.key_differences(a.fingerprint, b.fingerprint)
     if any(name == "config_sha256" for name, _, _ in diffs):
-        config_diffs = config_differences(a.config, b.config)
+        config_diffs = config_differences(config.hashed_part(a.config), config.hashed_part(b.config))
         if config_diffs:
             diffs = [d for d in diffs if d[0] != "config_sha256"] + config_diffs
     return diffs
@@ -75,8 +78,6 @@ def key_differences(a: RunRecord, b: RunRecord) -> list[tuple[str, object, objec
 def config_differences(a: dict, b: dict, prefix: str = "config") -> list[tuple[str, object, object]]:
     out: list[tuple[str, object, object]] = []
     for key in sorted(set(a) | set(b)):
-        if prefix == "config" and key == "store":
-            continue
         x, y = a.get(key), b.get(key)
         if isinstance(x, dict) and isinstance(y, dict):
             out += config_differences(x, y, f"{prefix}.{key}")
@@ -85,8 +86,8 @@ def config_differences(a: dict, b: dict, prefix: str = "config") -> list[tuple[s
     return out
 
 
-def bitwise(a: RunRecord, b: RunRecord) -> tuple[bool, int | None, list[str]]:
-    """(equal, first differing epoch, layers whose hashes differ)."""
+def bitwise(a: RunRecord, b: RunRecord) -> tuple[bool, int | None, list[str], trace.Divergence | None]:
+    """(equal, first differing epoch, layers whose final hashes differ, where the traces split)."""
     first_epoch = None
     for i in range(max(len(a.metrics), len(b.metrics))):
         ma = a.metrics[i] if i < len(a.metrics) else None
@@ -95,12 +96,16 @@ def bitwise(a: RunRecord, b: RunRecord) -> tuple[bool, int | None, list[str]]:
             first_epoch = (ma or mb or {}).get("epoch", i + 1)
             break
     la, lb = a.result.get("layer_sha256") or {}, b.result.get("layer_sha256") or {}
-    layers = sorted(k for k in set(la) | set(lb) if la.get(k) != lb.get(k))
+    order = [name for name, _ in a.steps[-1]["layers"]] if a.steps else []
+    rank = {name: i for i, name in enumerate(order)}
+    layers = sorted((k for k in set(la) | set(lb) if la.get(k) != lb.get(k)), key=lambda k: (rank.get(k, len(rank)), k))
+    divergence = trace.first_divergence(a.steps, b.steps)
     same_weights = a.result.get("weights_sha256") == b.result.get("weights_sha256")
     same_outputs = a.result.get("outputs") == b.result.get("outputs")
     same_final = a.result.get("final_metrics") == b.result.get("final_metrics")
-    equal = same_weights and same_outputs and same_final and first_epoch is None and not layers
-    return equal, first_epoch, layers
+    same_steps = divergence is None or not divergence.split
+    equal = same_weights and same_outputs and same_final and same_steps and first_epoch is None and not layers
+    return equal, first_epoch, layers, divergence
 
 
 def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
@@ -111,16 +116,14 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
     diffs = key_differences(a, b)
     if diffs and not force:
         return Comparison("REFUSED", 3, diffs)
-    equal, epoch, layers = bitwise(a, b)
+    equal, epoch, layers, divergence = bitwise(a, b)
     if diffs:
         note = "results are bitwise equal" if equal else "results differ"
-        return Comparison("NOT COMPARABLE", 3, diffs, epoch, layers, [f"forced: {note}"])
-    if a.result.get("weights_sha256") is None:
-        return Comparison("IDENTICAL" if equal else "DIFFERENT", 0 if equal else 1, [], epoch, layers,
-                          ["no model was recorded: compared metrics and output files only"])  # fmt: skip
+        return Comparison("NOT COMPARABLE", 3, diffs, epoch, layers, [f"forced: {note}"], divergence, equal)
+    notes = [] if a.result.get("weights_sha256") else ["no model was recorded: compared metrics and output files only"]
     if equal:
-        return Comparison("IDENTICAL", 0)
-    return Comparison("DIFFERENT", 1, [], epoch, layers)
+        return Comparison("IDENTICAL", 0, notes=notes, divergence=divergence, equal=True)
+    return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False)
 
 
 def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, force: bool = False) -> Comparison:
@@ -199,6 +202,15 @@ def difference_table(diffs: list[tuple[str, object, object]], a: str = "run A", 
     return lines
 
 
+def _where_they_split(c: Comparison) -> list[str]:
+    lines = [f"  {trace.describe(c.divergence)}"]
+    if c.first_differing_epoch:
+        lines.append(f"  first differing epoch (metrics.jsonl): {c.first_differing_epoch}")
+    if c.differing_layers:
+        lines.append(f"  layers whose final weights differ (model order): {', '.join(c.differing_layers)}")
+    return lines
+
+
 def report(c: Comparison, a: Path, b: Path) -> str:
     """The human-readable answer, first line = verdict."""
     lines = []
@@ -207,13 +219,15 @@ def report(c: Comparison, a: Path, b: Path) -> str:
                      " a bitwise comparison would mean nothing")  # fmt: skip
     elif c.verdict == "NOT COMPARABLE":
         lines.append(f"NOT COMPARABLE ({'; '.join(c.notes)})")
+        if c.equal is False:
+            lines += _where_they_split(c)
     elif c.verdict == "IDENTICAL":
-        lines.append("IDENTICAL: weights and every epoch's metrics are bitwise equal")
+        steps = f", and the {c.divergence.common_steps} traced steps" if c.divergence else ""
+        lines.append(f"IDENTICAL: weights and every epoch's metrics are bitwise equal{steps}")
     elif c.verdict == "DIFFERENT":
         where = f"first differing epoch: {c.first_differing_epoch}" if c.first_differing_epoch else "final results"
         lines.append(f"DIFFERENT: same comparability key, different results ({where}) — a determinism bug")
-        if c.differing_layers:
-            lines.append(f"  layers whose weights differ: {', '.join(c.differing_layers)}")
+        lines += _where_they_split(c)
     else:
         lines.append(c.verdict)
     if c.differences:

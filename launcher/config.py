@@ -19,8 +19,14 @@ from launcher.errors import ConfigError, LauncherError
 
 TASKS = ("mnist", "custom", "script")
 RUNTIMES = ("local", "docker")
-# Fields that cannot change a result: left out of the config hash.
-NOT_IN_HASH = ("store",)
+# Fields that cannot change a result: left out of the config hash (dotted paths).
+NOT_IN_HASH = (
+    "store",  # where runs are written
+    "runtime.slots",  # where a sweep job runs, never what it computes
+    "determinism.trace_every",  # the trace reads weights, never changes them
+)
+NOT_IN_HASH_DOCKER = ("image.ca_bundle", "image.index_url", "image.wheelhouse",  # where wheels come from
+                      "runtime.stop_timeout_s", "runtime.tmpfs_mb")  # how a job is stopped, its /tmp  # fmt: skip
 
 
 def _positive_int(value: object, name: str, allow_none: bool = False) -> None:
@@ -60,8 +66,12 @@ def validate(cfg: DictConfig) -> None:
             determinism.resolve_threads(value, 1)
         except LauncherError as exc:
             raise ConfigError(f"determinism.{key}: {exc}") from None
-    if det.onednn_opts is not None and not isinstance(det.onednn_opts, bool):
-        raise ConfigError(f"determinism.onednn_opts must be true, false or null, got {det.onednn_opts!r}")
+    for key in ("onednn_opts", "jit_compile", "deterministic_data"):
+        if det.get(key) is not None and not isinstance(det.get(key), bool):
+            raise ConfigError(f"determinism.{key} must be true, false or null, got {det.get(key)!r}")
+    trace_every = det.get("trace_every", 0)
+    if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
+        raise ConfigError(f"determinism.trace_every must be an integer >= 0 (0 = no trace), got {trace_every!r}")
     if train.name == "mnist":
         _positive_int(train.epochs, "train.epochs")
         _positive_int(train.batch_size, "train.batch_size")
@@ -75,6 +85,9 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError("train.data must be sample, full, or a path to an .npz file or IDX directory")
         if train.data not in ("sample", "full") and not os.path.exists(os.path.expanduser(train.data)):
             raise ConfigError(f"train.data {train.data!r} does not exist (use sample, full, or a path)")
+        calls = train.get("data_parallel_calls", 1)
+        if calls != "autotune":
+            _positive_int(calls, "train.data_parallel_calls (or autotune)")
     elif train.name == "custom":
         if OmegaConf.is_missing(train, "entrypoint") or ":" not in str(train.entrypoint):
             raise ConfigError("train=custom needs train.entrypoint=package.module:function")
@@ -114,19 +127,22 @@ def resolve(cfg: DictConfig, cpu_count: int | None = None) -> DictConfig:
     return out
 
 
-def config_hash(cfg: DictConfig) -> str:
+def hashed_part(cfg: DictConfig | dict) -> dict:
+    """The config without the fields that cannot change a result: what ``config_hash`` hashes."""
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else json.loads(json.dumps(cfg))
+    local = data.get("runtime", {}).get("name", "local") == "local"
+    # The image settings do not reach a local run.
+    for path in (*NOT_IN_HASH, *(("image",) if local else NOT_IN_HASH_DOCKER)):
+        *parents, leaf = path.split(".")
+        node = data
+        for name in parents:
+            node = node.get(name) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return data
+
+
+def config_hash(cfg: DictConfig | dict) -> str:
     """sha256 of the canonical JSON of the config without fields that cannot affect results."""
-    data = OmegaConf.to_container(cfg, resolve=True)
-    for key in NOT_IN_HASH:
-        data.pop(key, None)
-    runtime = data.get("runtime", {})
-    runtime.pop("slots", None)  # where a sweep job runs, never what it computes
-    if runtime.get("name") == "local":
-        data.pop("image", None)  # the image settings do not reach a local run
-    else:  # where wheels come from and how a job is stopped cannot change a result
-        for key in ("ca_bundle", "index_url", "wheelhouse"):
-            data.get("image", {}).pop(key, None)
-        for key in ("stop_timeout_s", "tmpfs_mb"):
-            runtime.pop(key, None)
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(hashed_part(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -32,8 +32,8 @@ class Plan:
     op_determinism: bool = False  # tf.config.experimental.enable_op_determinism()
     intra_op_threads: int | None = None  # None: TensorFlow's default (the core count)
     inter_op_threads: int | None = None
-    deterministic_data: bool = False  # tf.data Options.deterministic for the task's pipelines
-    jit_compile: bool | None = None  # False in strict: Keras' "auto" turns XLA on
+    deterministic_data: bool | None = None  # tf.data Options.deterministic; None: tf.data's default
+    jit_compile: bool | None = None  # Keras' jit_compile (XLA); None: Keras' "auto"; strict: False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,15 +49,24 @@ def plan(
     intra_op_threads: int | None = None,
     inter_op_threads: int | None = None,
     onednn_opts: bool | None = None,
+    *,
+    jit_compile: bool | None = None,
+    deterministic_data: bool | None = None,
 ) -> Plan:
-    """Decide the bootstrap for ``level``; thread counts must already be resolved numbers."""
+    """Decide the bootstrap for ``level``; thread counts must already be resolved numbers.
+
+    ``jit_compile`` and ``deterministic_data`` left at None take the level's default:
+    strict turns XLA off and tf.data's order on; the other levels leave both to Keras
+    and tf.data.
+    """
     if level not in LEVELS:
         raise DeterminismError(f"unknown determinism level {level!r}; choose one of {LEVELS}")
     env: dict[str, str] = {}
     if onednn_opts is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn_opts else "0"
+    chosen = {"jit_compile": jit_compile, "deterministic_data": deterministic_data}
     if level == "off":
-        return Plan(level=level, seed=seed, env=env)
+        return Plan(level=level, seed=seed, env=env, **chosen)
     env["PYTHONHASHSEED"] = str(seed)
     if level == "seeded":
         return Plan(
@@ -67,6 +76,7 @@ def plan(
             seed_everything=True,
             intra_op_threads=intra_op_threads,
             inter_op_threads=inter_op_threads,
+            **chosen,
         )
     if intra_op_threads is None or inter_op_threads is None:
         raise DeterminismError("strict determinism needs fixed intra_op_threads and inter_op_threads")
@@ -87,8 +97,8 @@ def plan(
         op_determinism=True,
         intra_op_threads=intra_op_threads,
         inter_op_threads=inter_op_threads,
-        deterministic_data=True,
-        jit_compile=False,
+        deterministic_data=True if deterministic_data is None else deterministic_data,
+        jit_compile=False if jit_compile is None else jit_compile,
     )
 
 

@@ -95,8 +95,9 @@ def launch_fingerprint(
     """The plan, the job's environment, and the launcher side of its fingerprint."""
     det = resolved.determinism
     plan = determinism.plan(
-        det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts
-    )
+        det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts,
+        jit_compile=det.get("jit_compile"), deterministic_data=det.get("deterministic_data"),
+    )  # fmt: skip
     env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
     env.update(extra_env or {})
     script = str(resolved.train.script) if resolved.train.name == "script" else None

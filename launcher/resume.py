@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher import checkpoints, job, replay, runs
+from launcher import checkpoints, job, replay, runs, trace
 from launcher.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 from launcher.errors import NotComparable, ResumeError
 from launcher.tasks import METRICS
@@ -79,6 +79,7 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
         (run_dir / leftover).unlink(missing_ok=True)
     shutil.rmtree(run_dir / "outputs", ignore_errors=True)
     keep_metrics_through(run_dir, epoch)
+    trace.keep_through(run_dir, epoch)
     history = [*((previous.get("resume") or {}).get("history", [])), {"from_epoch": epoch}]
     resume_info = {
         "checkpoint": checkpoint.relative_to(run_dir).as_posix(),

@@ -115,9 +115,14 @@ def seal(run_dir: Path) -> dict:
         "files": {name: file_sha256(run_dir / name) for name in _files(run_dir)},
     }
     write_json(run_dir / MANIFEST, manifest)
-    for path in [*run_dir.rglob("*"), run_dir]:
-        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    make_read_only(run_dir)
     return manifest
+
+
+def make_read_only(directory: Path) -> None:
+    """Remove every write permission below ``directory`` and on it: stored records stay as written."""
+    for path in [*directory.rglob("*"), directory]:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
 def unseal_for_resume(run_dir: Path) -> None:

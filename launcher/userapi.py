@@ -46,3 +46,16 @@ def record_model(model, name: str = "model") -> str:
     total, per_layer = weights_digest(keras_weights(model))
     _recorded_models[name] = {"weights_sha256": total, "layer_sha256": per_layer}
     return total
+
+
+def trace_callback():
+    """A Keras callback recording the run's divergence trace (``trace.jsonl``); add it to ``fit``.
+
+    It records the loss and the weights' hashes every ``determinism.trace_every`` steps,
+    so ``launch compare`` and ``replay`` can name the first step and layer where two
+    runs split. Pass the same callback to every ``fit`` of a run. Outside ``launch``,
+    or with ``trace_every=0``, it does nothing.
+    """
+    from launcher import trace
+
+    return trace.keras_callback(run_dir(), int(os.environ.get("LAUNCH_TRACE_EVERY") or 0))

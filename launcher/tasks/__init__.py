@@ -28,7 +28,11 @@ class TaskContext:
     output_dir: Path
     progress: bool  # a terminal is watching: show Keras progress bars
     resume: dict | None = None  # {"checkpoint": relative path, "epoch": N} when resuming
+    trace_every: int = 0  # record the divergence trace every N steps (0 = none)
     data_files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of data read
+    # Settings only the task can read back (e.g. Keras' effective jit_compile, which it turns
+    # off under op determinism); they replace the planned values in the fingerprint.
+    effective: dict[str, object] = field(default_factory=dict)
 
     def log_epoch(self, epoch: int, metrics: dict[str, float]) -> None:
         """Append one epoch's metrics to metrics.jsonl as a single line, durably."""

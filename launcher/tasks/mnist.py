@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from launcher import data as mnist_data
+from launcher import trace
 from launcher.checkpoints import Checkpointer
 from launcher.hashing import keras_weights, weights_digest
 from launcher.tasks import TaskContext
@@ -49,8 +50,21 @@ def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
-def make_dataset(tf, x, y, batch_size: int, deterministic: bool):
+def make_dataset(tf, x, y, batch_size: int, deterministic: bool | None, parallel_calls: int | str = 1):
+    """Batches of (uint8 images scaled to [0, 1] float32, labels).
+
+    The scaling is a ``map`` over batches with ``parallel_calls`` workers (``autotune``
+    lets tf.data choose); with ``deterministic`` false a parallel map may hand batches
+    on out of order, which is what ``launch audit`` checks. Op determinism forces order.
+    """
+    calls = tf.data.AUTOTUNE if parallel_calls == "autotune" else int(parallel_calls)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    ds = ds.map(
+        lambda images, labels: (tf.cast(images, tf.float32)[..., None] / 255.0, labels),
+        num_parallel_calls=None if calls == 1 else calls,
+    )
+    if deterministic is None:  # tf.data's default (in order)
+        return ds
     options = tf.data.Options()
     options.deterministic = deterministic
     return ds.with_options(options)
@@ -67,14 +81,13 @@ def run(ctx: TaskContext) -> dict:
     x_train, y_train = mnist.x_train, mnist.y_train
     if train.max_samples is not None:
         x_train, y_train = x_train[: train.max_samples], y_train[: train.max_samples]
-    x_train = (x_train.astype("float32") / 255.0)[..., None]
-    x_test = (mnist.x_test.astype("float32") / 255.0)[..., None]
-    y_train, y_test = y_train.astype("int32"), mnist.y_test.astype("int32")
+    x_test, y_train, y_test = mnist.x_test, y_train.astype("int32"), mnist.y_test.astype("int32")
     print(f"[launch] data: {mnist.source}; training on {len(x_train)} images", flush=True)
 
     model = build_model(keras, float(train.learning_rate), ctx.plan.jit_compile)
-    deterministic = ctx.plan.deterministic_data or ctx.plan.level != "off"
-    val = make_dataset(tf, x_test, y_test, train.batch_size, deterministic)
+    ctx.effective["jit_compile"] = bool(model.jit_compile)  # Keras turns XLA off under op determinism
+    deterministic, calls = ctx.plan.deterministic_data, train.get("data_parallel_calls", 1)
+    val = make_dataset(tf, x_test, y_test, train.batch_size, deterministic, calls)
     checkpointer = None
     if ctx.plan.level != "off" and train.checkpoint_every:
         checkpointer = Checkpointer(ctx.run_dir, model, int(train.checkpoint_keep))
@@ -83,14 +96,17 @@ def run(ctx: TaskContext) -> dict:
         first_epoch = checkpointer.restore(ctx.run_dir / ctx.resume["checkpoint"])
         print(f"[launch] resumed from {ctx.resume['checkpoint']}: continuing after epoch {first_epoch}", flush=True)
 
+    recorder = trace.keras_callback(ctx.run_dir, ctx.trace_every)
     setup_s = time.perf_counter() - started
     epoch_times: list[float] = []
+    trace_times: list[float] = []
     checkpoint_times: list[float] = []
     history: dict[str, float] = {}
     for epoch in range(first_epoch, int(train.epochs)):
         t0 = time.perf_counter()
         order = epoch_order(ctx.seed, epoch, len(x_train))
-        ds = make_dataset(tf, x_train[order], y_train[order], train.batch_size, deterministic)
+        ds = make_dataset(tf, x_train[order], y_train[order], train.batch_size, deterministic, calls)
+        traced = getattr(recorder, "seconds", 0.0)
         fit = model.fit(
             ds,
             validation_data=val,
@@ -98,7 +114,9 @@ def run(ctx: TaskContext) -> dict:
             initial_epoch=epoch,
             verbose=1 if ctx.progress else 2,
             shuffle=False,  # the order comes from epoch_order(), not from Keras
+            callbacks=[recorder],
         )
+        trace_times.append(getattr(recorder, "seconds", 0.0) - traced)
         history = {k: float(v[-1]) for k, v in sorted(fit.history.items())}
         ctx.log_epoch(epoch + 1, history)
         trained = time.perf_counter()
@@ -114,5 +132,7 @@ def run(ctx: TaskContext) -> dict:
         "weights_sha256": total,
         "layer_sha256": per_layer,
         "weights_file": WEIGHTS_FILE,
-        "timings": {"setup_s": setup_s, "epoch_s": epoch_times, "checkpoint_s": checkpoint_times},
+        "timings": {
+            "setup_s": setup_s, "epoch_s": epoch_times, "checkpoint_s": checkpoint_times, "trace_s": trace_times,
+        },  # fmt: skip
     }

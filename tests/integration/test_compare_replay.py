@@ -50,6 +50,10 @@ def test_compare_identical_refused_forced_and_tolerance(launch, two_threads_runs
 
     forced = launch("compare", a, c, "--force")
     assert forced.returncode == 3 and forced.stdout.startswith("NOT COMPARABLE (forced: results differ)")
+    # The divergence locator: the traces (every 10 steps, and each epoch's end) split by step 3,
+    # the end of the one 3-step epoch, at the first layer of the model.
+    assert "first diverging step: 3 (epoch 1), equal at step 0: the bits split in steps 1-3" in forced.stdout
+    assert "first differing layer in model order: conv1" in forced.stdout
 
     equivalent = launch("compare", a, b, "--tolerance", "1e-6,0")
     assert equivalent.returncode == 0 and equivalent.stdout.startswith("EQUIVALENT")

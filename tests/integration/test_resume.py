@@ -61,7 +61,8 @@ def uninterrupted(launch, tmp_path, mnist_npz) -> dict:
     done = launch(*ARGS, f"train.data={mnist_npz}", f"store.root={store}")
     assert done.returncode == 0, done.stderr[-2000:]
     (run,) = [p for p in store.iterdir() if p.is_dir()]
-    return {"result": _result(run), "metrics": (run / "metrics.jsonl").read_text()}
+    return {"result": _result(run), "metrics": (run / "metrics.jsonl").read_text(),
+            "trace": (run / "trace.jsonl").read_text()}  # fmt: skip
 
 
 def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, uninterrupted):
@@ -74,6 +75,7 @@ def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, 
     assert result["weights_sha256"] == uninterrupted["result"]["weights_sha256"]
     assert result["layer_sha256"] == uninterrupted["result"]["layer_sha256"]
     assert (run / "metrics.jsonl").read_text() == uninterrupted["metrics"]
+    assert (run / "trace.jsonl").read_text() == uninterrupted["trace"]  # every traced step, bit for bit
     assert result["resumed_from_epoch"] >= 1
     job = json.loads((run / "job.json").read_text())
     assert job["resume"]["history"][-1]["from_epoch"] == result["resumed_from_epoch"]

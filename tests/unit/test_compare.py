@@ -93,3 +93,46 @@ def test_tolerance_still_refuses_other_differences():
 def test_bad_tolerance(text):
     with pytest.raises(ConfigError):
         compare.parse_tolerance(text)
+
+
+def _steps(split_at=None):
+    """A three-point trace; from ``split_at`` on, layer logits differs."""
+    points = []
+    for step in (0, 5, 10):
+        logits = "l2" if split_at is not None and step >= split_at else "l1"
+        points.append({"step": step, "epoch": 1, "loss": 0.5, "weights": f"w{step}{logits}",
+                       "layers": [["conv1", "c1"], ["logits", logits]]})  # fmt: skip
+    return points
+
+
+def test_identical_runs_agree_at_every_traced_step():
+    c = compare.decide(_record(steps=_steps()), _record(steps=_steps()))
+    assert c.verdict == "IDENTICAL" and c.divergence.common_steps == 3
+    assert "and the 3 traced steps" in compare.report(c, Path("a"), Path("b"))
+
+
+def test_a_trace_that_splits_makes_runs_different_and_names_step_and_layer():
+    c = compare.decide(_record(steps=_steps()), _record(steps=_steps(split_at=5)))
+    assert (c.verdict, c.divergence.step, c.divergence.layer) == ("DIFFERENT", 5, "logits")
+    assert "first diverging step: 5 (epoch 1), equal at step 0" in compare.report(c, Path("a"), Path("b"))
+
+
+def test_forced_comparison_of_different_keys_shows_where_the_bits_split():
+    b = _record(steps=_steps(split_at=10))
+    b.fingerprint = copy.deepcopy(b.fingerprint)
+    b.fingerprint["determinism"] = {**b.fingerprint["determinism"], "intra_op_threads": 2}
+    b.result = {**b.result, "weights_sha256": "x"}
+    c = compare.decide(_record(steps=_steps()), b, force=True)
+    assert (c.verdict, c.equal, c.divergence.step) == ("NOT COMPARABLE", False, 10)
+    text = compare.report(c, Path("a"), Path("b"))
+    assert text.startswith("NOT COMPARABLE (forced: results differ)")
+    assert "first diverging step: 10" in text and "first differing layer in model order: logits" in text
+
+
+def test_final_layers_are_listed_in_model_order():
+    a = _record(steps=[{"step": 0, "epoch": 0, "loss": None, "weights": "w",
+                        "layers": [["zeta", "1"], ["alpha", "2"]]}])  # fmt: skip
+    b = _record(steps=a.steps)
+    a.result = {**a.result, "layer_sha256": {"alpha": "a", "zeta": "z"}}
+    b.result = {**b.result, "weights_sha256": "x", "layer_sha256": {"alpha": "b", "zeta": "y"}}
+    assert compare.decide(a, b).differing_layers == ["zeta", "alpha"]

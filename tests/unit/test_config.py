@@ -70,3 +70,26 @@ def test_unknown_options_are_one_line_config_errors(overrides):
 def test_resolved_config_is_plain_yaml():
     resolved = config.resolve(compose(["+seed=5"]))
     assert OmegaConf.to_yaml(resolved).count("seed: 5") == 1
+
+
+def test_the_trace_and_the_slots_are_not_in_the_config_hash_but_the_pipeline_is():
+    base = config.config_hash(config.resolve(compose([])))
+    assert config.config_hash(config.resolve(compose(["determinism.trace_every=1"]))) == base
+    assert config.config_hash(config.resolve(compose(["runtime.slots=1"]))) == base
+    assert config.config_hash(config.resolve(compose(["train.data_parallel_calls=autotune"]))) != base
+    assert config.config_hash(config.resolve(compose(["determinism.jit_compile=true"]))) != base
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("determinism.trace_every=-1", "trace_every must be an integer >= 0"),
+        ("determinism.jit_compile=maybe", "jit_compile must be true, false or null"),
+        ("determinism.deterministic_data=1", "deterministic_data must be true, false or null"),
+        ("train.data_parallel_calls=0", "data_parallel_calls"),
+        ("train.data_parallel_calls=fast", "data_parallel_calls"),
+    ],
+)
+def test_bad_knob_values_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        config.resolve(compose([override]))

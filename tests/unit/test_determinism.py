@@ -84,3 +84,13 @@ def test_verify_names_every_setting_that_did_not_take():
 def test_drawn_seeds_are_in_range_and_vary():
     seeds = {determinism.draw_seed() for _ in range(20)}
     assert len(seeds) > 1 and all(0 <= s < 2**31 for s in seeds)
+
+
+def test_xla_and_tf_data_order_follow_the_config_else_the_level():
+    strict = determinism.plan("strict", 0, 1, 1, False)
+    assert (strict.jit_compile, strict.deterministic_data) == (False, True)
+    xla = determinism.plan("strict", 0, 1, 1, False, jit_compile=True, deterministic_data=False)
+    assert (xla.jit_compile, xla.deterministic_data) == (True, False)
+    off = determinism.plan("off", 0)
+    assert (off.jit_compile, off.deterministic_data) == (None, None)  # Keras' and tf.data's defaults
+    assert determinism.plan("seeded", 0, jit_compile=True).jit_compile is True

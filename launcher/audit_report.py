@@ -1,0 +1,120 @@
+"""The audit's verdict and table (pure): which knobs must be pinned, are repeats stable.
+
+A knob *must be pinned* when some value tried changed the bits; it is *free here*
+when every value tried left them bitwise equal, on this machine, for this job
+(not a guarantee elsewhere). Repeats are *stable* when every baseline run equals
+the first, bit for bit: weights, every epoch's metrics, every traced step. When
+they are not, the knobs' results cannot be trusted and the audit exits 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Row:
+    """One run of the audit, compared with the first baseline run."""
+
+    knob: str  # "repeat" for the baseline runs
+    value: str
+    status: str  # reference | same | changed | failed | not applied | n/a | interrupted
+    run: str | None = None  # the run's directory name in the store
+    step: int | None = None  # first step at which the trace split from the reference
+    epoch: int | None = None
+    layer: str | None = None  # first layer in model order whose weights differ at that step
+    seconds: float | None = None  # time in the task (training, checkpoints, traces; no interpreter start)
+    cost: float | None = None  # seconds / the baseline runs' median
+    note: str = ""
+
+
+@dataclass
+class Verdict:
+    level: str
+    completed_repeats: int
+    stable: bool | None  # None: fewer than two baseline runs completed
+    pin: list[str] = field(default_factory=list)  # knobs whose values changed the bits
+    free: list[str] = field(default_factory=list)  # knobs varied with no bit change
+    not_applied: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    recorded_in: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 0 if self.stable else 1
+
+
+def judge(rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False) -> Verdict:
+    """The verdict over the audit's rows; ``knobs`` maps names to objects with ``recorded_in``."""
+    repeats = [r for r in rows if r.knob == "repeat" and r.status in ("reference", "same", "changed")]
+    stable = None if len(repeats) < 2 else all(r.status != "changed" for r in repeats)
+    v = Verdict(level, len(repeats), stable, interrupted=interrupted)
+    for name in dict.fromkeys(r.knob for r in rows if r.knob != "repeat"):
+        statuses = {r.status for r in rows if r.knob == name}
+        if "changed" in statuses:
+            v.pin.append(name)
+            v.recorded_in[name] = knobs[name].recorded_in
+        elif "same" in statuses:
+            v.free.append(name)
+        elif "not applied" in statuses:
+            v.not_applied.append(name)
+        elif "failed" in statuses:
+            v.failed.append(name)
+    return v
+
+
+def status_text(row: Row) -> str:
+    """The bits column: what happened to the run, in one word or two."""
+    return {"changed": "CHANGED", "reference": "reference"}.get(row.status, row.status)
+
+
+def _split(row: Row) -> str:
+    if row.step is None:
+        return "-"
+    return f"step {row.step} (epoch {row.epoch}) {row.layer or 'loss only'}"
+
+
+def render(rows: list[Row], v: Verdict) -> str:
+    """The table and the verdict, as printed and saved in audit.txt."""
+    header = ("knob", "value tried", "bits", "first split (step, layer)", "cost", "run")
+    table = [
+        (r.knob, r.value, status_text(r), _split(r), f"{r.cost:.2f}x" if r.cost else "-", r.run or "-")
+        for r in rows
+    ]
+    widths = [max(len(str(line[i])) for line in [header, *table]) for i in range(len(header))]
+    lines = ["  ".join(f"{cell:<{w}}" for cell, w in zip(line, widths, strict=True)).rstrip()
+             for line in [header, *table]]  # fmt: skip
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in rows:
+        if r.note:
+            lines.append(f"  note: {r.knob} {r.value}: {r.note}")
+    lines.append("cost: time in the task relative to the median of the baseline runs (one run each: noisy)")
+    return "\n".join([*lines, "", *verdict_lines(v)])
+
+
+def verdict_lines(v: Verdict) -> list[str]:
+    lines = ["VERDICT"]
+    if v.interrupted:
+        lines.append("  interrupted: the audit is incomplete")
+    if v.stable is None:
+        lines.append(f"  repeats: only {v.completed_repeats} baseline run(s) completed; stability not judged")
+    elif v.stable:
+        lines.append(f"  repeats: {v.completed_repeats} runs under {v.level} are bitwise identical "
+                     "(weights, every epoch's metrics, every traced step): STABLE")  # fmt: skip
+    else:
+        lines.append(f"  repeats: runs under {v.level} differ from each other: NOT STABLE (a determinism bug); "
+                     "the knobs below cannot be judged until repeats agree")  # fmt: skip
+    if v.pin:
+        pinned = ", ".join(f"{k} ({v.recorded_in[k]})" for k in v.pin)
+        lines.append(f"  must pin (they change the bits; the fingerprint field that records each): {pinned}")
+    if v.free:
+        lines.append(f"  free here (varied, bits unchanged on this machine for this job): {', '.join(v.free)}")
+    if v.not_applied:
+        lines.append(f"  not applied at this level (see the notes): {', '.join(v.not_applied)}")
+    if v.failed:
+        lines.append(f"  runs failed (see the notes): {', '.join(v.failed)}")
+    return lines

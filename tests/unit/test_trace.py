@@ -1,0 +1,103 @@
+"""The divergence locator's pure logic: trace points, the first split, its description."""
+
+import json
+
+import numpy as np
+
+from launcher import trace
+from launcher.hashing import weights_digest
+
+
+def _weights(conv1=0.0, logits=0.0):
+    return [
+        ("conv1", "conv1/kernel", np.full((3, 3), conv1, dtype=np.float32)),
+        ("conv1", "conv1/bias", np.zeros(3, dtype=np.float32)),
+        ("logits", "logits/kernel", np.full((4, 2), logits, dtype=np.float32)),
+    ]
+
+
+def _trace(steps, split_at=None, layer="conv1", loss_only=False, epoch_size=4):
+    """Points at ``steps``; from ``split_at`` on, ``layer`` (or only the loss) differs."""
+    out = []
+    for step in steps:
+        moved = split_at is not None and step >= split_at
+        bump = 1.0 if moved and not loss_only else 0.0
+        arrays = _weights(step + (bump if layer == "conv1" else 0), step + (bump if layer == "logits" else 0))
+        loss = None if step == 0 else 1.0 / step + (1e-7 if moved and loss_only else 0)
+        out.append(trace.point(step, (step + epoch_size - 1) // epoch_size, loss, arrays))
+    return out
+
+
+def test_a_point_records_the_total_digest_and_short_layer_hashes_in_model_order():
+    p = trace.point(10, 3, 0.5, _weights(1.0, 2.0))
+    total, per_layer = weights_digest(_weights(1.0, 2.0))
+    assert p["weights"] == total  # the same digest as result.json's weights_sha256
+    assert [name for name, _ in p["layers"]] == ["conv1", "logits"]
+    assert p["layers"][0][1] == per_layer["conv1"][: trace.LAYER_DIGITS]
+    assert (p["step"], p["epoch"], p["loss"]) == (10, 3, 0.5)
+
+
+def test_equal_traces_do_not_split():
+    d = trace.first_divergence(_trace(range(0, 13)), _trace(range(0, 13)))
+    assert not d.split and d.common_steps == 13
+    assert trace.describe(d) == "step traces equal at all 13 common steps"
+
+
+def test_the_first_step_and_the_first_layer_in_model_order():
+    d = trace.first_divergence(_trace(range(0, 13)), _trace(range(0, 13), split_at=7, layer="logits"))
+    assert (d.step, d.epoch, d.last_equal_step, d.layer, d.layers) == (7, 2, 6, "logits", ["logits"])
+    expected = "first diverging step: 7 (epoch 2); first differing layer in model order: logits"
+    assert trace.describe(d).startswith(expected)
+
+
+def test_coarse_traces_bracket_the_split():
+    a, b = _trace(range(0, 13, 5)), _trace(range(0, 13, 5), split_at=7)
+    d = trace.first_divergence(a, b)
+    assert (d.step, d.last_equal_step, d.layer) == (10, 5, "conv1")
+    assert "equal at step 5: the bits split in steps 6-10" in trace.describe(d)
+
+
+def test_traces_of_different_resolution_are_compared_at_common_steps():
+    d = trace.first_divergence(_trace(range(0, 13, 2)), _trace(range(0, 13, 3), split_at=5))
+    assert d.common_steps == 3 and (d.step, d.last_equal_step) == (6, 0)  # common: 0, 6, 12
+
+
+def test_initial_weights_that_differ_are_a_seeding_problem():
+    d = trace.first_divergence(_trace(range(0, 5)), _trace(range(0, 5), split_at=0))
+    assert d.step == 0 and d.last_equal_step is None
+    assert "before any training" in trace.describe(d) and "seeding" in trace.describe(d)
+
+
+def test_a_loss_that_differs_with_equal_weights_is_still_a_split():
+    d = trace.first_divergence(_trace(range(0, 9)), _trace(range(0, 9), split_at=3, loss_only=True))
+    assert (d.step, d.layers) == (3, []) and d.loss[0] != d.loss[1]
+    assert "weights equal there, the loss differs" in trace.describe(d)
+
+
+def test_no_common_step_is_no_answer():
+    assert trace.first_divergence(_trace([1, 3]), _trace([2, 4])) is None
+    assert trace.first_divergence([], _trace([0])) is None
+    assert "no step trace in common" in trace.describe(None)
+
+
+def test_a_layer_only_one_run_has_differs():
+    a = trace.point(1, 1, 0.5, _weights())
+    b = {**a, "layers": [*a["layers"], ["extra", "0" * 16]]}
+    assert trace.first_divergence([a], [b]).layers == ["extra"]
+
+
+def test_keep_through_drops_later_epochs_atomically(tmp_path):
+    points = _trace(range(0, 13))
+    (tmp_path / trace.FILE).write_text("".join(json.dumps(p) + "\n" for p in points))
+    trace.keep_through(tmp_path, 2)
+    kept = trace.read(tmp_path)
+    assert [p["step"] for p in kept] == list(range(0, 9)) and max(p["epoch"] for p in kept) == 2
+    trace.keep_through(tmp_path / "no-such-run", 1)  # no trace: nothing to do
+
+
+def test_the_callback_is_a_no_op_outside_a_run_or_at_zero(tmp_path):
+    import keras
+
+    assert type(trace.keras_callback(None, 10)) is keras.callbacks.Callback
+    assert type(trace.keras_callback(tmp_path, 0)) is keras.callbacks.Callback
+    assert type(trace.keras_callback(tmp_path, 5)) is not keras.callbacks.Callback
