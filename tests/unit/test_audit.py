@@ -1,0 +1,100 @@
+"""The audit's pure parts: which runs it plans, how it merges overrides, how it judges."""
+
+import pytest
+
+from launcher import audit, audit_report, config
+from launcher.cli import compose
+from launcher.errors import ConfigError
+
+
+def _plan(*overrides, cores=2, **options):
+    return audit.trials(config.resolve(compose(list(overrides)), cpu_count=cores), cores, audit.Options(**options))
+
+
+def test_a_strict_job_is_repeated_then_every_knob_is_moved_off_its_value():
+    plan = _plan()
+    assert [(t.knob, t.overrides) for t in plan] == [
+        ("repeat", ()),
+        ("repeat", ()),
+        ("intra_op_threads", ("determinism.intra_op_threads=2",)),
+        ("intra_op_threads", ("determinism.intra_op_threads=4",)),
+        ("inter_op_threads", ("determinism.inter_op_threads=2",)),
+        ("onednn_opts", ("determinism.onednn_opts=true",)),
+        ("level", ("determinism=off",)),
+        ("level", ("determinism=seeded",)),
+        ("xla", ("determinism.jit_compile=true",)),
+        ("input_pipeline", ("train.data_parallel_calls=autotune",)),
+        ("input_pipeline", ("train.data_parallel_calls=autotune", "determinism.deterministic_data=false")),
+    ]
+    xla = next(t for t in plan if t.knob == "xla")
+    assert xla.expect == (("jit_compile", True),)  # checked against what Keras really did
+
+
+def test_unpinned_knobs_are_tried_against_what_tensorflow_would_use():
+    plan = _plan("determinism=seeded", cores=2, repeats=3, knobs=["intra_op_threads", "onednn_opts"])
+    assert [t.knob for t in plan].count("repeat") == 3
+    intra = [t.overrides for t in plan if t.knob == "intra_op_threads"]
+    assert intra == [("determinism.intra_op_threads=1",), ("determinism.intra_op_threads=4",)]  # default = 2 cores
+    assert [t.value for t in plan if t.knob == "onednn_opts"] == ["false (was unset)", "true (was unset)"]
+
+
+def test_knobs_the_launcher_does_not_apply_to_user_code_are_skipped_with_a_reason(tmp_path):
+    plan = _plan("train=custom", "train.entrypoint=m:f", knobs=["xla", "input_pipeline", "level"])
+    skipped = {t.knob: t.skip for t in plan if t.skip}
+    assert set(skipped) == {"xla", "input_pipeline"} and "train=custom" in skipped["xla"]
+    assert [t.knob for t in plan if not t.skip] == ["repeat", "repeat", "level", "level"]
+
+
+def test_overrides_replace_the_users_value_of_the_same_key():
+    user = ["train.epochs=1", "+seed=7", "determinism=seeded", "determinism.intra_op_threads=2"]
+    merged = audit.with_overrides(user, ["+seed=7", "determinism=strict", "determinism.intra_op_threads=4"])
+    assert merged == ["train.epochs=1", "+seed=7", "determinism=strict", "determinism.intra_op_threads=4"]
+    compose(merged)  # Hydra accepts it: no key twice
+
+
+def test_options_parse_and_bad_ones_are_one_line_errors():
+    o = audit.parse_options(["audit.repeats=3", "audit.knobs=[onednn_opts,level]", "audit.trace_every=5"])
+    assert (o.repeats, o.knobs, o.trace_every) == (3, ["onednn_opts", "level"], 5)
+    for bad, message in [
+        (["audit.repeats=1"], "at least 2"),
+        (["audit.repeats=many"], "bad audit option"),
+        (["audit.bogus=1"], "bad audit option"),
+        (["audit.knobs=[threads]"], "unknown"),
+        (["audit.trace_every=0"], "at least 1"),
+    ]:
+        with pytest.raises(ConfigError, match=message) as info:
+            audit.parse_options(bad)
+        assert "\n" not in str(info.value)
+
+
+def _rows(*statuses):
+    rows = [audit_report.Row("repeat", "run 1", "reference"), audit_report.Row("repeat", "run 2", statuses[0])]
+    knobs = ["intra_op_threads", "inter_op_threads", "xla", "level"]
+    rows += [audit_report.Row(k, "v", s) for k, s in zip(knobs, statuses[1:], strict=False)]
+    return rows
+
+
+def test_the_verdict_pins_what_changed_the_bits_and_frees_what_did_not():
+    v = audit_report.judge(_rows("same", "changed", "same", "not applied", "failed"), "strict", audit.KNOBS)
+    assert (v.stable, v.pin, v.free, v.not_applied, v.failed) == (
+        True, ["intra_op_threads"], ["inter_op_threads"], ["xla"], ["level"])  # fmt: skip
+    assert v.recorded_in == {"intra_op_threads": "determinism.intra_op_threads"} and v.exit_code == 0
+
+
+def test_unstable_repeats_fail_the_audit_and_say_so():
+    v = audit_report.judge(_rows("changed", "changed"), "strict", audit.KNOBS)
+    assert v.stable is False and v.exit_code == 1
+    assert "NOT STABLE" in "\n".join(audit_report.verdict_lines(v))
+    assert audit_report.judge(_rows("failed"), "strict", audit.KNOBS).stable is None  # one repeat: not judged
+    assert audit_report.judge(_rows("same"), "strict", audit.KNOBS, interrupted=True).exit_code == 130
+
+
+def test_the_table_shows_the_split_the_cost_and_the_notes():
+    rows = _rows("same", "changed")
+    rows[2].step, rows[2].epoch, rows[2].layer, rows[2].cost, rows[2].run = 3, 1, "conv1", 1.1, "20260101-000000-abcdef"
+    rows.append(audit_report.Row("xla", "jit_compile=true", "not applied", note="jit_compile stayed false"))
+    text = audit_report.render(rows, audit_report.judge(rows, "strict", audit.KNOBS))
+    line = next(x for x in text.splitlines() if x.startswith("intra_op_threads"))
+    assert "CHANGED" in line and "step 3 (epoch 1) conv1" in line and "1.10x" in line
+    assert "note: xla jit_compile=true: jit_compile stayed false" in text
+    assert "must pin" in text and "intra_op_threads (determinism.intra_op_threads)" in text
