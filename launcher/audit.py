@@ -141,10 +141,11 @@ def _level(cfg: DictConfig, cores: int) -> list[Trial]:
 
 
 def _xla(cfg: DictConfig, cores: int) -> list[Trial]:
-    on = bool(cfg.determinism.jit_compile)
-    v = str(not on).lower()
-    return [Trial("xla", f"jit_compile={v} (was {str(on).lower()})", (f"determinism.jit_compile={v}",),
-                  (("jit_compile", not on),))]  # fmt: skip
+    current = cfg.determinism.jit_compile
+    was = "auto" if current is None else str(current).lower()
+    v = str(not current).lower()  # auto is off without a GPU: try it on
+    return [Trial("xla", f"jit_compile={v} (was {was})", (f"determinism.jit_compile={v}",),
+                  (("jit_compile", not current),))]  # fmt: skip
 
 
 def _input_pipeline(cfg: DictConfig, cores: int) -> list[Trial]:
