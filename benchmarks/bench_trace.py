@@ -12,12 +12,12 @@ Two measurements, side by side in one run:
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from common import launch
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 EPOCHS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
@@ -25,14 +25,9 @@ MODES = {"every step": 1, "every 10 steps (default)": 10, "no trace": 0}
 
 
 def timings(store: Path, every: int) -> dict:
-    before = set(store.iterdir()) if store.exists() else set()
-    subprocess.run(
-        [sys.executable, "-m", "launcher", "determinism=strict", f"train.epochs={EPOCHS}", "train.checkpoint_every=0",
-         f"determinism.trace_every={every}", f"store.root={store}"],
-        check=True, capture_output=True, cwd=tempfile.gettempdir(),
-    )  # fmt: skip
-    (run,) = [p for p in set(store.iterdir()) - before if p.is_dir()]
-    return json.loads((run / "result.json").read_text())["timings"]
+    _, result = launch(store, "determinism=strict", f"train.epochs={EPOCHS}", "train.checkpoint_every=0",
+                       f"determinism.trace_every={every}")  # fmt: skip
+    return result["timings"]
 
 
 def main() -> None:

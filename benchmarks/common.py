@@ -1,0 +1,38 @@
+"""Shared by the benchmarks: run a whole command, or the real ``launch``, and time it.
+
+Runs start in the temporary directory (not this checkout), so a run's code
+fingerprint does not follow edits to the project while a benchmark runs. A failed
+command prints its tail and ends the benchmark with exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall seconds of one whole command, and its stdout."""
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    if done.returncode != 0:
+        sys.exit(f"failed ({done.returncode}): {' '.join(argv)}\n{(done.stdout + done.stderr)[-3000:]}")
+    return time.perf_counter() - start, done.stdout
+
+
+def launch(store: Path, *overrides: str) -> tuple[float, dict]:
+    """One real ``launch OVERRIDES`` into ``store``: its wall seconds and the run's result.json."""
+    before = _runs(store)
+    wall, _ = timed([sys.executable, "-m", "launcher", *overrides, f"store.root={store}"])
+    (run,) = _runs(store) - before
+    return wall, json.loads((run / "result.json").read_text())
+
+
+def _runs(store: Path) -> set[Path]:
+    if not store.exists():
+        return set()
+    return {p for p in store.iterdir() if p.is_dir() and p.name not in ("sweeps", "audits")}
