@@ -21,14 +21,15 @@ The ratios printed, on training time and on whole-launch wall time:
 - pinning fewer threads than the machine has: strict(default) / strict(threads=cores).
 - the whole price of strict's defaults: strict(default) / off; and seeded / off.
 
-Every mode runs with ``train.checkpoint_every=0`` (checkpoints are not determinism and
-have their own benchmark). "Training time" is the sum of ``timings.epoch_s`` over
-epochs 2..E (epoch 1 includes tf.function tracing) less the step trace's recording
-time (``timings.trace_s``; bench_trace.py measures it).
+Every mode runs with ``train.checkpoint_every=0`` and ``determinism.trace_every=0``:
+checkpoints and the step trace are not determinism (``off`` has neither by default) and
+have their own benchmarks (a per-step Keras callback costs a sync every step, so a
+trace left on would be counted here). "Training time" is the sum of
+``timings.epoch_s`` over epochs 2..E (epoch 1 includes tf.function tracing).
 
     python benchmarks/bench_determinism.py [N] [EPOCHS] [DATA]
 
-N rounds (default 5), EPOCHS per run (default 5), DATA ``sample`` (default: the packaged
+N rounds (default 5), EPOCHS per run (default 10), DATA ``sample`` (default: the packaged
 2,000-image sample) or the path of a Keras-layout ``mnist.npz``.
 """
 
@@ -42,7 +43,7 @@ from pathlib import Path
 from common import launch
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-EPOCHS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+EPOCHS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 DATA = sys.argv[3] if len(sys.argv) > 3 else "sample"
 TARGET = 1.05
 CORES = ("determinism.intra_op_threads=auto", "determinism.inter_op_threads=auto")
@@ -59,10 +60,8 @@ MODES = {
 def measure(store: Path, data: str, mode: tuple[str, ...]) -> tuple[float, float]:
     """One run: (training seconds over epochs 2..E, whole-command wall seconds)."""
     wall, result = launch(store, "train=mnist", f"train.data={data}", f"train.epochs={EPOCHS}",
-                          "train.checkpoint_every=0", "+seed=0", *mode)  # fmt: skip
-    timings = result["timings"]
-    trace = timings.get("trace_s") or [0.0] * len(timings["epoch_s"])
-    return sum(timings["epoch_s"][1:]) - sum(trace[1:]), wall
+                          "train.checkpoint_every=0", "+seed=0", *mode, "determinism.trace_every=0")  # fmt: skip
+    return sum(result["timings"]["epoch_s"][1:]), wall
 
 
 def ratio_line(label: str, num: str, den: str, med: dict[str, tuple[float, float]], target: bool = False) -> str:

@@ -1,11 +1,14 @@
 """The cost of the step trace (the divergence locator) on the mnist task.
 
 Two measurements, side by side in one run:
-1. inside each traced run, the time spent recording trace points against the epoch
-   it belongs to (same process, same moment: robust on a noisy machine);
+1. inside each traced run, the time spent recording trace points (hashing the weights,
+   writing the line) against the epoch it belongs to;
 2. the same strict job traced every step, every 10 steps (the default) and not at
    all, interleaved, N times each: median epoch times (epochs 2..E, so the first
    epoch's tracing of tf.functions does not count) and their ratios to no trace.
+   This is the whole cost: a callback with a per-step hook also makes Keras hand
+   over each step's logs synchronously (no async dispatch), which (1) does not see.
+   Target: the default at most 1.05x no trace.
 
     python benchmarks/bench_trace.py [N] [EPOCHS]
 """
@@ -22,6 +25,7 @@ from common import launch
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 EPOCHS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 MODES = {"every step": 1, "every 10 steps (default)": 10, "no trace": 0}
+EPOCH_STEPS = 32  # the packaged sample: 2,000 images in batches of 64
 
 
 def timings(store: Path, every: int) -> dict:
@@ -47,9 +51,11 @@ def main() -> None:
         share = statistics.median(shares[mode])
         print(f"  {mode:<26} median epoch {median:.3f} s   in-run trace share {share:6.2%}   "
               f"A/B ratio to no trace {median / base:.3f}")  # fmt: skip
-    default = statistics.median(shares["every 10 steps (default)"])
-    verdict = "OK" if default < 0.01 else "OVER"
-    print(f"default trace, in-run share of the epoch: {default:.2%} (target < 1 %): {verdict}")
+    default = statistics.median(epochs["every 10 steps (default)"]) / base
+    steps = EPOCH_STEPS
+    extra_ms = (statistics.median(epochs["every 10 steps (default)"]) - base) / steps * 1000
+    print(f"default trace: A/B ratio {default:.3f} (target <= 1.05): {'OK' if default <= 1.05 else 'OVER'}; "
+          f"{extra_ms:+.2f} ms per step of {base / steps * 1000:.1f} ms")
 
 
 if __name__ == "__main__":

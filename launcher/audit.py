@@ -143,18 +143,19 @@ def _level(cfg: DictConfig, cores: int) -> list[Trial]:
 def _xla(cfg: DictConfig, cores: int) -> list[Trial]:
     current = cfg.determinism.jit_compile
     was = "auto" if current is None else str(current).lower()
-    v = str(not current).lower()  # auto is off without a GPU: try it on
-    return [Trial("xla", f"jit_compile={v} (was {was})", (f"determinism.jit_compile={v}",),
-                  (("jit_compile", not current),))]  # fmt: skip
+    # Keras' auto is on with a GPU and off without one: from auto, try both.
+    values = [v for v in (False, True) if v != current]
+    return [Trial("xla", f"jit_compile={str(v).lower()} (was {was})", (f"determinism.jit_compile={str(v).lower()}",),
+                  (("jit_compile", v),)) for v in values]  # fmt: skip
 
 
 def _input_pipeline(cfg: DictConfig, cores: int) -> list[Trial]:
     calls = cfg.train.data_parallel_calls
-    parallel = "autotune" if calls == 1 else calls
-    more = f"train.data_parallel_calls={parallel}"
-    out = [Trial("input_pipeline", f"parallel_calls={parallel} (was {calls})", (more,))]
+    other = "autotune" if calls == 1 else 1
+    parallel = calls if calls != 1 else "autotune"
+    out = [Trial("input_pipeline", f"parallel_calls={other} (was {calls})", (f"train.data_parallel_calls={other}",))]
     if cfg.determinism.deterministic_data is not False:
-        unordered = (more, "determinism.deterministic_data=false")
+        unordered = (f"train.data_parallel_calls={parallel}", "determinism.deterministic_data=false")
         out.append(Trial("input_pipeline", f"parallel_calls={parallel}, deterministic=false", unordered))
     return out
 
@@ -184,83 +185,89 @@ def _key(override: str) -> str:
 
 def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
     """``launch audit [OVERRIDES...] [audit.KEY=VALUE...]``: run the audit, print and save the report."""
-    from launcher import cli, job
+    from launcher import cli
 
     options = parse_options([a for a in argv if a.startswith("audit.")])
     user = [a for a in argv if not a.startswith("audit.")]
     base = config.resolve(cli.compose(user))
     fixed = [f"+seed={base.seed}", f"determinism.trace_every={options.trace_every}"]
     plan = trials(base, os.cpu_count() or 1, options)
-    # Compose every run first: a bad override fails the audit before anything runs.
+    # Compose and check every run first: a bad override fails the audit before anything runs.
     cfgs = [None if t.skip else cli.compose(with_overrides(user, [*fixed, *t.overrides])) for t in plan]
     for cfg in cfgs:
         if cfg is not None:
             config.resolve(cfg)
     audit_dir = runs.create(os.path.join(str(base.store.root), "audits"))
-    started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    rows: list[audit_report.Row] = []
-    reference: compare.RunRecord | None = None
+    header = {"schema": 1, "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+              "overrides": user, "options": asdict(options), "seed": int(base.seed),
+              "level": str(base.determinism.level), "task": str(base.train.name), "cores": os.cpu_count()}  # fmt: skip
     echo(f"[audit] {len([t for t in plan if not t.skip])} runs of train={base.train.name} "
          f"determinism={base.determinism.level} seed={base.seed}; report: {audit_dir}")  # fmt: skip
-    interrupted = False
-    for i, (t, cfg) in enumerate(zip(plan, cfgs, strict=True)):
-        if t.skip:
-            rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
-            continue
-        try:
-            outcome = job.run(cfg, echo=False)
-        except KeyboardInterrupt:
-            outcome = None
-        if outcome is None or outcome.status == "interrupted":
-            interrupted = True
-            rows.append(audit_report.Row(t.knob, t.value, "interrupted"))
-            break
-        row = _assess(t, outcome, reference)
-        if reference is None and row.status != "failed":
-            reference = compare.load(outcome.run_dir)
-        rows.append(row)
-        echo(f"[audit] {i + 1}/{len(plan)} {t.knob} {t.value}: {audit_report.status_text(row)}")
-        if t.knob == "repeat" and reference is None:
-            break  # the job itself fails: nothing to compare against
-    _set_costs(rows)
-    verdict = audit_report.judge(rows, str(base.determinism.level), KNOBS, interrupted)
-    text = audit_report.render(rows, verdict)
-    runs.write_bytes(audit_dir / "audit.txt", (text + "\n").encode())
-    runs.write_json(audit_dir / "audit.json", {
-        "schema": 1, "started": started, "overrides": user, "options": asdict(options), "seed": int(base.seed),
-        "level": str(base.determinism.level), "task": str(base.train.name), "cores": os.cpu_count(),
-        "rows": [asdict(r) for r in rows], "verdict": asdict(verdict),
-    })  # fmt: skip
-    runs.make_read_only(audit_dir)
+    rows: list[audit_report.Row] = []
+    interrupted = True  # until the loop ends normally: whatever stops it, the report is written
+    try:
+        _run_trials(plan, cfgs, rows, echo)
+        interrupted = bool(rows) and rows[-1].status == "interrupted"
+    except KeyboardInterrupt:
+        rows.append(audit_report.Row("-", "-", "interrupted"))
+    finally:
+        _set_costs(rows)
+        verdict = audit_report.judge(rows, str(base.determinism.level), KNOBS, interrupted)
+        text = audit_report.render(rows, verdict)
+        runs.write_bytes(audit_dir / "audit.txt", (text + "\n").encode())
+        runs.write_json(audit_dir / "audit.json", {**header, "rows": [asdict(r) for r in rows],
+                                                   "verdict": asdict(verdict)})  # fmt: skip
+        runs.make_read_only(audit_dir)
     echo(text)
     echo(f"[audit] saved {audit_dir / 'audit.txt'} and audit.json")
     return verdict.exit_code
 
 
-def _assess(t: Trial, outcome, reference: compare.RunRecord | None) -> audit_report.Row:
-    """The row of one finished run: compared with the reference (the first baseline run)."""
+def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], echo: Callable[[str], None]) -> None:
+    """Run the planned trials in order, appending each one's row as it ends."""
+    from launcher import job
+
+    reference: compare.RunRecord | None = None
+    for i, (t, cfg) in enumerate(zip(plan, cfgs, strict=True)):
+        if t.skip:
+            rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
+            continue
+        outcome = job.run(cfg, echo=False)
+        if outcome.status == "interrupted":
+            rows.append(audit_report.Row(t.knob, t.value, "interrupted", run=outcome.run_dir.name))
+            return
+        row, record = _assess(t, outcome, reference)
+        rows.append(row)
+        echo(f"[audit] {i + 1}/{len(plan)} {t.knob} {t.value}: {audit_report.status_text(row)}")
+        reference = reference or (record if row.status == "reference" else None)
+        if reference is None:
+            return  # the job fails as configured: there is nothing to compare with
+
+
+def _assess(t: Trial, outcome, ref: compare.RunRecord | None) -> tuple[audit_report.Row, compare.RunRecord | None]:
+    """The row of one finished run, compared with the reference (the first baseline run), and its record."""
     row = audit_report.Row(t.knob, t.value, "failed", run=outcome.run_dir.name, note=outcome.error or "")
     if not outcome.ok:
-        return row
+        return row, None
     timings = outcome.result.get("timings", {})
     row.seconds = timings.get("job_s", 0.0) - timings.get("bootstrap_s", 0.0)
     record = compare.load(outcome.run_dir)
-    stayed = [(k, v, record.fingerprint["determinism"].get(k)) for k, v in t.expect
+    stayed = [(k, record.fingerprint["determinism"].get(k)) for k, v in t.expect
               if record.fingerprint["determinism"].get(k) != v]  # fmt: skip
     if stayed:
         row.status = "not applied"
-        row.note = "; ".join(f"{k} stayed {_json(got)}" for k, _, got in stayed)
-        if any(k == "jit_compile" for k, _, _ in stayed):
+        row.note = "; ".join(f"{k} stayed {_json(got)}" for k, got in stayed)
+        if any(k == "jit_compile" for k, _ in stayed):
             row.note += " (Keras turns XLA off when op determinism is on)"
-        return row
-    if reference is None:
+        return row, record
+    if ref is None:
         row.status = "reference"
-        return row
-    equal, _, _, divergence = compare.bitwise(reference, record)
+        return row, record
+    equal, _, _, divergence = compare.bitwise(ref, record)
     row.status = "same" if equal else "changed"
     if divergence is not None and divergence.split:
         row.step, row.epoch, row.layer = divergence.step, divergence.epoch, divergence.layer
-    return row
+    return row, record
 
 
 def _json(value: object) -> str:

@@ -43,6 +43,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
+        """130 interrupted; 0 repeats stable; 1 not stable, or the job failed as configured."""
         if self.interrupted:
             return 130
         return 0 if self.stable else 1
@@ -53,7 +54,7 @@ def judge(rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False
     repeats = [r for r in rows if r.knob == "repeat" and r.status in ("reference", "same", "changed")]
     stable = None if len(repeats) < 2 else all(r.status != "changed" for r in repeats)
     v = Verdict(level, len(repeats), stable, interrupted=interrupted)
-    for name in dict.fromkeys(r.knob for r in rows if r.knob != "repeat"):
+    for name in dict.fromkeys(r.knob for r in rows if r.knob in knobs):
         statuses = {r.status for r in rows if r.knob == name}
         if "changed" in statuses:
             v.pin.append(name)
@@ -62,7 +63,7 @@ def judge(rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False
             v.free.append(name)
         elif "not applied" in statuses:
             v.not_applied.append(name)
-        elif "failed" in statuses:
+        if "failed" in statuses:  # also beside pin or free: a value that could not run is never hidden
             v.failed.append(name)
     return v
 
@@ -100,7 +101,9 @@ def verdict_lines(v: Verdict) -> list[str]:
     lines = ["VERDICT"]
     if v.interrupted:
         lines.append("  interrupted: the audit is incomplete")
-    if v.stable is None:
+    if v.stable is None and v.completed_repeats == 0 and not v.interrupted:
+        lines.append("  the job fails as configured (see the notes): fix it, then audit it")
+    elif v.stable is None:
         lines.append(f"  repeats: only {v.completed_repeats} baseline run(s) completed; stability not judged")
     elif v.stable:
         lines.append(f"  repeats: {v.completed_repeats} runs under {v.level} are bitwise identical "
@@ -116,5 +119,5 @@ def verdict_lines(v: Verdict) -> list[str]:
     if v.not_applied:
         lines.append(f"  not applied at this level (see the notes): {', '.join(v.not_applied)}")
     if v.failed:
-        lines.append(f"  runs failed (see the notes): {', '.join(v.failed)}")
+        lines.append(f"  some values failed to run (see the notes): {', '.join(v.failed)}")
     return lines

@@ -92,7 +92,7 @@ def bitwise(a: RunRecord, b: RunRecord) -> tuple[bool, int | None, list[str], tr
     for i in range(max(len(a.metrics), len(b.metrics))):
         ma = a.metrics[i] if i < len(a.metrics) else None
         mb = b.metrics[i] if i < len(b.metrics) else None
-        if ma != mb:
+        if _bits(ma) != _bits(mb):
             first_epoch = (ma or mb or {}).get("epoch", i + 1)
             break
     la, lb = a.result.get("layer_sha256") or {}, b.result.get("layer_sha256") or {}
@@ -102,10 +102,15 @@ def bitwise(a: RunRecord, b: RunRecord) -> tuple[bool, int | None, list[str], tr
     divergence = trace.first_divergence(a.steps, b.steps)
     same_weights = a.result.get("weights_sha256") == b.result.get("weights_sha256")
     same_outputs = a.result.get("outputs") == b.result.get("outputs")
-    same_final = a.result.get("final_metrics") == b.result.get("final_metrics")
+    same_final = _bits(a.result.get("final_metrics")) == _bits(b.result.get("final_metrics"))
     same_steps = divergence is None or not divergence.split
     equal = same_weights and same_outputs and same_final and same_steps and first_epoch is None and not layers
     return equal, first_epoch, layers, divergence
+
+
+def _bits(value: object) -> str:
+    """Canonical JSON: floats by repr, which round-trips exactly, so nan equals nan and -0.0 is not 0.0."""
+    return json.dumps(value, sort_keys=True)
 
 
 def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
@@ -205,7 +210,7 @@ def difference_table(diffs: list[tuple[str, object, object]], a: str = "run A", 
 def _where_they_split(c: Comparison) -> list[str]:
     lines = [f"  {trace.describe(c.divergence)}"]
     if c.first_differing_epoch:
-        lines.append(f"  first differing epoch (metrics.jsonl): {c.first_differing_epoch}")
+        lines.append(f"  first differing epoch: {c.first_differing_epoch} (metrics.jsonl)")
     if c.differing_layers:
         lines.append(f"  layers whose final weights differ (model order): {', '.join(c.differing_layers)}")
     return lines
@@ -225,8 +230,7 @@ def report(c: Comparison, a: Path, b: Path) -> str:
         steps = f", and the {c.divergence.common_steps} traced steps" if c.divergence else ""
         lines.append(f"IDENTICAL: weights and every epoch's metrics are bitwise equal{steps}")
     elif c.verdict == "DIFFERENT":
-        where = f"first differing epoch: {c.first_differing_epoch}" if c.first_differing_epoch else "final results"
-        lines.append(f"DIFFERENT: same comparability key, different results ({where}) — a determinism bug")
+        lines.append("DIFFERENT: same comparability key, different results — a determinism bug")
         lines += _where_they_split(c)
     else:
         lines.append(c.verdict)

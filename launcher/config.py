@@ -69,6 +69,9 @@ def validate(cfg: DictConfig) -> None:
     for key in ("onednn_opts", "jit_compile", "deterministic_data"):
         if det.get(key) is not None and not isinstance(det.get(key), bool):
             raise ConfigError(f"determinism.{key} must be true, false or null, got {det.get(key)!r}")
+    if det.get("jit_compile") and train.name != "mnist":
+        raise ConfigError(f"determinism.jit_compile applies to train=mnist; train={train.name} code passes "
+                          "jit_compile to its own model.compile()")  # fmt: skip
     trace_every = det.get("trace_every", 0)
     if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
         raise ConfigError(f"determinism.trace_every must be an integer >= 0 (0 = no trace), got {trace_every!r}")

@@ -40,11 +40,21 @@ def point(step: int, epoch: int, loss: float | None, named_arrays: list) -> dict
 
 
 def read(run_dir: Path) -> list[dict]:
-    """The run's trace points in the order written ([] when the run has no trace)."""
+    """The run's trace points in the order written ([] when the run has no trace).
+
+    A line that does not parse ends the trace: only the tail written after the last
+    epoch's fsync can be torn (a crash), and resume drops that part anyway.
+    """
     path = Path(run_dir) / FILE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    points = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            points.append(json.loads(line))
+        except ValueError:
+            break
+    return points
 
 
 def keep_through(run_dir: Path, epoch: int) -> None:
@@ -92,8 +102,9 @@ def first_divergence(a: list[dict], b: list[dict]) -> Divergence | None:
     for pa in common:
         pb = by_step[pa["step"]]
         layers = _differing_layers(pa["layers"], pb["layers"])
-        if layers or pa["weights"] != pb["weights"] or pa["loss"] != pb["loss"]:
-            loss = (pa["loss"], pb["loss"]) if pa["loss"] != pb["loss"] else None
+        same_loss = repr(pa["loss"]) == repr(pb["loss"])  # bitwise: nan equals nan, -0.0 is not 0.0
+        if layers or pa["weights"] != pb["weights"] or not same_loss:
+            loss = None if same_loss else (pa["loss"], pb["loss"])
             return Divergence(len(common), pa["step"], pa["epoch"], last_equal, layers, loss)
         last_equal = pa["step"]
     return Divergence(len(common))
@@ -146,7 +157,13 @@ def _recorder_class(keras):
     from launcher.hashing import keras_weights
 
     class TraceRecorder(keras.callbacks.Callback):
-        """Appends a point at step 0, every ``every`` steps and at each epoch's end."""
+        """Appends a point before the first step, every ``every`` steps and at each epoch's end.
+
+        Steps are counted from the batch index, so the per-batch hook does no tensor
+        work unless it records. Each ``fit`` starts counting from the optimizer's
+        ``iterations`` (a resumed run continues its numbering), never below the steps
+        already recorded (a recompiled model continues after them).
+        """
 
         def __init__(self, path: Path, every: int) -> None:
             super().__init__()
@@ -154,38 +171,40 @@ def _recorder_class(keras):
             existing = read(path.parent)
             self.last_step = existing[-1]["step"] if existing else -1
             self.epoch = existing[-1]["epoch"] if existing else 0
+            self.step = 0  # optimizer steps taken so far
+            self.epoch_start = 0  # the step count when the current epoch began
             self.seconds = 0.0  # time spent recording, for the cost in result.json
 
-        def _step(self) -> int:
-            return int(self.model.optimizer.iterations.numpy())
-
-        def _record(self, step: int, loss: float | None, sync: bool = False) -> None:
+        def _record(self, loss: float | None, sync: bool = False) -> None:
             started = time.perf_counter()
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(_line(point(step, self.epoch, loss, keras_weights(self.model))))
+                f.write(_line(point(self.step, self.epoch, loss, keras_weights(self.model))))
                 f.flush()
                 if sync:
                     os.fsync(f.fileno())
-            self.last_step = step
+            self.last_step = self.step
             self.seconds += time.perf_counter() - started
 
         def on_train_begin(self, logs=None) -> None:
-            step = self._step()
-            if step > self.last_step:
-                self._record(step, None)
+            # Every epoch's end is recorded, so the last recorded step is where training stands,
+            # also after a recompile that reset the optimizer's counter.
+            self.step = max(int(self.model.optimizer.iterations.numpy()), self.last_step, 0)
+            if self.step > self.last_step:
+                self._record(None)
 
         def on_epoch_begin(self, epoch: int, logs=None) -> None:
-            self.epoch = epoch + 1
+            self.epoch += 1
+            self.epoch_start = self.step
 
         def on_train_batch_end(self, batch: int, logs=None) -> None:
-            step = self._step()
-            if step % self.every == 0 and step > self.last_step:
-                self._record(step, _loss(logs))
+            # batch: the index of the epoch's last step run (with steps_per_execution=k, every k-th).
+            self.step = self.epoch_start + batch + 1
+            if self.step // self.every > self.last_step // self.every:
+                self._record(_loss(logs))
 
         def on_epoch_end(self, epoch: int, logs=None) -> None:
-            step = self._step()
-            if step > self.last_step:
-                self._record(step, _loss(logs), sync=True)
+            if self.step > self.last_step:
+                self._record(_loss(logs), sync=True)
 
     return TraceRecorder
 

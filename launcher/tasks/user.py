@@ -31,6 +31,7 @@ def load_entrypoint(spec: str):
 
 def run(ctx: TaskContext) -> dict:
     train = ctx.cfg.train
+    ctx.effective["jit_compile"] = None  # user code passes jit_compile to its own compile()
     if train.name == "custom":
         if train.path:
             sys.path.insert(0, str(train.path))

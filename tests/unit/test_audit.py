@@ -38,7 +38,7 @@ def test_unpinned_knobs_are_tried_against_what_tensorflow_would_use():
     assert [t.value for t in plan if t.knob == "onednn_opts"] == ["false (was unset)", "true (was unset)"]
 
 
-def test_knobs_the_launcher_does_not_apply_to_user_code_are_skipped_with_a_reason(tmp_path):
+def test_knobs_the_launcher_does_not_apply_to_user_code_are_skipped_with_a_reason():
     plan = _plan("train=custom", "train.entrypoint=m:f", knobs=["xla", "input_pipeline", "level"])
     skipped = {t.knob: t.skip for t in plan if t.skip}
     assert set(skipped) == {"xla", "input_pipeline"} and "train=custom" in skipped["xla"]
@@ -98,3 +98,22 @@ def test_the_table_shows_the_split_the_cost_and_the_notes():
     assert "CHANGED" in line and "step 3 (epoch 1) conv1" in line and "1.10x" in line
     assert "note: xla jit_compile=true: jit_compile stayed false" in text
     assert "must pin" in text and "intra_op_threads (determinism.intra_op_threads)" in text
+
+
+def test_every_trial_moves_its_knob_off_the_configured_value():
+    plan = _plan("determinism=seeded", "train.data_parallel_calls=4", knobs=["xla", "input_pipeline"])
+    xla = [(t.overrides, t.expect) for t in plan if t.knob == "xla"]
+    # Keras' auto is on with a GPU and off without: from auto, both values are tried.
+    assert xla == [(("determinism.jit_compile=false",), (("jit_compile", False),)),
+                   (("determinism.jit_compile=true",), (("jit_compile", True),))]  # fmt: skip
+    pipeline = [t.overrides for t in plan if t.knob == "input_pipeline"]
+    assert pipeline == [("train.data_parallel_calls=1",),
+                        ("train.data_parallel_calls=4", "determinism.deterministic_data=false")]  # fmt: skip
+
+
+def test_a_value_that_failed_is_reported_even_beside_one_that_ran():
+    rows = [*_rows("same", "same"), audit_report.Row("intra_op_threads", "4", "failed", note="out of memory")]
+    v = audit_report.judge(rows, "strict", audit.KNOBS)  # intra_op_threads: one value same, one failed
+    assert "intra_op_threads" in v.free and "intra_op_threads" in v.failed
+    assert audit_report.judge(_rows("failed")[:1] + [audit_report.Row("repeat", "r", "failed")], "strict",
+                              audit.KNOBS).exit_code == 1  # fmt: skip

@@ -136,3 +136,11 @@ def test_final_layers_are_listed_in_model_order():
     a.result = {**a.result, "layer_sha256": {"alpha": "a", "zeta": "z"}}
     b.result = {**b.result, "weights_sha256": "x", "layer_sha256": {"alpha": "b", "zeta": "y"}}
     assert compare.decide(a, b).differing_layers == ["zeta", "alpha"]
+
+
+def test_runs_whose_loss_became_nan_alike_are_identical():
+    a, b = _record(), _record()
+    for rec in (a, b):  # parsed separately, as from two metrics.jsonl files: distinct nan objects
+        rec.metrics = [{"epoch": 1, "loss": float("nan")}]
+        rec.result = {**rec.result, "final_metrics": {"loss": float("nan")}}
+    assert compare.decide(a, b).verdict == "IDENTICAL"

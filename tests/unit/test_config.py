@@ -93,3 +93,9 @@ def test_the_trace_and_the_slots_are_not_in_the_config_hash_but_the_pipeline_is(
 def test_bad_knob_values_are_named(override, message):
     with pytest.raises(ConfigError, match=message):
         config.resolve(compose([override]))
+
+
+def test_xla_on_is_refused_for_user_code_which_compiles_its_own_model():
+    with pytest.raises(ConfigError, match="jit_compile applies to train=mnist"):
+        config.resolve(compose(["train=custom", "train.entrypoint=m:f", "determinism.jit_compile=true"]))
+    config.resolve(compose(["train=custom", "train.entrypoint=m:f"]))  # strict's own false is fine

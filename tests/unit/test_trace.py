@@ -101,3 +101,89 @@ def test_the_callback_is_a_no_op_outside_a_run_or_at_zero(tmp_path):
     assert type(trace.keras_callback(None, 10)) is keras.callbacks.Callback
     assert type(trace.keras_callback(tmp_path, 0)) is keras.callbacks.Callback
     assert type(trace.keras_callback(tmp_path, 5)) is not keras.callbacks.Callback
+
+
+def test_bitwise_means_bitwise_for_nan_and_signed_zero():
+    nan = [{**trace.point(1, 1, float("nan"), _weights()), "loss": float("nan")}]
+    assert not trace.first_divergence(nan, [dict(nan[0], loss=float("nan"))]).split  # two runs that both blew up
+    zero = trace.point(1, 1, 0.0, _weights())
+    assert trace.first_divergence([zero], [dict(zero, loss=-0.0)]).split
+
+
+class _Weight:
+    def __init__(self, layer, value):
+        self.path = self.name = f"{layer}/kernel"
+        self.value = value
+
+    def numpy(self):
+        return np.array([self.value], dtype=np.float32)
+
+
+class _Model:
+    """What the recorder reads of a Keras model: layers' weights and the optimizer's step counter."""
+
+    def __init__(self):
+        self.iterations = 0
+        self.layers = [type("L", (), {"name": "dense", "weights": [_Weight("dense", 0.0)]})()]
+        self.optimizer = type("O", (), {"iterations": type("I", (), {"numpy": lambda _: self.iterations})()})()
+
+    def train(self, recorder, epochs, steps, per_execution=1, initial_epoch=0):
+        """Drive the callback as Keras' fit does."""
+        recorder.on_train_begin()
+        for epoch in range(initial_epoch, initial_epoch + epochs):
+            recorder.on_epoch_begin(epoch)
+            for end in range(per_execution - 1, steps, per_execution):
+                self.iterations += per_execution
+                self.layers[0].weights[0].value += 1
+                recorder.on_train_batch_end(end, {"loss": 1.0 / self.iterations})
+            recorder.on_epoch_end(epoch, {"loss": 1.0 / self.iterations})
+
+
+def _recorder(path, every):
+    recorder = trace.keras_callback(path, every)
+    recorder.set_model(_Model())
+    return recorder
+
+
+def _steps(path):
+    return [(p["step"], p["epoch"]) for p in trace.read(path)]
+
+
+def test_the_recorder_traces_step_0_every_n_steps_and_each_epochs_end(tmp_path):
+    rec = _recorder(tmp_path, 4)
+    rec.model.train(rec, epochs=1, steps=6)
+    rec.model.train(rec, epochs=1, steps=6, initial_epoch=1)  # the mnist task: one fit per epoch
+    assert _steps(tmp_path) == [(0, 0), (4, 1), (6, 1), (8, 2), (12, 2)]
+    assert trace.read(tmp_path)[1]["loss"] == 0.25 and trace.read(tmp_path)[0]["loss"] is None
+
+
+def test_a_resumed_run_continues_its_trace_without_repeating_a_step(tmp_path):
+    rec = _recorder(tmp_path, 4)
+    rec.model.train(rec, epochs=1, steps=6)
+    resumed = _recorder(tmp_path, 4)  # a new process: the optimizer restored from the checkpoint
+    resumed.model.iterations, resumed.model.layers[0].weights[0].value = 6, 6.0
+    resumed.model.train(resumed, epochs=1, steps=6, initial_epoch=1)
+    assert _steps(tmp_path) == [(0, 0), (4, 1), (6, 1), (8, 2), (12, 2)]
+
+
+def test_a_recompiled_model_continues_the_numbering_and_fits_count_epochs(tmp_path):
+    rec = _recorder(tmp_path, 4)
+    rec.model.train(rec, epochs=1, steps=6)
+    rec.model.iterations = 0  # compile() again: a new optimizer
+    rec.model.train(rec, epochs=1, steps=6)  # a fit without initial_epoch
+    assert _steps(tmp_path) == [(0, 0), (4, 1), (6, 1), (8, 2), (12, 2)]
+
+
+def test_steps_per_execution_still_gives_a_point_per_interval(tmp_path):
+    rec = _recorder(tmp_path, 10)
+    rec.model.train(rec, epochs=1, steps=42, per_execution=7)
+    assert [s for s, _ in _steps(tmp_path)] == [0, 14, 21, 35, 42]  # the first step at or past each 10
+
+
+def test_a_torn_last_line_ends_the_trace(tmp_path):
+    good = json.dumps(trace.point(0, 0, None, _weights())) + "\n"
+    (tmp_path / trace.FILE).write_text(good + good[: len(good) // 2])
+    assert len(trace.read(tmp_path)) == 1
+    trace.keep_through(tmp_path, 0)  # resume after a crash mid-line
+    assert trace.read(tmp_path) == [json.loads(good)]
+    assert (tmp_path / trace.FILE).read_text().count("\n") == 1  # the torn tail is gone
