@@ -30,7 +30,8 @@ USAGE = """usage: launch audit [OVERRIDES...] [audit.repeats=N] [audit.trace_eve
 Runs the job as configured audit.repeats times (default 2), then once per value tried of
 each knob that can change its bits, and prints which knobs change them, the first step
 and layer where the bits split, and the cost. Knobs: intra_op_threads, inter_op_threads,
-onednn_opts, level, xla, input_pipeline. Exit 0: repeats are bitwise stable; 1: not."""
+onednn_opts, level, xla, input_pipeline. Exit 0: repeats are bitwise stable; 1: they are
+not, or the job fails as configured; 2: bad input. The report is saved in <store>/audits/."""
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,7 @@ def usage() -> str:
         "  image=tf-cpu|tf-gpu (runtime=docker)",
         "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
+        "  determinism.trace_every=N (steps between trace points; 0 = none)",
     ]
     return "\n".join(lines)
 
