@@ -9,6 +9,9 @@ Two measurements, side by side in one run:
    This is the whole cost: a callback with a per-step hook also makes Keras hand
    over each step's logs synchronously (no async dispatch), which (1) does not see.
    Target: the default at most 1.05x no trace.
+3. in this process, one-epoch fits of the same model alternating, in rotating order:
+   no callback, a per-step hook that does nothing, the trace every 10 steps, every
+   step. Less noisy than (2), and it shows what any per-step hook costs.
 
     python benchmarks/bench_trace.py [N] [EPOCHS]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from common import launch
@@ -58,5 +62,46 @@ def main() -> None:
           f"{extra_ms:+.2f} ms per step of {base / steps * 1000:.1f} ms")
 
 
+def in_process(rounds: int = 12) -> None:
+    """Measurement 3: alternating fits in this process (TensorFlow is first imported here)."""
+    import os
+
+    os.environ.update(TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="2")
+    import keras
+    import tensorflow as tf
+
+    from launcher import data, trace
+    from launcher.tasks.mnist import build_model, make_dataset
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(0)
+
+    class NoOp(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+    mnist = data.load("sample")
+    model = build_model(keras, 1e-3, False)
+    ds = make_dataset(tf, mnist.x_train, mnist.y_train.astype("int32"), 64, True, 1)
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        modes = [("no callback", []), ("a no-op per-step hook", [NoOp()]),
+                 ("trace every 10 steps", [trace.keras_callback(Path(a), 10)]),
+                 ("trace every step", [trace.keras_callback(Path(b), 1)])]  # fmt: skip
+        model.fit(ds, epochs=1, verbose=0, shuffle=False)  # trace the tf.functions first
+        times: dict[str, list[float]] = {name: [] for name, _ in modes}
+        for r in range(rounds):
+            for name, callbacks in modes[r % 4:] + modes[: r % 4]:
+                start = time.perf_counter()
+                model.fit(ds, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
+                times[name].append(time.perf_counter() - start)
+    base = statistics.median(times["no callback"])
+    print(f"in one process, {rounds} alternating one-epoch fits per mode (32 steps each), medians:")
+    for name, values in times.items():
+        print(f"  {name:<26} {statistics.median(values):.3f} s   ratio {statistics.median(values) / base:.3f}")
+
+
 if __name__ == "__main__":
     main()
+    in_process()
