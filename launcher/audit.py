@@ -126,11 +126,16 @@ def _show(value: object, cores: int) -> str:
     return f"default={cores}" if value is None else str(value)
 
 
-def _onednn(cfg: DictConfig, cores: int) -> list[Trial]:
-    current = cfg.determinism.onednn_opts
-    was = "unset" if current is None else str(current).lower()
-    return [Trial("onednn_opts", f"{str(v).lower()} (was {was})", (f"determinism.onednn_opts={str(v).lower()}",))
-            for v in (False, True) if v != current]  # fmt: skip
+def _switch(knob: str, key: str, label: str, unset: str, check: bool):
+    """An on/off setting: try each value it does not have (both when unset, as unset may be either)."""
+
+    def tried(cfg: DictConfig, cores: int) -> list[Trial]:
+        current = cfg.determinism[key]
+        was = unset if current is None else str(current).lower()
+        return [Trial(knob, f"{label}{str(v).lower()} (was {was})", (f"determinism.{key}={str(v).lower()}",),
+                      ((key, v),) if check else ()) for v in (False, True) if v != current]  # fmt: skip
+
+    return tried
 
 
 def _level(cfg: DictConfig, cores: int) -> list[Trial]:
@@ -139,15 +144,6 @@ def _level(cfg: DictConfig, cores: int) -> list[Trial]:
     current = cfg.determinism.level
     return [Trial("level", f"{lv} (was {current})", (f"determinism={lv}",), (("level", lv),))
             for lv in LEVELS if lv != current]  # fmt: skip
-
-
-def _xla(cfg: DictConfig, cores: int) -> list[Trial]:
-    current = cfg.determinism.jit_compile
-    was = "auto" if current is None else str(current).lower()
-    # Keras' auto is on with a GPU and off without one: from auto, try both.
-    values = [v for v in (False, True) if v != current]
-    return [Trial("xla", f"jit_compile={str(v).lower()} (was {was})", (f"determinism.jit_compile={str(v).lower()}",),
-                  (("jit_compile", v),)) for v in values]  # fmt: skip
 
 
 def _input_pipeline(cfg: DictConfig, cores: int) -> list[Trial]:
@@ -164,9 +160,11 @@ def _input_pipeline(cfg: DictConfig, cores: int) -> list[Trial]:
 _KNOB_TRIALS: dict[str, Callable[[DictConfig, int], list[Trial]]] = {
     "intra_op_threads": _threads("intra_op_threads"),
     "inter_op_threads": _threads("inter_op_threads"),
-    "onednn_opts": _onednn,
+    # TF_ENABLE_ONEDNN_OPTS always reaches the job (verified by the bootstrap); Keras may refuse XLA: checked.
+    "onednn_opts": _switch("onednn_opts", "onednn_opts", "", "unset", check=False),
     "level": _level,
-    "xla": _xla,
+    # Keras' auto is on with a GPU and off without one.
+    "xla": _switch("xla", "jit_compile", "jit_compile=", "auto", check=True),
     "input_pipeline": _input_pipeline,
 }
 
