@@ -16,8 +16,10 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """Check the code with ruff."""
-    session.install("ruff")
+    session.install("ruff", "import-linter")
     session.run("ruff", "check", "launcher", "tests", "benchmarks", "noxfile.py", *session.posargs)
+    session.install("-e", ".", "--no-deps")
+    session.run("lint-imports")  # the layers and no-circle rules in pyproject.toml
 
 
 @nox.session(default=False)

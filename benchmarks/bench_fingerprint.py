@@ -20,9 +20,9 @@ N = int(sys.argv[1]) if len(sys.argv) > 1 else 7
 PROGRAMS = {
     "interpreter start (baseline)": "pass",
     "launcher side: collect()": (
-        "import os; from launcher import fingerprint as f; f.collect(dict(os.environ), os.getcwd(), 'x')"
+        "import os; from launcher.record import fingerprint as f; f.collect(dict(os.environ), os.getcwd(), 'x')"
     ),
-    "job side: software()": "from launcher import fingerprint as f; f.software()",
+    "job side: software()": "from launcher.record import probes as f; f.software()",
     "job process: import tensorflow": "import tensorflow",
 }
 

@@ -26,8 +26,9 @@ DECIDE = """
 import sys, time
 t0 = time.perf_counter()
 from omegaconf import OmegaConf
-from launcher import images, imagebuild
-from launcher.cli import compose
+from launcher.docker import images
+from launcher.docker import imagebuild
+from launcher.run.config import compose
 spec = images.spec_from_config(OmegaConf.to_container(compose(sys.argv[1:]).image, resolve=True))
 t1 = time.perf_counter()
 info = imagebuild.ensure_image(spec, echo=False)
@@ -40,8 +41,8 @@ print(f"{t1 - t0:.4f} {t2 - t1:.4f}")
 def main() -> None:
     from omegaconf import OmegaConf
 
-    from launcher import imagebuild, images
-    from launcher.cli import compose
+    from launcher.docker import imagebuild, images
+    from launcher.run.config import compose
 
     spec = images.spec_from_config(OmegaConf.to_container(compose(OVERRIDES).image, resolve=True))
     imagebuild.ensure_image(spec, echo=True)  # build once if needed: we time reuse only
@@ -55,7 +56,7 @@ def main() -> None:
         config_s.append(float(out[0]))
         fresh_s.append(float(out[1]))
     warm_s = []
-    from launcher import containers
+    from launcher.docker import containers
 
     cli = containers.client()
     for _ in range(N):

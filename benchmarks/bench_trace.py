@@ -70,8 +70,8 @@ def in_process(rounds: int = 12) -> None:
     import keras
     import tensorflow as tf
 
-    from launcher import data, trace
-    from launcher.tasks.mnist import build_model, make_dataset
+    from launcher.run import data, trace
+    from launcher.run.tasks.mnist import build_model, make_dataset
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

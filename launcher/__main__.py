@@ -1,5 +1,5 @@
 import sys
 
-from launcher.cli import main
+from launcher.cli.main import main
 
 sys.exit(main())

@@ -1,110 +1,12 @@
-"""The job process: ``python -m launcher.bootstrap RUN_DIR``.
+"""``python -m launcher.bootstrap RUN_DIR``: the job process's public entry point.
 
-The launcher starts this module in a fresh interpreter (locally, or as a container
-entrypoint) with the planned environment already set. It applies the determinism
-plan before any task code, reads the settings back and refuses to train when one
-did not take effect, runs the task, and writes ``result.json`` and the job's part
-of the fingerprint. Errors are written to ``error.json`` for the launcher to report.
+Kept at this name because container images and users call it; the job process
+itself lives in :mod:`launcher.run.bootstrap`.
 """
 
-from __future__ import annotations
-
-import os
 import sys
-import time
-import traceback
-from pathlib import Path
 
-JOB = "job.json"
-JOB_FACTS = "job-facts.json"  # merged into fingerprint.json by the launcher, then removed
-RESULT = "result.json"
-ERROR = "error.json"
-OUTPUT_DIR = "outputs"
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m launcher.bootstrap RUN_DIR", file=sys.stderr)
-        return 2
-    run_dir = Path(args[0])
-    from launcher import runs
-    from launcher.errors import LauncherError
-
-    try:
-        _run(run_dir)
-        return 0
-    except LauncherError as exc:
-        runs.write_json(run_dir / ERROR, {"type": type(exc).__name__, "message": str(exc)})
-        print(f"launch: error: {exc}", file=sys.stderr)
-        return 1
-    except SystemExit as exc:  # a user script's sys.exit(n)
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if code:
-            runs.write_json(run_dir / ERROR, {"type": "SystemExit", "message": f"exit status {code}"})
-        return code
-    except BaseException as exc:
-        traceback.print_exc()
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-        runs.write_json(run_dir / ERROR, {"type": type(exc).__name__, "message": message})
-        return 130 if isinstance(exc, KeyboardInterrupt) else 1
-
-
-def _run(run_dir: Path) -> None:
-    from omegaconf import OmegaConf
-
-    from launcher import determinism, fingerprint, runs, tasks
-    from launcher.hashing import tree_digest
-
-    started = time.perf_counter()
-    job = runs.read_json(run_dir / JOB)
-    plan = determinism.Plan.from_dict(job["plan"])
-    determinism.apply(plan)
-    effective = determinism.read_back(plan)
-    determinism.verify(plan, effective)
-
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    output_dir = run_dir / OUTPUT_DIR
-    output_dir.mkdir(exist_ok=True)
-    trace_every = int(cfg.determinism.get("trace_every") or 0)
-    os.environ.update(
-        {
-            "LAUNCH_RUN_DIR": str(run_dir),
-            "LAUNCH_OUTPUT_DIR": str(output_dir),
-            "LAUNCH_SEED": str(plan.seed),
-            "LAUNCH_TRACE_EVERY": str(trace_every),
-        }
-    )
-    ctx = tasks.TaskContext(
-        cfg=cfg,
-        seed=plan.seed,
-        plan=plan,
-        run_dir=run_dir,
-        output_dir=output_dir,
-        progress=bool(job.get("progress")),
-        resume=job.get("resume"),
-        trace_every=trace_every,
-    )
-    # Written now and again at the end: an interrupted run keeps the software it ran on.
-    facts = fingerprint.job_facts(effective, {})
-    runs.write_json(run_dir / JOB_FACTS, facts)
-    bootstrap_s = time.perf_counter() - started
-    result = tasks.get(cfg.train.name)(ctx)
-    result.setdefault("final_metrics", {})
-    result.setdefault("weights_sha256", None)
-    result["outputs"] = tree_digest(output_dir)
-    result["seed"] = plan.seed
-    result["task"] = str(cfg.train.name)
-    if ctx.resume:
-        result["resumed_from_epoch"] = ctx.resume["epoch"]
-    timings = result.setdefault("timings", {})
-    timings["bootstrap_s"] = bootstrap_s
-    timings["job_s"] = time.perf_counter() - started
-    facts["data"] = dict(sorted(ctx.data_files.items()))
-    facts["determinism"].update(ctx.effective)
-    runs.write_json(run_dir / JOB_FACTS, facts)
-    runs.write_json(run_dir / RESULT, result)
-
+from launcher.run.bootstrap import main
 
 if __name__ == "__main__":
     sys.exit(main())

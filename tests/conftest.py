@@ -53,6 +53,9 @@ def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, tim
     fingerprint does not follow edits to the project's own tree during a test.
     """
     full_env = {**os.environ, **(env or {})}
+    # The tree under test, not whatever copy of the launcher is installed (a worktree, a checkout).
+    paths = [str(REPO), *filter(None, full_env.get("PYTHONPATH", "").split(os.pathsep))]
+    full_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return subprocess.run(
         [sys.executable, "-m", "launcher", *map(str, args)],
         cwd=cwd or tempfile.gettempdir(),

@@ -100,7 +100,7 @@ def test_tampered_or_incomplete_runs_are_refused_and_not_modified(launch, two_th
 
 def test_a_fingerprint_schema_this_version_cannot_read(launch, two_threads_runs):
     a, b, _ = two_threads_runs
-    from launcher import runs
+    from launcher.record import runs
 
     b.chmod(0o755)
     for p in b.iterdir():

@@ -32,7 +32,7 @@ MNIST = ("train=mnist", "train.data=mnist small.npz", *QUICK)
 @pytest.fixture(scope="module", autouse=True)
 def daemon():
     """A client of the daemon, or a skip (a failure under LAUNCH_REQUIRE_DOCKER=1)."""
-    from launcher import containers
+    from launcher.docker import containers
     from launcher.errors import DockerUnavailable
 
     try:
@@ -105,7 +105,7 @@ def test_two_strict_docker_runs_give_identical_weights(docker_pair):
 
 @pytest.mark.slow
 def test_fingerprint_records_the_container(docker_pair, daemon):
-    from launcher import containers, images
+    from launcher.docker import containers, images
 
     (a, _), (b, _) = docker_pair
     container = _json(a / "fingerprint.json")["software"]["container"]
@@ -142,7 +142,7 @@ def test_compare_docker_with_local_is_refused(docker_pair, project, docker_store
 
 @pytest.mark.slow
 def test_ensure_image_for_run_checks_the_packages(docker_pair, tmp_path):
-    from launcher import imagebuild
+    from launcher.docker import imagebuild
     from launcher.errors import PackagesMismatch
 
     (a, _), _ = docker_pair
@@ -268,7 +268,7 @@ def test_no_daemon_is_one_line(launch, store, tmp_path):
 
 
 def test_failed_build_is_not_tagged(base_image, daemon, tmp_path):
-    from launcher import containers, imagebuild, images
+    from launcher.docker import containers, imagebuild, images
     from launcher.errors import BuildFailed
 
     template = tmp_path / "Dockerfile.template"

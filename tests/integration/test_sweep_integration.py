@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.sweep import hydra_quote
+from launcher.sweep.multirun import hydra_quote
 from tests.conftest import QUICK
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def test_bad_input_fails_before_any_job(launch, store, mnist_npz, overrides, mes
     assert sweep_dir is None and list(store.iterdir()) == []
 
 
-@pytest.mark.skipif(importlib.util.find_spec("launcher.replay") is None, reason="needs replay")
+@pytest.mark.skipif(importlib.util.find_spec("launcher.verdict.replay") is None, reason="needs replay")
 def test_sweep_verify_replays_every_job(launch, store, mnist_npz):
     done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=range(2)")
     assert done.returncode == 0

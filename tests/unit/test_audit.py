@@ -2,9 +2,10 @@
 
 import pytest
 
-from launcher import audit, audit_report, config
-from launcher.cli import compose
 from launcher.errors import ConfigError
+from launcher.run import config
+from launcher.run.config import compose
+from launcher.verdict import audit, audit_report
 
 
 def _plan(*overrides, cores=2, **options):

@@ -2,8 +2,9 @@
 
 import json
 
-from launcher import checkpoints, runs
-from launcher.resume import keep_metrics_through
+from launcher.record import runs
+from launcher.run import checkpoints
+from launcher.run.resume import keep_metrics_through
 
 
 def _checkpoint(run_dir, epoch, payload=b"weights"):

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import compare
 from launcher.errors import ConfigError
+from launcher.verdict import compare
 from tests.unit.test_fingerprint import _fp
 
 

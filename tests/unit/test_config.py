@@ -1,9 +1,9 @@
 import pytest
 from omegaconf import OmegaConf
 
-from launcher import config
-from launcher.cli import compose
 from launcher.errors import ConfigError
+from launcher.run import config
+from launcher.run.config import compose
 
 
 def test_default_composition_is_strict_mnist_on_the_sample():

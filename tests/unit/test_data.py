@@ -3,8 +3,8 @@ import gzip
 import numpy as np
 import pytest
 
-from launcher import data
 from launcher.errors import DataError
+from launcher.run import data
 
 
 def test_packaged_sample_is_real_mnist_and_says_so():

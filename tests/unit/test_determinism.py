@@ -1,7 +1,7 @@
 import pytest
 
-from launcher import determinism
 from launcher.errors import DeterminismError
+from launcher.run import determinism
 
 
 def test_off_sets_nothing_but_records_the_seed():

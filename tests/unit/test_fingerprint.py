@@ -3,13 +3,13 @@
 import copy
 from pathlib import Path
 
-from launcher import fingerprint as fpm
+from launcher.record import environment, key, probes
 
 RECORDED = Path(__file__).parent / "recorded"
 
 
 def test_parse_cpuinfo_keeps_kernel_selecting_isa_flags():
-    cpu = fpm.parse_cpuinfo((RECORDED / "cpuinfo-epyc.txt").read_text())
+    cpu = probes.parse_cpuinfo((RECORDED / "cpuinfo-epyc.txt").read_text())
     assert cpu["vendor"] == "AuthenticAMD" and cpu["model"] == "AMD EPYC"
     assert {"avx", "avx2", "fma", "avx512f"} <= set(cpu["isa"])
     assert "fpu" not in cpu["isa"] and cpu["isa"] == sorted(cpu["isa"])
@@ -20,34 +20,35 @@ def test_parse_cpuinfo_arm():
         "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm sve i8mm bf16\n"
         "CPU implementer\t: 0x41\nCPU part\t: 0xd40\n"
     )
-    cpu = fpm.parse_cpuinfo(text)
+    cpu = probes.parse_cpuinfo(text)
     assert cpu == {"vendor": "0x41", "model": "0xd40", "isa": ["asimd", "bf16", "i8mm", "sve"]}
 
 
 def test_parse_meminfo():
-    assert fpm.parse_meminfo("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == 24684084 * 1024
-    assert fpm.parse_meminfo("") is None
+    assert probes.parse_meminfo("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == 24684084 * 1024
+    assert probes.parse_meminfo("") is None
 
 
 def test_parse_nvidia_smi_outputs():
-    gpus = fpm.parse_nvidia_smi_query((RECORDED / "nvidia-smi-query.csv").read_text())
+    gpus = probes.parse_nvidia_smi_query((RECORDED / "nvidia-smi-query.csv").read_text())
     assert [g["index"] for g in gpus] == [0, 1]
     assert gpus[0]["name"] == "NVIDIA A100-SXM4-80GB" and gpus[0]["compute_capability"] == "8.0"
     assert gpus[0]["driver_version"] == "550.54.15" and gpus[0]["memory_mib"] == 81920
     assert gpus[1]["mig_mode"] == "Disabled" and gpus[1]["uuid"].startswith("GPU-9b8a")
-    assert fpm.parse_cuda_driver_version((RECORDED / "nvidia-smi.txt").read_text()) == "12.4"
-    topo = fpm.parse_nvidia_topology((RECORDED / "nvidia-smi-topo.txt").read_text())
+    assert probes.parse_cuda_driver_version((RECORDED / "nvidia-smi.txt").read_text()) == "12.4"
+    topo = probes.parse_nvidia_topology((RECORDED / "nvidia-smi-topo.txt").read_text())
     assert topo == [["X", "NV12"], ["NV12", "X"]]  # GPU-to-GPU links only, NIC columns dropped
 
 
 def test_no_gpu_outputs():
-    assert fpm.parse_nvidia_smi_query("") == []
-    assert fpm.parse_cuda_driver_version("") is None
+    assert probes.parse_nvidia_smi_query("") == []
+    assert probes.parse_cuda_driver_version("") is None
 
 
 def test_parse_os_release():
     text = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
-    assert fpm.parse_os_release(text) == {"id": "debian", "version_id": "12", "name": "Debian GNU/Linux 12 (bookworm)"}
+    expected = {"id": "debian", "version_id": "12", "name": "Debian GNU/Linux 12 (bookworm)"}
+    assert probes.parse_os_release(text) == expected
 
 
 def test_environment_is_recorded_by_allowlist_only_and_never_secrets():
@@ -65,7 +66,7 @@ def test_environment_is_recorded_by_allowlist_only_and_never_secrets():
         "TF_CLI_CONFIG_FILE": "/root/.terraformrc",
         "WANDB_API_KEY": "x",
     }
-    assert fpm.allowed_env(env) == {
+    assert environment.allowed_env(env) == {
         "CUDA_VISIBLE_DEVICES": "0",
         "OMP_NUM_THREADS": "1",
         "PYTHONHASHSEED": "0",
@@ -98,8 +99,8 @@ def test_key_ignores_what_cannot_change_bits():
     b["software"]["kernel"] = "6.9"
     b["environment"]["CUDA_VISIBLE_DEVICES"] = "3"
     b["data"] = {"/elsewhere/mnist.npz": "d1"}
-    assert fpm.key_differences(a, b) == []
-    assert fpm.key_sha256(a) == fpm.key_sha256(b)
+    assert key.key_differences(a, b) == []
+    assert key.key_sha256(a) == key.key_sha256(b)
 
 
 def test_key_differences_name_nested_fields_with_both_values():
@@ -107,19 +108,19 @@ def test_key_differences_name_nested_fields_with_both_values():
     b["determinism"]["intra_op_threads"] = 2
     b["hardware"]["cpu"]["isa"] = ["avx2", "avx512f"]
     b["software"]["tensorflow"] = "2.20.0"
-    diffs = fpm.key_differences(a, b)
+    diffs = key.key_differences(a, b)
     assert ("determinism.intra_op_threads", 1, 2) in diffs
     assert ("hardware.cpu.isa", ["avx2"], ["avx2", "avx512f"]) in diffs
     assert ("software.tensorflow", "2.21.0", "2.20.0") in diffs
-    assert fpm.key_sha256(a) != fpm.key_sha256(b)
+    assert key.key_sha256(a) != key.key_sha256(b)
 
 
 def test_probing_does_not_mutate_the_environment():
     import os
 
     before = copy.deepcopy(dict(os.environ))
-    fpm.hardware()
-    fpm.software()
+    probes.hardware()
+    probes.software()
     assert dict(os.environ) == before
 
 
@@ -129,7 +130,7 @@ def test_container_key_is_what_ran_not_the_image_id():
     a, b, local = _fp(), _fp(), _fp()
     a["software"]["container"] = container
     b["software"]["container"] = {**container, "image_id": "sha256:bb"}  # a verified rebuild
-    assert fpm.key_differences(a, b) == []
+    assert key.key_differences(a, b) == []
     b["software"]["container"]["packages_sha256"] = "q"
-    assert [d[0] for d in fpm.key_differences(a, b)] == ["software.container.packages_sha256"]
-    assert [d[0] for d in fpm.key_differences(a, local)] == ["software.container"]
+    assert [d[0] for d in key.key_differences(a, b)] == ["software.container.packages_sha256"]
+    assert [d[0] for d in key.key_differences(a, local)] == ["software.container"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from launcher import container_spec, imagebuild, images, treehash
+from launcher.docker import container_spec, imagebuild, images, treehash
 from launcher.errors import ConfigError, DockerUnavailable, ImageError, LockfileError
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -361,7 +361,7 @@ def test_tree_hash_ignores_times_but_not_content_mode_or_links(weird_dir):
 
 
 def test_no_daemon_is_one_line_with_next_step(monkeypatch, tmp_path):
-    from launcher import containers
+    from launcher.docker import containers
 
     url = f"unix://{tmp_path}/no.sock"
     monkeypatch.setenv("DOCKER_HOST", url)
@@ -373,8 +373,8 @@ def test_no_daemon_is_one_line_with_next_step(monkeypatch, tmp_path):
 
 
 def test_subcommands_register():
-    from launcher import cli, image_commands  # noqa: F401
+    from launcher.cli import main as cli
 
-    assert {"image", "lock"} <= set(cli.SUBCOMMANDS)
+    assert {"image", "lock"} <= set(cli.COMMANDS)
     with pytest.raises(ConfigError, match="invalid choice"):
-        cli.SUBCOMMANDS["image"][1](["frobnicate"])
+        cli.command("image")(["frobnicate"])

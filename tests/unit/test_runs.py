@@ -5,8 +5,8 @@ import stat
 
 import pytest
 
-from launcher import runs
 from launcher.errors import RunNotFound, SealError, StoreError
+from launcher.record import runs
 
 
 def _make_run(store):

@@ -13,9 +13,13 @@ import pytest
 from omegaconf import OmegaConf
 
 import launcher
-from launcher import cli, runs, slots, sweep, sweep_report
+from launcher.cli import main as cli
 from launcher.errors import ConfigError, NotComparable
-from launcher.job import Outcome
+from launcher.record import runs
+from launcher.run.job import Outcome
+from launcher.sweep import multirun as sweep
+from launcher.sweep import report as sweep_report
+from launcher.sweep import slots
 
 CORES2 = [0, 1]
 GPUS = [{"index": 0, "name": "A100"}, {"index": 1, "name": "A100"}, {"index": 5, "name": "A100"}]
@@ -221,7 +225,7 @@ def test_worker_env_covers_what_joblib_sets_in_its_workers():
 
 # ---------------------------------------------------------------- a job in its worker
 class FakeJob:
-    """Stands in for ``launcher.job.run``; refuses arguments the sweep must not pass."""
+    """Stands in for ``launcher.run.job.run``; refuses arguments the sweep must not pass."""
 
     def __init__(self, status="complete", error: Exception | None = None):
         self.calls: list[dict] = []
@@ -248,7 +252,7 @@ def _sweep_dir(tmp_path: Path, slot_list, **extra) -> Path:
 
 def test_run_job_runs_in_a_slot_and_records_the_outcome(tmp_path, monkeypatch):
     fake = FakeJob()
-    monkeypatch.setattr("launcher.job.run", fake.run)
+    monkeypatch.setattr("launcher.run.job.run", fake.run)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as a joblib worker has it
     d = _sweep_dir(tmp_path, slots.plan("auto", [], CORES2))
     record = sweep.run_job(OmegaConf.create({"seed": 3}), d, 7, ["+seed=3"])
@@ -262,7 +266,7 @@ def test_run_job_runs_in_a_slot_and_records_the_outcome(tmp_path, monkeypatch):
 
 def test_a_gpu_slot_sets_cuda_visible_devices(tmp_path, monkeypatch):
     fake = FakeJob()
-    monkeypatch.setattr("launcher.job.run", fake.run)
+    monkeypatch.setattr("launcher.run.job.run", fake.run)
     d = _sweep_dir(tmp_path, slots.plan(1, GPUS, CORES2))
     sweep.run_job(OmegaConf.create({"seed": 0}), d, 0, ["+seed=0"])
     assert fake.calls[0]["extra_env"] == {"CUDA_VISIBLE_DEVICES": "0"}
@@ -271,7 +275,7 @@ def test_a_gpu_slot_sets_cuda_visible_devices(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("error", [ConfigError("bad store"), RuntimeError("bug")])
 def test_a_job_that_raises_becomes_a_failed_record(tmp_path, monkeypatch, error):
-    monkeypatch.setattr("launcher.job.run", FakeJob(error=error).run)
+    monkeypatch.setattr("launcher.run.job.run", FakeJob(error=error).run)
     d = _sweep_dir(tmp_path, [])
     record = sweep.run_job(OmegaConf.create({"seed": 1}), d, 0, ["+seed=1"])
     assert record["status"] == "failed" and str(error) in record["error"]
@@ -280,7 +284,7 @@ def test_a_job_that_raises_becomes_a_failed_record(tmp_path, monkeypatch, error)
 
 def test_after_ctrl_c_queued_jobs_do_not_start(tmp_path, monkeypatch):
     fake = FakeJob()
-    monkeypatch.setattr("launcher.job.run", fake.run)
+    monkeypatch.setattr("launcher.run.job.run", fake.run)
     d = _sweep_dir(tmp_path, slots.plan("auto", [], CORES2))
     (d / sweep.STOP).write_text("{}")
     record = sweep.run_job(OmegaConf.create({"seed": 2}), d, 2, ["+seed=2"])
@@ -353,10 +357,10 @@ def test_callback_summarizes_the_sweep_dir_hydra_ran(tmp_path, capsys):
 
 # ---------------------------------------------------------------- verify
 class FakeReplay(types.ModuleType):
-    """Stands in for ``launcher.replay``: verdicts by run directory name."""
+    """Stands in for ``launcher.verdict.replay``: verdicts by run directory name."""
 
     def __init__(self, verdicts: dict[str, str]):
-        super().__init__("launcher.replay")
+        super().__init__("launcher.verdict.replay")
         self.verdicts, self.calls = verdicts, []
 
     def replay(self, run_dir, *, allow_mismatch=False, echo=True, cpus=None):
@@ -372,7 +376,7 @@ class FakeReplay(types.ModuleType):
 def fake_replay(monkeypatch):
     def install(verdicts):
         fake = FakeReplay(verdicts)
-        monkeypatch.setitem(sys.modules, "launcher.replay", fake)
+        monkeypatch.setitem(sys.modules, "launcher.verdict.replay", fake)
         monkeypatch.setattr(launcher, "replay", fake, raising=False)
         return fake
 

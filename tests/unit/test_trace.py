@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 
-from launcher import trace
-from launcher.hashing import weights_digest
+from launcher.record.hashing import weights_digest
+from launcher.run import trace
 
 
 def _weights(conv1=0.0, logits=0.0):

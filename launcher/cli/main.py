@@ -1,0 +1,103 @@
+"""The ``launch`` command: Hydra overrides for a training run, or a subcommand.
+
+``launch [OVERRIDES...]`` composes the config and runs one job; ``launch -m ...``
+hands the composed sweep to Hydra's multirun (``launcher.sweep.multirun``); the
+words in ``COMMANDS`` are subcommands, each a module of this package imported only
+when it is used. Errors are reported here, once, as one line: the project's errors
+by message and exit code, anything unexpected by a short traceback (the whole one
+with ``LAUNCH_FULL_ERROR=1``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from launcher.errors import ConfigError, LauncherError
+
+# name -> ("module:function", help). A static table: no registration by import.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "compare": ("launcher.cli.compare:main", "RUN_A RUN_B [--force] [--tolerance RTOL,ATOL]: bitwise verdict"),
+    "replay": ("launcher.cli.replay:main", "RUN [--allow-mismatch]: rerun a stored run, say if it reproduced"),
+    "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
+    "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX]: list runs"),
+    "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
+    "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR: replay every job of a sweep"),
+    "image": ("launcher.cli.image:image_command", "build|list|prune|bootstrap-base [OVERRIDES]: images"),
+    "lock": ("launcher.cli.image:lock_command", "image=NAME [--host]: pin an image's packages (pip-compile)"),
+}  # fmt: skip
+
+
+def command(name: str):
+    """The function behind subcommand ``name`` (its module imported now)."""
+    module, _, func = COMMANDS[name][0].partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def run_single(overrides: list[str]) -> int:
+    from launcher.run import config, job
+
+    outcome = job.run(config.compose(overrides))
+    print(job.summary_line(outcome), flush=True)
+    if outcome.status == "interrupted":
+        return 130
+    return 0 if outcome.ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in COMMANDS:
+            return command(args[0])(args[1:])
+        if args and args[0] in ("-h", "--help", "help"):
+            print(usage())
+            return 0
+        if any(a in ("-m", "--multirun") for a in args):
+            from launcher.sweep import multirun
+
+            return multirun.run_multirun([a for a in args if a not in ("-m", "--multirun")])
+        if any(a.startswith("-") for a in args):
+            raise ConfigError(
+                f"unknown option {next(a for a in args if a.startswith('-'))!r}; see launch --help"
+            )
+        return run_single(args)
+    except LauncherError as exc:
+        print(f"launch: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("launch: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an unexpected error: a bug, reported briefly
+        if os.environ.get("LAUNCH_FULL_ERROR"):
+            traceback.print_exc()
+        else:
+            frames = traceback.extract_tb(exc.__traceback__)[-3:]
+            print("".join(traceback.format_list(frames)).rstrip(), file=sys.stderr)
+            print(f"launch: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print("launch: set LAUNCH_FULL_ERROR=1 for the full traceback", file=sys.stderr)
+        return 70
+
+
+def usage() -> str:
+    lines = [
+        "usage: launch [OVERRIDES...]            run one training job (Hydra overrides)",
+        "       launch -m [OVERRIDES...]         sweep, e.g. -m train=mnist '+seed=range(10)'",
+    ]
+    for name, (_, help_text) in COMMANDS.items():
+        lines.append(f"       launch {name:<9} {help_text}")
+    lines += [
+        "",
+        "config groups: train=mnist|custom|script  determinism=off|seeded|strict  runtime=local|docker",
+        "  image=tf-cpu|tf-gpu (runtime=docker)",
+        "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
+        "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
+        "  determinism.trace_every=N (steps between trace points; 0 = none)",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""What ``launch replay`` and ``launch resume`` share: their arguments and the refusal table."""
+
+from __future__ import annotations
+
+import argparse
+
+from launcher.cli.args import parser
+from launcher.errors import NotComparable
+
+
+def rerun_args(name: str, description: str, argv: list[str]) -> argparse.Namespace:
+    """The arguments shared by replay and resume: a run, and --allow-mismatch."""
+    p = parser(name, description)
+    p.add_argument("run")
+    p.add_argument("--allow-mismatch", action="store_true", help="run even when the environment differs")
+    return p.parse_args(argv)
+
+
+def refused(exc: NotComparable) -> int:
+    """Print a comparability refusal of the environment, field by field; its exit code."""
+    from launcher.verdict import compare
+
+    print(f"REFUSED: {exc}")
+    print("\n".join(compare.difference_table(exc.differences, "stored run", "here, now")))
+    return exc.exit_code

@@ -1,0 +1,32 @@
+"""``launch runs``: the runs of a store, newest first, from its index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.cli.args import parser
+from launcher.errors import StoreError
+
+
+def main(argv: list[str]) -> int:
+    from launcher.record import index
+
+    p = parser("runs", "List the runs of a store from its index, newest first.")
+    p.add_argument("--store", default="runs", help="the store root (default ./runs)")
+    p.add_argument("--task")
+    p.add_argument("--status", choices=["running", "complete", "failed", "interrupted"])
+    p.add_argument("--key", help="comparability-key hash prefix")
+    args = p.parse_args(argv)
+    store = Path(args.store)
+    if not store.is_dir():
+        raise StoreError(f"store {args.store!r} does not exist")
+    rows = index.query(store, task=args.task, status=args.status, key=args.key)
+    header = f"{'id':<23} {'time':<25} {'task':<7} {'level':<7} {'seed':>10} {'status':<11} {'key':<12} " \
+             f"{'weights':<12} metrics"  # fmt: skip
+    print(header)
+    for r in rows:
+        key, weights = (r.key_sha256 or "-")[:12], (r.weights_sha256 or "-")[:12]
+        print(f"{r.id:<23} {r.time:<25} {r.task:<7} {r.level:<7} {r.seed!s:>10} {r.status:<11} "
+              f"{key:<12} {weights:<12} {index.metrics_text(r)}")  # fmt: skip
+    print(f"{len(rows)} run(s)")
+    return 0

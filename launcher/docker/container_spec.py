@@ -1,0 +1,159 @@
+"""How a job container is started, as data: mounts, environment, user, limits, labels.
+
+Pure functions, golden-tested; ``containers.run_job`` hands the result to the Docker
+SDK. The run directory is the only writable mount; the user's working directory,
+the data and a script are mounted read-only, each at its own absolute path so the
+paths in ``config.yaml`` and ``job.json`` mean the same inside and out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from launcher.errors import ConfigError
+from launcher.record.environment import allowed_env
+
+IMAGE_UID = 1000  # the image's `launch` user, used when launch itself runs as root
+NETWORK = "none"  # a job never has a network
+# Mounting over these would replace the image's own system or its installed packages.
+PROTECTED = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/opt/launch",
+             "/proc", "/sbin", "/sys", "/usr", "/var", "/var/tmp", "/home", "/home/launch", "/root",
+             "/run")  # fmt: skip
+JOB_LABELS = ("launch.role", "launch.run", "launch.owner", "launch.host")
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    """A bind mount: host ``source`` at ``target`` inside the container."""
+
+    source: str
+    target: str
+    read_only: bool
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def job_mounts(run_dir: str, cwd: str, read_only_paths: Iterable[str] = ()) -> list[MountSpec]:
+    """The run directory read-write, the working directory and inputs read-only.
+
+    Paths below an already mounted directory are left out (they are visible through
+    it); the list is ordered parents first, as the daemon mounts them in order.
+    """
+    run_dir, cwd = os.path.abspath(run_dir), os.path.abspath(cwd)
+    for path, what in ((run_dir, "the run directory"), (cwd, "the working directory")):
+        if path in PROTECTED:
+            raise ConfigError(
+                f"{what} {path!r} would hide the image's own files: start launch from a project "
+                "directory and keep store.root outside system directories"
+            )
+    mounts = [MountSpec(run_dir, run_dir, read_only=False)]
+    if not _inside(cwd, run_dir):
+        mounts.append(MountSpec(cwd, cwd, read_only=True))
+    for raw in read_only_paths:
+        path = os.path.abspath(os.path.join(cwd, raw))
+        if path in PROTECTED:
+            raise ConfigError(f"{path!r} cannot be mounted into a container: it is a system path")
+        if any(_inside(path, m.target) for m in mounts):
+            continue
+        mounts.append(MountSpec(os.path.realpath(path), path, read_only=True))
+    return sorted(mounts, key=lambda m: (m.target.count("/"), m.target))
+
+
+def input_paths(cfg: Mapping, cwd: str) -> list[str]:
+    """Host paths a job reads besides its working directory: data, a script, a code path."""
+    train = cfg.get("train", {})
+    paths = []
+    data = train.get("data")
+    if isinstance(data, str) and data not in ("sample", "full"):
+        path = os.path.join(cwd, os.path.expanduser(data))
+        if os.path.exists(path):
+            paths.append(path)
+    script = train.get("script")
+    if train.get("name") == "script" and isinstance(script, str) and os.path.exists(script):
+        paths.append(os.path.dirname(os.path.abspath(script)))  # the script's siblings import
+    extra = train.get("path")  # train=custom: a directory put on sys.path
+    if train.get("name") == "custom" and isinstance(extra, str) and extra:
+        path = os.path.join(cwd, os.path.expanduser(extra))
+        if os.path.isdir(path):
+            paths.append(path)
+    return paths
+
+
+def container_env(job_env: Mapping[str, str]) -> dict[str, str]:
+    """The job's environment inside the container: the allowlisted and planned variables.
+
+    Never the host's whole environment (secrets live there): the fingerprint's
+    allowlist (TF_*, PYTHONHASHSEED, CUDA_*, ...) plus the launcher's LAUNCH_* variables.
+    """
+    env = allowed_env(job_env)
+    env.update({k: v for k, v in job_env.items() if k.startswith("LAUNCH_")})
+    return dict(sorted(env.items()))
+
+
+def container_user(host_uid: int, host_gid: int) -> tuple[int, int]:
+    """The invoking user's ids, so run files are theirs; the image's user for root."""
+    if host_uid == 0:
+        return IMAGE_UID, IMAGE_UID
+    return host_uid, host_gid
+
+
+def run_args(
+    image: str,
+    run_dir: str,
+    cwd: str,
+    user: tuple[int, int],
+    env: Mapping[str, str],
+    mounts: list[MountSpec],
+    labels: Mapping[str, str],
+    cpus: Iterable[int] | None = None,
+    gpus: bool = False,
+    tmpfs_mb: int = 1024,
+) -> dict:
+    """Keyword arguments for ``containers.create``; mounts and GPU requests as plain data.
+
+    The container's scratch space is a tmpfs at /tmp, or at /var/tmp (with TMPDIR set)
+    when the user's working directory is the host's /tmp, mounted read-only there.
+    """
+    scratch = "/var/tmp" if any(m.target == "/tmp" for m in mounts) else "/tmp"
+    env = dict(env) if scratch == "/tmp" else {**env, "TMPDIR": scratch}
+    args: dict = {
+        "image": image,
+        "command": [run_dir],  # the entrypoint is `python -m launcher.bootstrap`
+        "user": f"{user[0]}:{user[1]}",
+        "environment": dict(sorted(env.items())),
+        "working_dir": cwd,
+        "mounts": [asdict(m) for m in mounts],
+        "network_mode": NETWORK,
+        "read_only": True,  # the image's files cannot change; only the run dir and /tmp
+        "tmpfs": {scratch: f"rw,nosuid,nodev,size={tmpfs_mb}m"},
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "init": True,  # a real PID 1 passes SIGINT/SIGTERM on to the job
+        "labels": dict(labels),
+        "detach": True,
+    }
+    if cpus:
+        args["cpuset_cpus"] = ",".join(str(c) for c in sorted(cpus))
+    if gpus:
+        args["device_requests"] = [{"count": -1, "capabilities": [["gpu"]]}]
+    return args
+
+
+def job_labels(run_dir: str, owner_pid: int, host: str) -> dict[str, str]:
+    """Labels that find a job's container again, e.g. to remove one whose launcher died."""
+    values = ("job", Path(run_dir).name, str(owner_pid), host)
+    return dict(zip(JOB_LABELS, values, strict=True))
+
+
+def exit_code(status: int, oom_killed: bool = False) -> int:
+    """A container's status as ``subprocess`` reports it: 128+N becomes -N for a signal."""
+    if oom_killed:
+        return status
+    if status > 128 and status - 128 in (2, 9, 15):
+        return -(status - 128)
+    return status

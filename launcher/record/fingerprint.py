@@ -1,0 +1,66 @@
+"""The fingerprint of a run: what it ran on and read, assembled in two halves.
+
+The launcher side (``collect``) records hardware, environment, code and the config
+hash before the job starts; the job process adds what only it can measure
+(``job_facts``: software with TensorFlow's build, the effective determinism settings,
+the data read), merged by ``merge_job_facts``. Probes live in ``probes``, the
+environment allowlist in ``environment``, the comparability key in ``key``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping
+
+from launcher.errors import SchemaError
+from launcher.record.environment import allowed_env
+from launcher.record.probes import code, hardware, software, tensorflow_software
+
+SCHEMA = 1
+READABLE_SCHEMAS = (1,)
+
+
+def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None) -> dict:
+    """The launcher-side fingerprint of a job about to start with environment ``env``.
+
+    ``software``, ``determinism`` and ``data`` are filled in by the job process
+    (``job_facts``), since a container's software is not the host's.
+    """
+    return {
+        "schema": SCHEMA,
+        "hardware": hardware(),
+        "software": None,
+        "environment": allowed_env(env),
+        "code": code(cwd, script),
+        "config_sha256": config_sha256,
+        "host": {"hostname": socket.gethostname()},
+        "determinism": None,
+        "data": None,
+    }
+
+
+def job_facts(effective: dict, data_files: dict[str, str]) -> dict:
+    """What the job process measures: its software (with TensorFlow's build), effective
+    determinism settings and the data it read. Called in the job process."""
+    sw = software()
+    sw.update(tensorflow_software())
+    return {"software": sw, "determinism": effective, "data": dict(sorted(data_files.items()))}
+
+
+def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dict:
+    """The complete fingerprint: launcher side, job side, and the container if there was one."""
+    out = json.loads(json.dumps(fp))
+    out.update(software=facts["software"], determinism=facts["determinism"], data=facts["data"])
+    out["software"]["container"] = container
+    return out
+
+
+def check_schema(fp: dict, where: str) -> None:
+    if fp.get("schema") not in READABLE_SCHEMAS:
+        raise SchemaError(
+            f"{where}: fingerprint schema {fp.get('schema')!r} is not readable by this launcher "
+            f"(reads {', '.join(map(str, READABLE_SCHEMAS))})"
+        )
+
+

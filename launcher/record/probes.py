@@ -1,0 +1,190 @@
+"""Probes of what a run ran on: hardware, software, code.
+
+Each *probe* (reads a file or runs a program) is kept apart from its *parser* (pure,
+tested on recorded output); nothing is mutated while probing. The launcher process
+never imports TensorFlow: ``tensorflow_software`` runs in the job process.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+from launcher import proc
+
+# ---------------------------------------------------------------- hardware
+# Instruction-set features that select oneDNN/Eigen/XLA kernels on x86 and ARM.
+ISA_PATTERNS = ("sse4_1", "sse4_2", "avx", "avx2", "avx512*", "amx*", "fma", "f16c", "avx_vnni*",
+                "asimd*", "sve*", "bf16", "i8mm")  # fmt: skip
+
+
+def parse_cpuinfo(text: str) -> dict:
+    """Vendor, model and kernel-selecting ISA flags from /proc/cpuinfo (first CPU)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = (fields.get("flags") or fields.get("Features") or "").split()
+    isa = sorted({f for f in flags if any(fnmatch.fnmatchcase(f, p) for p in ISA_PATTERNS)})
+    return {
+        "vendor": fields.get("vendor_id") or fields.get("CPU implementer"),
+        "model": fields.get("model name") or fields.get("CPU part"),
+        "isa": isa,
+    }
+
+
+def parse_meminfo(text: str) -> int | None:
+    """MemTotal in bytes from /proc/meminfo."""
+    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.M)
+    return int(match.group(1)) * 1024 if match else None
+
+
+GPU_QUERY = "index,name,compute_cap,driver_version,memory.total,mig.mode.current,uuid"
+
+
+def parse_nvidia_smi_query(text: str) -> list[dict]:
+    """Rows of ``nvidia-smi --query-gpu=GPU_QUERY --format=csv,noheader,nounits``."""
+    gpus = []
+    for line in text.strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 7:
+            continue
+        index, name, cap, driver, memory, mig, uuid = cells
+        gpus.append(
+            {
+                "index": int(index),
+                "name": name,
+                "compute_capability": cap,
+                "driver_version": driver,
+                "memory_mib": int(memory) if memory.isdigit() else None,
+                "mig_mode": mig,
+                "uuid": uuid,
+            }
+        )
+    return gpus
+
+
+def parse_cuda_driver_version(text: str) -> str | None:
+    """The CUDA driver API version from nvidia-smi's banner ('CUDA Version: 12.4')."""
+    match = re.search(r"CUDA Version:\s*([\d.]+)", text)
+    return match.group(1) if match else None
+
+
+def parse_nvidia_topology(text: str) -> list[list[str]]:
+    """The GPU-to-GPU link matrix of ``nvidia-smi topo -m`` (X, NV#, PIX, PXB, PHB, NODE, SYS)."""
+    lines = text.splitlines()
+    if not lines:
+        return []
+    n_gpus = sum(1 for cell in lines[0].split() if re.fullmatch(r"GPU\d+", cell))
+    return [
+        line.split()[1 : 1 + n_gpus]
+        for line in lines[1:]
+        if line[:1].strip() and re.fullmatch(r"GPU\d+", line.split()[0])
+    ]
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def hardware() -> dict:
+    cpu = parse_cpuinfo(_read("/proc/cpuinfo"))
+    cpu["logical_cores"] = os.cpu_count()
+    info = {"cpu": cpu, "memory_bytes": parse_meminfo(_read("/proc/meminfo")), "gpus": []}
+    query = proc.capture(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
+    if query:
+        info["gpus"] = parse_nvidia_smi_query(query)
+        info["cuda_driver_version"] = parse_cuda_driver_version(proc.capture(["nvidia-smi"]) or "")
+        info["gpu_topology"] = parse_nvidia_topology(proc.capture(["nvidia-smi", "topo", "-m"]) or "")
+    return info
+
+
+# ---------------------------------------------------------------- software
+def parse_os_release(text: str) -> dict:
+    values = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', text, re.M))
+    return {"id": values.get("ID"), "version_id": values.get("VERSION_ID"), "name": values.get("PRETTY_NAME")}
+
+
+def installed_distributions() -> list[str]:
+    """``name==version`` of every installed distribution, sorted, names normalized."""
+    found = set()
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={dist.version}")
+    return sorted(found)
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def software() -> dict:
+    packages = installed_distributions()
+    return {
+        "os": parse_os_release(_read("/etc/os-release")),
+        "kernel": platform.release(),
+        "libc": "-".join(platform.libc_ver()),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "machine": platform.machine(),
+        "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
+        "keras": _version("keras"),
+        "numpy": _version("numpy"),
+        "packages": packages,
+        "packages_sha256": hashlib.sha256("\n".join(packages).encode()).hexdigest(),
+        "container": None,
+    }
+
+
+def tensorflow_software() -> dict:
+    """TensorFlow's build facts, read in the job process (which has TensorFlow loaded)."""
+    import keras
+    import numpy
+    import tensorflow as tf
+
+    build = {k: str(v) for k, v in sorted(tf.sysconfig.get_build_info().items())}
+    return {"tensorflow": tf.__version__, "keras": keras.__version__, "numpy": numpy.__version__,
+            "tf_build": build}  # fmt: skip
+
+
+# ---------------------------------------------------------------- code
+def parse_git_status(text: str) -> bool:
+    """Dirty when ``git status --porcelain`` lists anything."""
+    return bool(text.strip())
+
+
+def code(cwd: str, script: str | None = None) -> dict:
+    """The git state of the user's working directory, and the launcher's version."""
+    from launcher.version import __version__
+
+    info: dict = {"launcher_version": __version__, "git_commit": None, "dirty": None, "diff_sha256": None}
+    commit = proc.capture(["git", "rev-parse", "HEAD"], cwd=cwd)
+    if commit:
+        status = proc.capture(["git", "status", "--porcelain"], cwd=cwd) or ""
+        diff = proc.capture(["git", "diff", "HEAD", "--binary"], cwd=cwd) or ""
+        info.update(
+            git_commit=commit.strip(),
+            dirty=parse_git_status(status),
+            diff_sha256=hashlib.sha256((diff + status).encode()).hexdigest() if status.strip() else None,
+        )
+    if script:
+        info["script_sha256"] = hashlib.sha256(Path(script).read_bytes()).hexdigest()
+    return info
+
+

@@ -1,0 +1,15 @@
+"""One run, from a composed config to a sealed result.
+
+Owns the stages of a run: ``config`` (compose, check, resolve, hash), ``job`` (the
+pipeline: resolve, create the run directory, plan, fingerprint, run, seal, index),
+``determinism`` (the bootstrap as a pure plan, applied and read back in the job
+process), ``bootstrap`` (the job process), ``observe`` (what an unmodified training
+script trained, without its help), ``runtime`` (where the job process runs),
+``trace`` (the step trace), ``checkpoints`` and ``resume``, ``precheck`` (a stored
+run's key against this environment), ``userapi`` (the helpers user code may call),
+``data`` and ``tasks`` (the built-in mnist task, user code).
+
+May import ``launcher.record`` (what a run leaves behind), ``launcher.errors`` and
+``launcher.proc``; ``launcher.docker`` only lazily, for ``runtime=docker``. Never
+``verdict``, ``sweep`` or ``cli``.
+"""

@@ -1,0 +1,183 @@
+"""Checks and resolves a composed launch config, in one place.
+
+Hydra composes the YAML groups in ``launcher/configs``; this module enforces the
+cross-field rules (allowed values named in each message), resolves what must be
+fixed once at launch (the seed, ``auto`` thread counts) and hashes the parts of
+the config that can change a result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from launcher.errors import ConfigError, LauncherError
+from launcher.run import determinism
+
+CONFIG_MODULE = "launcher.configs"
+PRIMARY = "launch"
+
+TASKS = ("mnist", "custom", "script")
+RUNTIMES = ("local", "docker")
+# Fields that cannot change a result: left out of the config hash (dotted paths).
+NOT_IN_HASH = (
+    "store",  # where runs are written
+    "runtime.slots",  # where a sweep job runs, never what it computes
+    "determinism.trace_every",  # the trace reads weights, never changes them
+)
+NOT_IN_HASH_DOCKER = ("image.ca_bundle", "image.index_url", "image.wheelhouse",  # where wheels come from
+                      "runtime.stop_timeout_s", "runtime.tmpfs_mb")  # how a job is stopped, its /tmp  # fmt: skip
+
+
+def _positive_int(value: object, name: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _positive_number(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` for the first invalid value, naming what is allowed."""
+    train, det = cfg.train, cfg.determinism
+    if train.name not in TASKS:
+        raise ConfigError(f"train={train.name!r} is unknown; choose one of {', '.join(TASKS)}")
+    if det.level not in determinism.LEVELS:
+        raise ConfigError(
+            f"determinism={det.level!r} is unknown; choose one of {', '.join(determinism.LEVELS)}"
+        )
+    if cfg.runtime.name not in RUNTIMES:
+        raise ConfigError(f"runtime={cfg.runtime.name!r} is unknown; choose one of {RUNTIMES}")
+    if "seed" in cfg and cfg.seed is not None:
+        seed = cfg.seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise ConfigError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    if det.seed is not None and (not isinstance(det.seed, int) or det.seed < 0):
+        raise ConfigError(f"determinism.seed must be a non-negative integer, got {det.seed!r}")
+    for key in ("intra_op_threads", "inter_op_threads"):
+        value = det[key]
+        if det.level == "strict" and value is None:
+            raise ConfigError(f"determinism.{key} must be set in strict mode (an integer or auto)")
+        try:
+            determinism.resolve_threads(value, 1)
+        except LauncherError as exc:
+            raise ConfigError(f"determinism.{key}: {exc}") from None
+    for key in ("onednn_opts", "jit_compile", "deterministic_data"):
+        if det.get(key) is not None and not isinstance(det.get(key), bool):
+            raise ConfigError(f"determinism.{key} must be true, false or null, got {det.get(key)!r}")
+    if det.get("jit_compile") and train.name != "mnist":
+        raise ConfigError(f"determinism.jit_compile applies to train=mnist; train={train.name} code passes "
+                          "jit_compile to its own model.compile()")  # fmt: skip
+    trace_every = det.get("trace_every", 0)
+    if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
+        raise ConfigError(f"determinism.trace_every must be an integer >= 0 (0 = no trace), got {trace_every!r}")
+    if train.name == "mnist":
+        _positive_int(train.epochs, "train.epochs")
+        _positive_int(train.batch_size, "train.batch_size")
+        _positive_int(train.max_samples, "train.max_samples", allow_none=True)
+        _positive_number(train.learning_rate, "train.learning_rate")
+        _positive_int(train.checkpoint_keep, "train.checkpoint_keep")
+        if isinstance(train.checkpoint_every, bool) or not isinstance(train.checkpoint_every, int) \
+                or train.checkpoint_every < 0:
+            raise ConfigError(f"train.checkpoint_every must be an integer >= 0, got {train.checkpoint_every!r}")
+        if not isinstance(train.data, str) or not train.data:
+            raise ConfigError("train.data must be sample, full, or a path to an .npz file or IDX directory")
+        if train.data not in ("sample", "full") and not os.path.exists(os.path.expanduser(train.data)):
+            raise ConfigError(f"train.data {train.data!r} does not exist (use sample, full, or a path)")
+        calls = train.get("data_parallel_calls", 1)
+        if calls != "autotune":
+            _positive_int(calls, "train.data_parallel_calls (or autotune)")
+    elif train.name == "custom":
+        if OmegaConf.is_missing(train, "entrypoint") or ":" not in str(train.entrypoint):
+            raise ConfigError("train=custom needs train.entrypoint=package.module:function")
+    elif train.name == "script":
+        if OmegaConf.is_missing(train, "script"):
+            raise ConfigError("train=script needs train.script=path/to/train.py")
+        if not os.path.isfile(str(train.script)):
+            raise ConfigError(f"train.script {train.script!r} is not a file")
+    if not str(cfg.store.root):
+        raise ConfigError("store.root must be a directory path")
+
+
+def resolve(cfg: DictConfig, cpu_count: int | None = None) -> DictConfig:
+    """A copy of ``cfg`` with everything fixed that must not change on replay.
+
+    The seed becomes a top-level ``seed`` (from ``+seed``, else the level's default,
+    else drawn from the OS and recorded); ``auto`` thread counts become numbers; a
+    script path becomes absolute. Resolving a resolved config changes nothing.
+    """
+    validate(cfg)
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    OmegaConf.set_struct(out, False)
+    seed = cfg.get("seed")
+    if seed is None:
+        seed = cfg.determinism.seed
+    if seed is None:
+        seed = determinism.draw_seed()
+    out.seed = int(seed)
+    cores = cpu_count if cpu_count is not None else os.cpu_count()
+    for key in ("intra_op_threads", "inter_op_threads"):
+        out.determinism[key] = determinism.resolve_threads(cfg.determinism[key], cores)
+    if out.train.name == "script":
+        out.train.script = os.path.abspath(str(out.train.script))
+    if out.train.name == "mnist" and out.train.data not in ("sample", "full"):
+        out.train.data = os.path.abspath(os.path.expanduser(str(out.train.data)))
+    OmegaConf.set_struct(out, True)
+    return out
+
+
+def hashed_part(cfg: DictConfig | dict) -> dict:
+    """The config without the fields that cannot change a result: what ``config_hash`` hashes."""
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else json.loads(json.dumps(cfg))
+    local = data.get("runtime", {}).get("name", "local") == "local"
+    # The image settings do not reach a local run.
+    for path in (*NOT_IN_HASH, *(("image",) if local else NOT_IN_HASH_DOCKER)):
+        *parents, leaf = path.split(".")
+        node = data
+        for name in parents:
+            node = node.get(name) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return data
+
+
+def config_hash(cfg: DictConfig | dict) -> str:
+    """sha256 of the canonical JSON of the config without fields that cannot affect results."""
+    canonical = json.dumps(hashed_part(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def compose(overrides: Sequence[str]):
+    """Compose the launch config with ``overrides``; Hydra's errors become ConfigError."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
+            return hydra_compose(config_name=PRIMARY, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(hydra_message(exc)) from None
+
+
+def hydra_message(exc: BaseException) -> str:
+    """Hydra's multi-line error reduced to one line: what failed, and why."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    head = lines[0] if lines else type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        reason = str(cause).strip().splitlines()[0]
+        if reason not in head:
+            head = f"{head} {reason}"
+    if head.startswith("Error parsing override"):
+        head += " (quote values with quotes or special characters: key='it\\'s')"
+    return head

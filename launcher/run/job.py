@@ -1,0 +1,172 @@
+"""One run, as a pipeline: resolve config, create run, plan, fingerprint, run, seal, index.
+
+Used by a single launch, by each job of a sweep, and by replay. Whatever happens,
+the run directory ends ``complete`` (sealed), ``failed`` or ``interrupted``, and
+the index says so; a run that did not finish never looks complete.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from launcher.errors import LauncherError
+from launcher.record import fingerprint, index, key, runs
+from launcher.run import config, determinism, runtime
+from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
+
+FINGERPRINT = "fingerprint.json"
+CONFIG = "config.yaml"
+CONTAINER = "container.json"  # written by a container runtime: image id, tag, uid, network
+LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@dataclass
+class Outcome:
+    """What became of one run."""
+
+    run_dir: Path
+    status: str  # complete | failed | interrupted
+    seed: int
+    result: dict = field(default_factory=dict)
+    error: str | None = None
+    returncode: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "complete"
+
+
+def prepare(cfg: DictConfig, store_root: Path | None = None) -> tuple[DictConfig, Path]:
+    """Resolve ``cfg`` and create its run directory with ``config.yaml``."""
+    resolved = config.resolve(cfg)
+    root = Path(store_root) if store_root is not None else Path(str(resolved.store.root))
+    run_dir = runs.create(root)
+    runs.set_status(run_dir, "running", pid=os.getpid())
+    runs.write_bytes(run_dir / CONFIG, OmegaConf.to_yaml(resolved).encode())
+    return resolved, run_dir
+
+
+def execute(
+    resolved: DictConfig,
+    run_dir: Path,
+    *,
+    cwd: str | None = None,
+    cpus: frozenset[int] | None = None,
+    echo: bool = True,
+    extra_env: dict[str, str] | None = None,
+    replay_of: str | None = None,
+    replay_notes: dict | None = None,
+    resume: dict | None = None,
+) -> Outcome:
+    """Run the prepared job in ``run_dir`` to its end and record how it ended."""
+    cwd = cwd or os.getcwd()
+    plan, env, fp = launch_fingerprint(resolved, cwd, extra_env)
+    runs.write_json(run_dir / FINGERPRINT, fp)
+    runs.write_json(
+        run_dir / JOB,
+        {
+            "plan": plan.to_dict(),
+            "progress": echo and sys.stdout.isatty(),
+            "launch_dir": cwd,
+            "replay_of": replay_of,
+            "replay": replay_notes,
+            "resume": resume,
+        },
+    )
+    row = _row(run_dir, resolved, "running", replay_of=replay_of)
+    index.record(run_dir.parent, row)
+    job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=cpus, echo=echo)
+    try:
+        returncode = runtime.get(str(resolved.runtime.name)).run(job)
+    except KeyboardInterrupt:
+        returncode = 130
+    return finish(run_dir, resolved, fp, returncode, row)
+
+
+def launch_fingerprint(
+    resolved: DictConfig, cwd: str, extra_env: dict[str, str] | None = None
+) -> tuple[determinism.Plan, dict[str, str], dict]:
+    """The plan, the job's environment, and the launcher side of its fingerprint."""
+    det = resolved.determinism
+    plan = determinism.plan(
+        det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts,
+        jit_compile=det.get("jit_compile"), deterministic_data=det.get("deterministic_data"),
+    )  # fmt: skip
+    env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
+    env.update(extra_env or {})
+    script = str(resolved.train.script) if resolved.train.name == "script" else None
+    return plan, env, fingerprint.collect(env, cwd, config.config_hash(resolved), script)
+
+
+def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row) -> Outcome:
+    """Seal a successful job; mark any other ending failed or interrupted, with its reason."""
+    seed = int(resolved.seed)
+    if returncode == 0 and (run_dir / RESULT).exists() and (run_dir / JOB_FACTS).exists():
+        container = runs.read_json(run_dir / CONTAINER) if (run_dir / CONTAINER).exists() else None
+        fp = fingerprint.merge_job_facts(fp, runs.read_json(run_dir / JOB_FACTS), container)
+        runs.write_json(run_dir / FINGERPRINT, fp)
+        (run_dir / JOB_FACTS).unlink()
+        result = runs.read_json(run_dir / RESULT)
+        runs.seal(run_dir)
+        row.status, row.key_sha256 = "complete", key.key_sha256(fp)
+        row.metrics = json.dumps(result.get("final_metrics", {}), sort_keys=True)
+        row.weights_sha256 = result.get("weights_sha256")
+        index.record(run_dir.parent, row)
+        return Outcome(run_dir, "complete", seed, result=result, returncode=0)
+    state = "interrupted" if returncode in (130, -2, -15, -9) else "failed"
+    error = _job_error(run_dir, returncode)
+    runs.set_status(run_dir, state, error=error, returncode=returncode)
+    row.status = state
+    index.record(run_dir.parent, row)
+    return Outcome(run_dir, state, seed, error=error, returncode=returncode)
+
+
+def run(cfg: DictConfig, *, store_root: Path | None = None, **kwargs) -> Outcome:
+    """Prepare and execute one run; a config or store error raises before a run exists."""
+    resolved, run_dir = prepare(cfg, store_root)
+    try:
+        return execute(resolved, run_dir, **kwargs)
+    except LauncherError as exc:
+        runs.set_status(run_dir, "failed", error=str(exc))
+        raise
+
+
+def summary_line(outcome: Outcome) -> str:
+    """The one line printed at the end of a run."""
+    if not outcome.ok:
+        return f"[launch] run {outcome.run_dir} {outcome.status.upper()}: {outcome.error}"
+    metrics = outcome.result.get("final_metrics", {})
+    shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
+    weights = outcome.result.get("weights_sha256") or "(no model recorded)"
+    return f"[launch] run {outcome.run_dir} complete; seed={outcome.seed} {shown} weights_sha256={weights}"
+
+
+def _job_error(run_dir: Path, returncode: int) -> str:
+    if (run_dir / ERROR).exists():
+        return runs.read_json(run_dir / ERROR).get("message", "job failed")
+    if returncode < 0:
+        return f"job killed by signal {-returncode}"
+    if returncode == 0:
+        return "job ended without writing result.json"
+    return f"job exited with status {returncode} (see {run_dir / 'log.txt'})"
+
+
+def _row(run_dir: Path, resolved: DictConfig, status: str, replay_of: str | None) -> index.Row:
+    return index.Row(
+        id=run_dir.name,
+        path=str(run_dir.resolve()),
+        time=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        task=str(resolved.train.name),
+        level=str(resolved.determinism.level),
+        seed=int(resolved.seed),
+        status=status,
+        replay_of=replay_of,
+    )
+

@@ -1,0 +1,79 @@
+"""A stored run's comparability key against this environment, before it is run again.
+
+``launch replay`` and ``launch resume`` refuse to start when what can be measured
+here and now (hardware, software, environment, code, data, config) differs from
+what the run recorded in a field of the key; the fields only the job process can
+measure are checked by the comparison after the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from launcher.record import fingerprint, key, probes, runs
+from launcher.run import job
+
+# Key fields only the job process can measure; the comparison after the run checks them.
+MEASURED_IN_JOB = ("determinism", "software.tf_build")
+
+
+def current_data_hashes(stored: dict[str, str]) -> dict[str, str]:
+    """Re-hash the data files a run read, where they are now (``missing`` when gone)."""
+    out = {}
+    for name, _ in stored.items():
+        if name.startswith("launcher/"):
+            ref = resources.files("launcher").joinpath(name.removeprefix("launcher/"))
+            path = Path(str(ref))
+        else:
+            path = Path(name)
+        out[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    return out
+
+
+def precheck(run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None) -> list[tuple[str, object, object]]:
+    """Key differences between the stored run and a rerun here, now, before running it."""
+    stored = runs.read_json(run_dir / job.FINGERPRINT)
+    return key_differences_now(stored, run_dir, cwd, extra_env)
+
+
+def key_differences_now(
+    stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None
+) -> list[tuple[str, object, object]]:
+    """Key differences between fingerprint ``stored`` of ``run_dir`` and this environment."""
+    fingerprint.check_schema(stored, str(run_dir))
+    resolved = OmegaConf.load(run_dir / job.CONFIG)
+    _, _, current = job.launch_fingerprint(resolved, cwd, extra_env)
+    if stored.get("software") is None:
+        current["software"] = None  # the job never reported: nothing to check it against
+    elif stored["software"].get("container"):
+        # The software is the image's, not this host's: the rerun uses the run's image, or a
+        # rebuild whose installed-package tree is checked against the stored packages_sha256.
+        current["software"] = json.loads(json.dumps(stored["software"]))
+    else:
+        current["software"] = probes.software()
+        current["software"]["container"] = stored["software"].get("container")
+    current["data"] = current_data_hashes(stored.get("data") or {})
+    for name in MEASURED_IN_JOB:
+        section, _, sub = name.partition(".")
+        if sub:
+            if current[section] is not None:
+                current[section][sub] = (stored[section] or {}).get(sub)
+        else:
+            current[section] = stored[section]
+    for name in ("tensorflow", "keras", "numpy") if current["software"] else ():
+        # The launcher reads distribution versions; the job reads __version__. Same release,
+        # but e.g. local builds may spell it differently: the job's check after the run decides.
+        if current["software"].get(name) and stored["software"].get(name):
+            current["software"][name] = _same_release(current["software"][name], stored["software"][name])
+    return key.key_differences(stored, current)
+
+
+def _same_release(now: str, then: str) -> str:
+    return then if now.split("+")[0] == then.split("+")[0] else now
+
+

@@ -1,0 +1,95 @@
+"""``launch resume RUN``: continue an interrupted run from its newest complete checkpoint.
+
+The run continues in its own directory with its stored config and seed. Metrics of
+epochs after the checkpoint (written before the interruption) are dropped and
+appended again as the resumed epochs end; ``job.json`` and ``result.json`` record
+that the run was resumed and from which epoch. The current environment's
+comparability key must match the run's, as for replay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from launcher.errors import NotComparable, ResumeError
+from launcher.record import runs
+from launcher.run import checkpoints, job, precheck, trace
+from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
+from launcher.run.tasks import METRICS
+
+
+def _alive(pid: object) -> bool:
+    """Is ``pid`` a live launcher process? (Not a zombie, not a reused pid of another program.)"""
+    if not isinstance(pid, int):
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return state != "Z" and b"launch" in cmdline
+
+
+def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
+    """The checkpoint to resume from, its epoch and fallback notes; or ResumeError saying why not."""
+    if (run_dir / runs.MANIFEST).exists():
+        raise ResumeError(f"run {run_dir.name} is complete; nothing to resume (use launch replay to rerun it)")
+    status = runs.status(run_dir)
+    if status.get("state") == "running" and _alive(status.get("pid")) and status.get("pid") != os.getpid():
+        raise ResumeError(f"run {run_dir.name} is still running (launcher pid {status['pid']})")
+    path, epoch, notes = checkpoints.latest_complete(run_dir)
+    if path is None:
+        why = "; ".join(notes) if notes else "it has no checkpoints (determinism=off, or it died in epoch 1)"
+        raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
+    return path, epoch, notes
+
+
+def keep_metrics_through(run_dir: Path, epoch: int) -> None:
+    """Rewrite metrics.jsonl atomically with only the epochs up to ``epoch``."""
+    path = run_dir / METRICS
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["epoch"] <= epoch]
+    runs.write_bytes(path, "".join(line + "\n" for line in lines).encode())
+
+
+def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) -> tuple[job.Outcome, list[str]]:
+    """Resume ``run``; returns the outcome and the notes printed about skipped checkpoints."""
+    run_dir = runs.require_run(run)
+    checkpoint, epoch, notes = check_resumable(run_dir)
+    previous = runs.read_json(run_dir / JOB) if (run_dir / JOB).exists() else {}
+    stored = runs.read_json(run_dir / job.FINGERPRINT)
+    if (run_dir / JOB_FACTS).exists():
+        facts = runs.read_json(run_dir / JOB_FACTS)
+        stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
+    diffs = precheck.key_differences_now(stored, run_dir, os.getcwd())
+    if diffs and not allow_mismatch:
+        raise NotComparable(
+            f"cannot resume {run_dir.name} here: {len(diffs)} comparability field(s) differ "
+            f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to resume anyway",
+            diffs,
+        )
+    runs.unseal_for_resume(run_dir)
+    for leftover in (RESULT, ERROR, JOB_FACTS):
+        (run_dir / leftover).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "outputs", ignore_errors=True)
+    keep_metrics_through(run_dir, epoch)
+    trace.keep_through(run_dir, epoch)
+    history = [*((previous.get("resume") or {}).get("history", [])), {"from_epoch": epoch}]
+    resume_info = {
+        "checkpoint": checkpoint.relative_to(run_dir).as_posix(),
+        "epoch": epoch,
+        "history": history,
+        "comparable": not diffs,
+        "skipped": notes,
+    }
+    runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
+    resolved = OmegaConf.load(run_dir / job.CONFIG)
+    outcome = job.execute(resolved, run_dir, echo=echo, resume=resume_info)
+    return outcome, notes

@@ -1,0 +1,76 @@
+"""Where a job process runs. A runtime takes a prepared run directory and returns an exit code.
+
+``local`` starts ``python -m launcher.bootstrap RUN_DIR`` as a child of ``launch``.
+A container runtime implements the same ``run(job)`` with the bootstrap as entrypoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from launcher import proc
+from launcher.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job ready to start: its run directory and the environment it must start with."""
+
+    run_dir: Path
+    env: dict[str, str]  # the complete environment of the job process
+    cwd: str  # the user's launch directory (imports of train.entrypoint resolve here)
+    cpus: frozenset[int] | None = None  # CPU slot: the cores the job may run on
+    echo: bool = True  # stream the job's output to our stdout
+    extra: dict = field(default_factory=dict)
+
+
+class Runtime(Protocol):
+    name: str
+
+    def run(self, job: Job) -> int: ...
+
+
+def bootstrap_argv(python: str, run_dir: Path) -> list[str]:
+    return [python, "-m", "launcher.bootstrap", str(run_dir)]
+
+
+class LocalRuntime:
+    """The job runs in a child process of ``launch`` on this machine."""
+
+    name = "local"
+
+    def run(self, job: Job) -> int:
+        return proc.run_streaming(
+            bootstrap_argv(sys.executable, job.run_dir),
+            env=job.env,
+            log_path=job.run_dir / "log.txt",
+            cwd=job.cwd,
+            echo=job.echo,
+            preexec_affinity=set(job.cpus) if job.cpus else None,
+        )
+
+
+def job_env(base: dict[str, str], plan_env: dict[str, str], launcher_root: str) -> dict[str, str]:
+    """The job's environment: ours, the plan's variables on top, and the launcher importable."""
+    env = dict(base)
+    env.update(plan_env)
+    # The job imports `launcher` even when `launch` runs from a source tree.
+    paths = [launcher_root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    # Quiet TensorFlow's C++ start-up chatter; errors still show.
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def get(name: str) -> Runtime:
+    if name == "local":
+        return LocalRuntime()
+    if name == "docker":
+        from launcher.docker.imagebuild import DockerRuntime
+
+        return DockerRuntime()
+    raise ConfigError(f"runtime={name!r} is unknown; choose local or docker")

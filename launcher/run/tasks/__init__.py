@@ -1,0 +1,49 @@
+"""Training tasks. Each module exposes ``run(ctx: TaskContext) -> dict``.
+
+The returned dict may hold ``final_metrics``, ``weights_sha256`` and
+``layer_sha256``; the bootstrap adds timings, output hashes and data hashes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from launcher.run.determinism import Plan
+
+METRICS = "metrics.jsonl"
+
+
+@dataclass
+class TaskContext:
+    cfg: DictConfig
+    seed: int
+    plan: Plan
+    run_dir: Path
+    output_dir: Path
+    progress: bool  # a terminal is watching: show Keras progress bars
+    resume: dict | None = None  # {"checkpoint": relative path, "epoch": N} when resuming
+    trace_every: int = 0  # record the divergence trace every N steps (0 = none)
+    data_files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of data read
+    # Settings only the task can read back (e.g. Keras' effective jit_compile, which it turns
+    # off under op determinism); they replace the planned values in the fingerprint.
+    effective: dict[str, object] = field(default_factory=dict)
+
+    def log_epoch(self, epoch: int, metrics: dict[str, float]) -> None:
+        """Append one epoch's metrics to metrics.jsonl as a single line, durably."""
+        line = json.dumps({"epoch": epoch, **metrics}, sort_keys=True) + "\n"
+        with open(self.run_dir / METRICS, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def get(name: str):
+    """The ``run`` function of task ``name`` (imported lazily: tasks import TensorFlow)."""
+    module = {"mnist": "mnist", "custom": "user", "script": "user"}[name]
+    return importlib.import_module(f"launcher.run.tasks.{module}").run

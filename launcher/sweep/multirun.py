@@ -1,0 +1,390 @@
+"""Sweeps: ``launch -m ...`` through Hydra's multirun, in device slots, summarized.
+
+A pipeline of small steps: ``prepare`` expands the sweep exactly as Hydra's
+BasicSweeper will and composes and validates every job's config (so bad input
+fails before any job starts); ``run_multirun`` creates the sweep directory, writes
+``sweep.json`` and one pending ``jobs/NNN.json`` per job, and hands the overrides
+to Hydra's multirun with a launcher plugin (``joblib`` by default, one worker per
+slot; ``submitit_local``/``submitit_slurm`` work too); each worker runs
+``run_job``: take a slot, run the job, record the outcome; ``SweepSummary`` (a
+Hydra callback) writes ``summary.json`` and prints the table. ``launch sweep
+verify`` replays every job. A failed job is a record with status ``failed``,
+never an exception that stops the others.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.errors import ConfigError, LauncherError
+from launcher.record import runs
+from launcher.sweep import slots as _slots
+
+SWEEP = "sweep.json"
+JOBS = "jobs"
+SLOTS = "slots"  # the slots' lock files, while the sweep runs
+STOP = "STOP"  # written at the first Ctrl-C: queued jobs are not started
+SUMMARY = "summary.json"
+DEFAULT_LAUNCHER = "joblib"  # as in launch.yaml's defaults
+# Launchers whose scheduler allocates the devices (one GPU per job): no local slots.
+SCHEDULED = ("submitit_slurm",)
+# joblib's loky workers set these (``ParallelBackendBase.MAX_NUM_THREADS_VARS``,
+# ``TBB_ENABLE_IPC_VAR``, and ``import joblib`` sets KMP_INIT_AT_FORK). A job must start
+# with launch's environment, not the worker's, or its recorded environment (OMP_*, KMP_*)
+# and so its comparability key would depend on the launcher plugin that ran it.
+WORKER_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS", "NUMBA_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+              "ENABLE_IPC", "KMP_INIT_AT_FORK")  # fmt: skip
+
+
+@dataclass
+class SweepPlan:
+    """A validated sweep, ready to launch."""
+
+    jobs: list[list[str]]  # each job's task overrides, in Hydra's job order
+    hydra_overrides: list[str]  # hydra/... and hydra.* overrides, for every job
+    swept: list[str]  # the swept keys, as written: "+seed", "train.learning_rate"
+    launcher: str  # hydra/launcher choice
+    slots: list[_slots.Slot]  # empty when a scheduler allocates devices
+    store_root: Path  # absolute
+    seeds: list[int | None]  # None: drawn when the job starts
+
+
+# ---------------------------------------------------------------- prepare (before any job)
+def expand(overrides: list[str]) -> tuple[list[list[str]], list[str], list[str]]:
+    """The jobs of a sweep (task overrides per job, in Hydra's order), the Hydra
+    overrides, and the keys being swept."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from launcher.run.config import hydra_message
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(hydra_message(exc)) from None
+    task = [o for o in parsed if not o.is_hydra_override()]
+    for o in task:
+        if o.is_sweep_override() and not o.is_discrete_sweep():
+            raise ConfigError(f"{o.input_line}: only lists, range() and choice() can be swept")
+        if o.is_sweep_override() and not list(o.sweep_string_iterator()):
+            raise ConfigError(f"{o.input_line} yields no values: the sweep would run no jobs")
+    jobs = BasicSweeper.split_arguments(task, None)[0]
+    swept = [o.get_key_element() for o in task if o.is_sweep_override()]
+    return jobs, [o.input_line for o in parsed if o.is_hydra_override()], swept
+
+
+def launcher_choice(hydra_overrides: list[str]) -> str:
+    """The ``hydra/launcher`` chosen on the command line (the last one), else the default."""
+    choice = DEFAULT_LAUNCHER
+    for line in hydra_overrides:
+        key, _, value = line.partition("=")
+        if key.lstrip("+~") == "hydra/launcher":
+            choice = value.strip()
+    return choice
+
+
+def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) -> SweepPlan:
+    """Expand, compose and validate every job; decide the slots. Raises ``ConfigError``."""
+    from launcher.record import probes
+    from launcher.run import config, determinism
+
+    jobs, hydra_overrides, swept = expand(overrides)
+    cfgs = []
+    for num, job_overrides in enumerate(jobs):
+        try:
+            cfg = config.compose([*job_overrides, *hydra_overrides])
+            config.validate(cfg)
+        except ConfigError as exc:
+            raise ConfigError(f"job {num} ({label(job_overrides, swept)}): {exc}") from None
+        cfgs.append(cfg)
+    for name in ("store.root", "runtime.slots", "runtime.name", "determinism.intra_op_threads"):
+        if len({str(_select(c, name)) for c in cfgs}) > 1:
+            raise ConfigError(f"{name} cannot be swept: one sweep has one value")
+    launcher = launcher_choice(hydra_overrides)
+    slots: list[_slots.Slot] = []
+    if launcher not in SCHEDULED:
+        if gpus is None:
+            gpus = probes.hardware()["gpus"]
+        cores = sorted(os.sched_getaffinity(0)) if cores is None else cores
+        threads = determinism.resolve_threads(cfgs[0].determinism.intra_op_threads, len(cores))
+        slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores, threads or 1)
+    seeds = [planned_seed(c) for c in cfgs]
+    root = Path(str(cfgs[0].store.root)).absolute()
+    return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds)
+
+
+def _select(cfg, dotted: str) -> object:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, dotted)
+
+
+def planned_seed(cfg) -> object:
+    """``+seed``, else the determinism level's seed; None when the job will draw one."""
+    seed = _select(cfg, "seed")
+    return _select(cfg, "determinism.seed") if seed is None else seed
+
+
+def hydra_quote(value: str) -> str:
+    """``value`` as a quoted Hydra override value (paths with spaces, quotes, commas)."""
+    escaped = re.sub(r'(\\*)("|$)', lambda m: m.group(1) * 2 + ('\\"' if m.group(2) else ""), value)
+    return f'"{escaped}"'
+
+
+def hydra_argv(plan: SweepPlan, overrides: list[str], sweep_dir: Path) -> list[str]:
+    """The command line Hydra's multirun gets: the user's overrides, then the sweep's own."""
+    argv = ["launch", "--multirun", *overrides, f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"]
+    if plan.launcher == "joblib":
+        argv.append(f"hydra.launcher.n_jobs={max(1, min(len(plan.slots), len(plan.jobs)))}")
+    return argv
+
+
+# ---------------------------------------------------------------- run
+def run_multirun(overrides: list[str]) -> int:
+    """Run a sweep: 0 when every job completed, 1 otherwise, 130 after Ctrl-C."""
+    plan = prepare(overrides)
+    sweep_dir = runs.create(plan.store_root / "sweeps")
+    runs.write_json(sweep_dir / SWEEP, sweep_meta(plan, overrides))
+    (sweep_dir / JOBS).mkdir()
+    for num, (job_overrides, seed) in enumerate(zip(plan.jobs, plan.seeds, strict=True)):
+        runs.write_json(job_path(sweep_dir, num), pending_record(num, job_overrides, seed))
+    slots_text = ", ".join(s.device for s in plan.slots) or "allocated by the scheduler"
+    print(f"[sweep] {sweep_dir}: {len(plan.jobs)} jobs, launcher {plan.launcher}, "
+          f"slots: {slots_text}", flush=True)  # fmt: skip
+    try:
+        with _stop_on_ctrl_c(sweep_dir):
+            _hydra_multirun(hydra_argv(plan, overrides, sweep_dir))
+    except (KeyboardInterrupt, LauncherError):
+        finalize(sweep_dir)  # what finished, and what did not, on record
+        raise
+    except Exception as exc:  # the launcher plugin broke (a worker died): say so, summarize
+        from launcher.run.config import hydra_message
+
+        print(f"launch: error: sweep launcher failed: {hydra_message(exc)}", file=sys.stderr)
+    summary = finalize(sweep_dir)
+    if (sweep_dir / STOP).exists():
+        return 130
+    return 0 if summary["ok"] else 1
+
+
+def _hydra_multirun(argv: list[str]) -> None:
+    """Hydra's own ``--multirun`` over ``argv``, raising its errors instead of exiting."""
+    import hydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from launcher.run.config import hydra_message
+
+    saved_argv, saved_full = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv, os.environ["HYDRA_FULL_ERROR"] = argv, "1"  # raise, never print and sys.exit
+    try:
+        hydra.main(config_path="pkg://launcher.configs", config_name="launch", version_base=None)(
+            _task
+        )()
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(hydra_message(exc)) from None
+    finally:
+        sys.argv = saved_argv
+        if saved_full is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full
+
+
+def sweep_meta(plan: SweepPlan, overrides: list[str]) -> dict:
+    """``sweep.json``: what every worker needs to know, and what a reader wants to see."""
+    return {
+        "schema": 1,
+        "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "overrides": list(overrides),
+        "launcher": plan.launcher,
+        "jobs": len(plan.jobs),
+        "swept": list(plan.swept),
+        "slots": [s.to_dict() for s in plan.slots],
+        "store_root": str(plan.store_root),
+        "cwd": os.getcwd(),
+        "worker_env": {k: os.environ[k] for k in WORKER_ENV if k in os.environ},
+    }
+
+
+def label(overrides: list[str], swept: list[str]) -> str:
+    """A job's swept overrides only ("+seed=3"): what tells it apart from the others."""
+    return " ".join(o for o in overrides if o.partition("=")[0] in swept) or "(no sweep)"
+
+
+def job_path(sweep_dir: Path, num: int) -> Path:
+    return sweep_dir / JOBS / f"{num:03d}.json"
+
+
+def pending_record(num: int, overrides: list[str], seed: int | None) -> dict:
+    return {"num": num, "overrides": list(overrides), "seed": seed, "status": "pending",
+            "slot": None, "run_dir": None, "final_metrics": {}, "weights_sha256": None,
+            "error": None}  # fmt: skip
+
+
+def _task(cfg) -> dict:
+    """Hydra's task function, in the launcher's worker: one job of the sweep."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    return run_job(cfg, Path(str(hc.sweep.dir)), int(hc.job.num), list(hc.overrides.task))
+
+
+def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
+    """Take a slot, run one job to its end, record it in ``jobs/NNN.json``; never raises."""
+    meta = runs.read_json(sweep_dir / SWEEP)
+    record = pending_record(num, overrides, planned_seed(cfg))
+    try:
+        for name in WORKER_ENV:  # the job starts with launch's environment, not the worker's
+            os.environ.pop(name, None)
+        os.environ.update(meta.get("worker_env", {}))
+        with _outlive_ctrl_c():
+            line = _run_in_slot(cfg, sweep_dir, meta, record)
+    except Exception as exc:  # one failed job never stops the others
+        message = str(exc) if isinstance(exc, LauncherError) else f"{type(exc).__name__}: {exc}"
+        record.update(status="failed", error=message)
+        line = f"FAILED: {message}"
+    runs.write_json(job_path(sweep_dir, num), record)
+    print(f"[sweep] job {num:03d} {line}", flush=True)
+    return record
+
+
+def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
+    """Hold a slot for the job's whole life; update ``record``; return the job's line."""
+    from launcher.run import job
+
+    slot_list = [_slots.Slot.from_dict(s) for s in meta["slots"]]
+    with _slots.hold(slot_list, sweep_dir / SLOTS) as slot:
+        if (sweep_dir / STOP).exists():
+            record.update(status="interrupted", error="not started: the sweep was interrupted")
+            return "not started: the sweep was interrupted"
+        record.update(status="running", slot=slot.device if slot else None)
+        runs.write_json(job_path(sweep_dir, record["num"]), record)
+        print(f"[sweep] job {record['num']:03d} {label(record['overrides'], meta['swept'])}: "
+              f"started in {record['slot'] or 'this allocation'}", flush=True)  # fmt: skip
+        outcome = job.run(
+            cfg,
+            store_root=Path(meta["store_root"]),
+            cwd=meta["cwd"],
+            cpus=slot.cpus if slot else None,
+            echo=False,
+            extra_env=dict(slot.env) if slot else None,
+        )
+    record.update(
+        status=outcome.status, seed=outcome.seed, run_dir=str(outcome.run_dir),
+        final_metrics=outcome.result.get("final_metrics", {}),
+        weights_sha256=outcome.result.get("weights_sha256"), error=outcome.error,
+    )  # fmt: skip
+    return job.summary_line(outcome).removeprefix("[launch] ")
+
+
+@contextmanager
+def _outlive_ctrl_c() -> Iterator[None]:
+    """In a worker: Ctrl-C reaches the job process itself (one process group), which ends
+    as ``interrupted``; the worker must live on to record that, not die with it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _stop_on_ctrl_c(sweep_dir: Path) -> Iterator[None]:
+    """In ``launch``: the first Ctrl-C lets running jobs end as interrupted and starts no
+    queued job (the ``STOP`` file says so); a second one aborts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame) -> None:
+        if (sweep_dir / STOP).exists():
+            raise KeyboardInterrupt
+        runs.write_json(sweep_dir / STOP, {"time": _dt.datetime.now().astimezone().isoformat()})
+        print("[sweep] interrupted: running jobs stop, queued jobs will not start "
+              "(Ctrl-C again to abort)", file=sys.stderr, flush=True)  # fmt: skip
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------- summary
+class SweepSummary:
+    """Hydra callback (``hydra.callbacks.sweep_summary``): the summary at the end of a sweep.
+
+    Duck-typed rather than a subclass of ``hydra.experimental.callback.Callback`` so
+    importing this module (every ``launch`` does) stays free of Hydra's import cost.
+    """
+
+    def on_run_start(self, config, **kwargs) -> None: ...
+    def on_run_end(self, config, **kwargs) -> None: ...
+    def on_multirun_start(self, config, **kwargs) -> None: ...
+    def on_job_start(self, config, **kwargs) -> None: ...
+    def on_job_end(self, config, job_return, **kwargs) -> None: ...
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        finalize(Path(str(config.hydra.sweep.dir)))
+
+
+def read_records(sweep_dir: Path) -> list[dict]:
+    return [runs.read_json(p) for p in sorted((sweep_dir / JOBS).glob("[0-9]*.json"))]
+
+
+def finalize(sweep_dir: Path) -> dict:
+    """Write ``summary.json`` and print the table, once; return the summary."""
+    from launcher.sweep import report as sweep_report
+
+    if (sweep_dir / SUMMARY).exists():
+        return runs.read_json(sweep_dir / SUMMARY)
+    shutil.rmtree(sweep_dir / SLOTS, ignore_errors=True)  # every job has ended: locks unused
+    summary = sweep_report.summarize(read_records(sweep_dir))
+    summary["sweep_dir"] = str(sweep_dir)
+    runs.write_json(sweep_dir / SUMMARY, summary)
+    print(sweep_report.render(summary), flush=True)
+    return summary
+
+
+# ---------------------------------------------------------------- verify
+def verify(sweep_dir: Path, allow_mismatch: bool = False) -> int:
+    """Replay every job of a sweep, one after another; 0 when every job reproduced."""
+    from launcher.sweep import report as sweep_report
+    from launcher.verdict import replay
+
+    if not (sweep_dir / SWEEP).is_file():
+        raise ConfigError(f"{str(sweep_dir)!r} is not a sweep directory (no {SWEEP})")
+    results = []
+    for record in read_records(sweep_dir):
+        if record["status"] != "complete" or not record.get("run_dir"):
+            results.append(sweep_report.verdict(record, "NOT RUN", f"job {record['status']}"))
+            continue
+        print(f"[sweep] verify job {record['num']:03d}: replaying {record['run_dir']}", flush=True)
+        try:
+            r = replay.replay(Path(record["run_dir"]), allow_mismatch=allow_mismatch, echo=False)
+            results.append(sweep_report.verdict(record, r.verdict, r.detail, r.new_run))
+        except LauncherError as exc:
+            name = "NOT COMPARABLE" if exc.exit_code == 3 else "FAILED"
+            results.append(sweep_report.verdict(record, name, str(exc)))
+    report = sweep_report.verification(results)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    (sweep_dir / "verify").mkdir(exist_ok=True)
+    runs.write_json(sweep_dir / "verify" / f"{stamp}.json", report)
+    print(sweep_report.render_verification(report), flush=True)
+    return report["exit_code"]

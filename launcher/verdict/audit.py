@@ -1,0 +1,284 @@
+"""``launch audit``: which knobs change this job's bits, and where the bits first split.
+
+The audit runs the job as configured ``audit.repeats`` times (the baseline), then
+once for each value tried of every knob that can change bits, all with the same
+seed and a step trace every ``audit.trace_every`` steps. Every run is an ordinary
+sealed run of the store. Each run is compared bit for bit with the first baseline
+run (``compare.bitwise``): did the bits change, and at which step and layer did
+they first split. The table and the verdict are printed and saved with every run's
+name in ``<store>/audits/<id>/audit.json`` and ``audit.txt``.
+
+``trials`` (pure) decides what to run, ``audit_report`` (pure) judges and renders,
+and ``run`` is the one function that starts jobs and writes files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from omegaconf import DictConfig, OmegaConf
+
+from launcher.errors import ConfigError
+from launcher.record import runs
+from launcher.run import config
+from launcher.verdict import audit_report, compare
+
+USAGE = """usage: launch audit [OVERRIDES...] [audit.repeats=N] [audit.trace_every=N] [audit.knobs=[a,b]]
+
+Runs the job as configured audit.repeats times (default 2), then once per value tried of
+each knob that can change its bits, and prints which knobs change them, the first step
+and layer where the bits split, and the cost. Knobs: intra_op_threads, inter_op_threads,
+onednn_opts, level, xla, input_pipeline. Exit 0: repeats are bitwise stable; 1: they are
+not, or the job fails as configured; 2: bad input. The report is saved in <store>/audits/."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A setting that may change a job's bits, and where a run's fingerprint records it."""
+
+    name: str
+    recorded_in: str  # the fingerprint field(s) that pin it (all in the comparability key)
+    tasks: tuple[str, ...] = ("mnist", "custom", "script")  # tasks the launcher applies it for
+
+
+KNOBS = {
+    k.name: k
+    for k in (
+        Knob("intra_op_threads", "determinism.intra_op_threads"),
+        Knob("inter_op_threads", "determinism.inter_op_threads"),
+        Knob("onednn_opts", "environment.TF_ENABLE_ONEDNN_OPTS"),
+        Knob("level", "determinism.level"),
+        # The launcher compiles only the mnist model; user code calls compile() itself.
+        Knob("xla", "determinism.jit_compile", ("mnist",)),
+        Knob("input_pipeline", "config.train.data_parallel_calls, determinism.deterministic_data", ("mnist",)),
+    )
+}
+
+
+@dataclass
+class Options:
+    """``audit.*`` overrides of ``launch audit``."""
+
+    repeats: int = 2  # runs of the job as configured; >= 2, to judge whether repeats are bitwise stable
+    trace_every: int = 1  # steps between trace points in every audit run; 1 finds the exact first step
+    knobs: list[str] = field(default_factory=lambda: list(KNOBS))  # the knobs to perturb
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of the audit: a knob's value, as overrides on top of the user's."""
+
+    knob: str  # a KNOBS name, or "repeat" for the baseline
+    value: str  # as shown in the table
+    overrides: tuple[str, ...] = ()
+    expect: tuple[tuple[str, object], ...] = ()  # fingerprint determinism fields the value must set
+    skip: str | None = None  # why this knob does not apply to this job
+
+
+def parse_options(dotlist: Sequence[str]) -> Options:
+    """``audit.key=value`` strings as Options; ConfigError names the bad one."""
+    try:
+        merged = OmegaConf.merge(
+            OmegaConf.structured(Options), OmegaConf.from_dotlist([a.removeprefix("audit.") for a in dotlist])
+        )
+    except Exception as exc:  # omegaconf's ValidationError, ConfigKeyError, GrammarParseError
+        first = str(exc).splitlines()[0]
+        raise ConfigError(f"bad audit option: {first} (audit options: repeats, trace_every, knobs)") from None
+    options = Options(**OmegaConf.to_container(merged))
+    if options.repeats < 2:
+        raise ConfigError(f"audit.repeats must be at least 2 (stability needs two runs to compare), "
+                          f"got {options.repeats}")  # fmt: skip
+    if options.trace_every < 1:
+        raise ConfigError(f"audit.trace_every must be at least 1, got {options.trace_every}")
+    unknown = [k for k in options.knobs if k not in KNOBS]
+    if unknown or not options.knobs:
+        raise ConfigError(f"audit.knobs: unknown {unknown or 'empty list'}; choose from {', '.join(KNOBS)}")
+    return options
+
+
+def trials(cfg: DictConfig, cores: int, options: Options) -> list[Trial]:
+    """The runs of an audit of the resolved config ``cfg``: baseline repeats, then each knob's values."""
+    det, task = cfg.determinism, str(cfg.train.name)
+    out = [Trial("repeat", f"{det.level} as configured, run {i + 1}") for i in range(options.repeats)]
+    for name in options.knobs:
+        if task not in KNOBS[name].tasks:
+            out.append(Trial(name, "-", skip=f"train={task} does not take this setting from the launcher"))
+        else:
+            out += _KNOB_TRIALS[name](cfg, cores)
+    return out
+
+
+def _threads(key: str):
+    def tried(cfg: DictConfig, cores: int) -> list[Trial]:
+        current = cfg.determinism[key]
+        effective = current if current is not None else cores  # TensorFlow's default: the core count
+        candidates = (1, 2, 4, cores) if key == "intra_op_threads" else (1, 2)
+        values = [v for v in sorted(set(candidates)) if v != effective][:2]
+        return [Trial(key, f"{v} (was {_show(current, cores)})", (f"determinism.{key}={v}",), ((key, v),))
+                for v in values]  # fmt: skip
+
+    return tried
+
+
+def _show(value: object, cores: int) -> str:
+    return f"default={cores}" if value is None else str(value)
+
+
+def _switch(knob: str, key: str, label: str, unset: str, check: bool):
+    """An on/off setting: try each value it does not have (both when unset, as unset may be either)."""
+
+    def tried(cfg: DictConfig, cores: int) -> list[Trial]:
+        current = cfg.determinism[key]
+        was = unset if current is None else str(current).lower()
+        return [Trial(knob, f"{label}{str(v).lower()} (was {was})", (f"determinism.{key}={str(v).lower()}",),
+                      ((key, v),) if check else ()) for v in (False, True) if v != current]  # fmt: skip
+
+    return tried
+
+
+def _level(cfg: DictConfig, cores: int) -> list[Trial]:
+    from launcher.run.determinism import LEVELS
+
+    current = cfg.determinism.level
+    return [Trial("level", f"{lv} (was {current})", (f"determinism={lv}",), (("level", lv),))
+            for lv in LEVELS if lv != current]  # fmt: skip
+
+
+def _input_pipeline(cfg: DictConfig, cores: int) -> list[Trial]:
+    calls = cfg.train.data_parallel_calls
+    other = "autotune" if calls == 1 else 1
+    parallel = calls if calls != 1 else "autotune"
+    out = [Trial("input_pipeline", f"parallel_calls={other} (was {calls})", (f"train.data_parallel_calls={other}",))]
+    if cfg.determinism.deterministic_data is not False:
+        unordered = (f"train.data_parallel_calls={parallel}", "determinism.deterministic_data=false")
+        out.append(Trial("input_pipeline", f"parallel_calls={parallel}, deterministic=false", unordered))
+    return out
+
+
+_KNOB_TRIALS: dict[str, Callable[[DictConfig, int], list[Trial]]] = {
+    "intra_op_threads": _threads("intra_op_threads"),
+    "inter_op_threads": _threads("inter_op_threads"),
+    # TF_ENABLE_ONEDNN_OPTS always reaches the job (verified by the bootstrap); Keras may refuse XLA: checked.
+    "onednn_opts": _switch("onednn_opts", "onednn_opts", "", "unset", check=False),
+    "level": _level,
+    # Keras' auto is on with a GPU and off without one.
+    "xla": _switch("xla", "jit_compile", "jit_compile=", "auto", check=True),
+    "input_pipeline": _input_pipeline,
+}
+
+
+def with_overrides(base: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``base`` with each of ``extra`` replacing any override of the same key (``+``/``++`` ignored)."""
+    keys = {_key(o) for o in extra}
+    return [o for o in base if _key(o) not in keys] + list(extra)
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+# ---------------------------------------------------------------- running (the only I/O)
+
+
+def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
+    """``launch audit [OVERRIDES...] [audit.KEY=VALUE...]``: run the audit, print and save the report."""
+    options = parse_options([a for a in argv if a.startswith("audit.")])
+    user = [a for a in argv if not a.startswith("audit.")]
+    base = config.resolve(config.compose(user))
+    fixed = [f"+seed={base.seed}", f"determinism.trace_every={options.trace_every}"]
+    plan = trials(base, os.cpu_count() or 1, options)
+    # Compose and check every run first: a bad override fails the audit before anything runs.
+    cfgs = [None if t.skip else config.compose(with_overrides(user, [*fixed, *t.overrides])) for t in plan]
+    for cfg in cfgs:
+        if cfg is not None:
+            config.resolve(cfg)
+    audit_dir = runs.create(os.path.join(str(base.store.root), "audits"))
+    header = {"schema": 1, "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+              "overrides": user, "options": asdict(options), "seed": int(base.seed),
+              "level": str(base.determinism.level), "task": str(base.train.name), "cores": os.cpu_count()}  # fmt: skip
+    echo(f"[audit] {len([t for t in plan if not t.skip])} runs of train={base.train.name} "
+         f"determinism={base.determinism.level} seed={base.seed}; report: {audit_dir}")  # fmt: skip
+    rows: list[audit_report.Row] = []
+    interrupted = True  # until the loop ends normally: whatever stops it, the report is written
+    try:
+        _run_trials(plan, cfgs, rows, echo)
+        interrupted = bool(rows) and rows[-1].status == "interrupted"
+    except KeyboardInterrupt:
+        rows.append(audit_report.Row("-", "-", "interrupted"))
+    finally:
+        _set_costs(rows)
+        verdict = audit_report.judge(rows, str(base.determinism.level), KNOBS, interrupted)
+        text = audit_report.render(rows, verdict)
+        runs.write_bytes(audit_dir / "audit.txt", (text + "\n").encode())
+        runs.write_json(audit_dir / "audit.json", {**header, "rows": [asdict(r) for r in rows],
+                                                   "verdict": asdict(verdict)})  # fmt: skip
+        runs.make_read_only(audit_dir)
+    echo(text)
+    echo(f"[audit] saved {audit_dir / 'audit.txt'} and audit.json")
+    return verdict.exit_code
+
+
+def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], echo: Callable[[str], None]) -> None:
+    """Run the planned trials in order, appending each one's row as it ends."""
+    from launcher.run import job
+
+    reference: compare.RunRecord | None = None
+    for i, (t, cfg) in enumerate(zip(plan, cfgs, strict=True)):
+        if t.skip:
+            rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
+            continue
+        outcome = job.run(cfg, echo=False)
+        if outcome.status == "interrupted":
+            rows.append(audit_report.Row(t.knob, t.value, "interrupted", run=outcome.run_dir.name))
+            return
+        row, record = _assess(t, outcome, reference)
+        rows.append(row)
+        echo(f"[audit] {i + 1}/{len(plan)} {t.knob} {t.value}: {audit_report.status_text(row)}")
+        reference = reference or (record if row.status == "reference" else None)
+        if reference is None:
+            return  # the job fails as configured: there is nothing to compare with
+
+
+def _assess(t: Trial, outcome, ref: compare.RunRecord | None) -> tuple[audit_report.Row, compare.RunRecord | None]:
+    """The row of one finished run, compared with the reference (the first baseline run), and its record."""
+    row = audit_report.Row(t.knob, t.value, "failed", run=outcome.run_dir.name, note=outcome.error or "")
+    if not outcome.ok:
+        return row, None
+    timings = outcome.result.get("timings", {})
+    row.seconds = timings.get("job_s", 0.0) - timings.get("bootstrap_s", 0.0)
+    record = compare.load(outcome.run_dir)
+    stayed = [(k, record.fingerprint["determinism"].get(k)) for k, v in t.expect
+              if record.fingerprint["determinism"].get(k) != v]  # fmt: skip
+    if stayed:
+        row.status = "not applied"
+        row.note = "; ".join(f"{k} stayed {_json(got)}" for k, got in stayed)
+        if any(k == "jit_compile" for k, _ in stayed):
+            row.note += " (Keras turns XLA off when op determinism is on)"
+        return row, record
+    if ref is None:
+        row.status = "reference"
+        return row, record
+    equal, _, _, divergence = compare.bitwise(ref, record)
+    row.status = "same" if equal else "changed"
+    if divergence is not None and divergence.split:
+        row.step, row.epoch, row.layer = divergence.step, divergence.epoch, divergence.layer
+    return row, record
+
+
+def _json(value: object) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _set_costs(rows: list[audit_report.Row]) -> None:
+    """Each run's time in the task as a ratio to the baseline runs' median."""
+    base = [r.seconds for r in rows if r.knob == "repeat" and r.seconds]
+    if not base:
+        return
+    median = statistics.median(base)
+    for r in rows:
+        if r.seconds:
+            r.cost = r.seconds / median

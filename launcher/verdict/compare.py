@@ -1,0 +1,244 @@
+"""``launch compare``: are two runs identical, bit for bit, and does asking mean anything?
+
+The verdict comes from pure functions over what the runs stored (fingerprints,
+configs, metrics, result hashes); ``compare_runs`` only loads files and verifies
+the seals first. Verdicts and exit codes:
+
+========================  ====  =====================================================
+IDENTICAL                  0    keys match; weights and every epoch's metrics equal
+DIFFERENT                  1    keys match, results differ: a determinism bug
+REFUSED                    3    keys differ: the comparison would mean nothing
+NOT COMPARABLE             3    keys differ, compared anyway with ``--force``
+EQUIVALENT                 0    ``--tolerance``: allclose on weights and metrics
+NOT EQUIVALENT             1    ``--tolerance``: not allclose
+========================  ====  =====================================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from launcher.errors import ConfigError
+from launcher.record import fingerprint, runs
+from launcher.record import key as comparability
+from launcher.run import config, trace
+
+# With --tolerance, runs may differ only in these key fields (a software migration).
+MIGRATION_FIELDS = ("software.", "code.launcher_version")
+
+
+@dataclass
+class RunRecord:
+    """What comparison reads from one sealed run."""
+
+    path: Path
+    fingerprint: dict
+    config: dict
+    metrics: list[dict]
+    result: dict
+    steps: list[dict] = field(default_factory=list)  # the divergence trace (trace.jsonl)
+
+
+@dataclass
+class Comparison:
+    verdict: str
+    exit_code: int
+    differences: list[tuple[str, object, object]] = field(default_factory=list)
+    first_differing_epoch: int | None = None
+    differing_layers: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    divergence: trace.Divergence | None = None  # where the step traces first differ
+    equal: bool | None = None  # results bitwise equal (None: not compared)
+
+
+def load(path: str | Path) -> RunRecord:
+    """Read a run for comparison, after verifying its seal and fingerprint schema."""
+    run_dir = runs.verify_seal(path)
+    fp = runs.read_json(run_dir / "fingerprint.json")
+    fingerprint.check_schema(fp, str(run_dir))
+    cfg = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
+    metrics_path = run_dir / "metrics.jsonl"
+    metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+    return RunRecord(run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"), trace.read(run_dir))
+
+
+def key_differences(a: RunRecord, b: RunRecord) -> list[tuple[str, object, object]]:
+    """Differing key fields; a differing config hash is shown as the config fields that differ."""
+    diffs = comparability.key_differences(a.fingerprint, b.fingerprint)
+    if any(name == "config_sha256" for name, _, _ in diffs):
+        config_diffs = config_differences(config.hashed_part(a.config), config.hashed_part(b.config))
+        if config_diffs:
+            diffs = [d for d in diffs if d[0] != "config_sha256"] + config_diffs
+    return diffs
+
+
+def config_differences(a: dict, b: dict, prefix: str = "config") -> list[tuple[str, object, object]]:
+    out: list[tuple[str, object, object]] = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += config_differences(x, y, f"{prefix}.{key}")
+        elif x != y:
+            out.append((f"{prefix}.{key}", x, y))
+    return out
+
+
+def bitwise(a: RunRecord, b: RunRecord) -> tuple[bool, int | None, list[str], trace.Divergence | None]:
+    """(equal, first differing epoch, layers whose final hashes differ, where the traces split)."""
+    first_epoch = None
+    for i in range(max(len(a.metrics), len(b.metrics))):
+        ma = a.metrics[i] if i < len(a.metrics) else None
+        mb = b.metrics[i] if i < len(b.metrics) else None
+        if _bits(ma) != _bits(mb):
+            first_epoch = (ma or mb or {}).get("epoch", i + 1)
+            break
+    la, lb = a.result.get("layer_sha256") or {}, b.result.get("layer_sha256") or {}
+    order = [name for name, _ in a.steps[-1]["layers"]] if a.steps else []
+    rank = {name: i for i, name in enumerate(order)}
+    layers = sorted((k for k in set(la) | set(lb) if la.get(k) != lb.get(k)), key=lambda k: (rank.get(k, len(rank)), k))
+    divergence = trace.first_divergence(a.steps, b.steps)
+    same_weights = a.result.get("weights_sha256") == b.result.get("weights_sha256")
+    same_outputs = a.result.get("outputs") == b.result.get("outputs")
+    same_final = _bits(a.result.get("final_metrics")) == _bits(b.result.get("final_metrics"))
+    same_steps = divergence is None or not divergence.split
+    equal = same_weights and same_outputs and same_final and same_steps and first_epoch is None and not layers
+    return equal, first_epoch, layers, divergence
+
+
+def _bits(value: object) -> str:
+    """Canonical JSON: floats by repr, which round-trips exactly, so nan equals nan and -0.0 is not 0.0."""
+    return json.dumps(value, sort_keys=True)
+
+
+def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
+    """The bitwise verdict for two loaded runs."""
+    task_a, task_b = a.config["train"]["name"], b.config["train"]["name"]
+    if task_a != task_b:
+        raise ConfigError(f"runs of different tasks cannot be compared ({task_a} vs {task_b})")
+    diffs = key_differences(a, b)
+    if diffs and not force:
+        return Comparison("REFUSED", 3, diffs)
+    equal, epoch, layers, divergence = bitwise(a, b)
+    if diffs:
+        note = "results are bitwise equal" if equal else "results differ"
+        return Comparison("NOT COMPARABLE", 3, diffs, epoch, layers, [f"forced: {note}"], divergence, equal)
+    notes = [] if a.result.get("weights_sha256") else ["no model was recorded: compared metrics and output files only"]
+    if equal:
+        return Comparison("IDENTICAL", 0, notes=notes, divergence=divergence, equal=True)
+    return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False)
+
+
+def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, force: bool = False) -> Comparison:
+    """``--tolerance``: allclose on weights and per-epoch metrics, for runs that differ in software only."""
+    diffs = key_differences(a, b)
+    blocking = [d for d in diffs if not d[0].startswith(MIGRATION_FIELDS)]
+    if blocking and not force:
+        return Comparison("REFUSED", 3, blocking, notes=["--tolerance admits differences in software only"])
+    problems = allclose_problems(a, b, rtol, atol)
+    verdict = ("NOT EQUIVALENT", 1) if problems else ("EQUIVALENT", 0)
+    return Comparison(*verdict, diffs, notes=problems[:10])
+
+
+def allclose_problems(a: RunRecord, b: RunRecord, rtol: float, atol: float) -> list[str]:
+    problems = []
+    if len(a.metrics) != len(b.metrics):
+        problems.append(f"epoch counts differ: {len(a.metrics)} vs {len(b.metrics)}")
+    for ma, mb in zip(a.metrics, b.metrics, strict=False):
+        for key in sorted(set(ma) | set(mb)):
+            x, y = ma.get(key), mb.get(key)
+            if x is None or y is None or not np.allclose(x, y, rtol=rtol, atol=atol):
+                problems.append(f"epoch {ma.get('epoch')}: {key} {x} vs {y}")
+    wa, wb = read_weights(a), read_weights(b)
+    if set(wa) != set(wb):
+        problems.append("the runs' weights have different names")
+    for name in sorted(set(wa) & set(wb)):
+        if wa[name].shape != wb[name].shape:
+            problems.append(f"weight {name}: shape {wa[name].shape} vs {wb[name].shape}")
+        elif not np.allclose(wa[name], wb[name], rtol=rtol, atol=atol):
+            worst = float(np.max(np.abs(wa[name].astype(np.float64) - wb[name])))
+            problems.append(f"weight {name}: max abs difference {worst:.3g}")
+    return problems
+
+
+def read_weights(record: RunRecord) -> dict[str, np.ndarray]:
+    """Every array of the run's saved Keras weights file, by its path in the file."""
+    name = record.result.get("weights_file")
+    if not name:
+        return {}
+    import h5py
+
+    out: dict[str, np.ndarray] = {}
+    with h5py.File(record.path / name, "r") as f:
+        f.visititems(lambda key, obj: out.__setitem__(key, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def compare_runs(
+    a: str | Path, b: str | Path, force: bool = False, tolerance: tuple[float, float] | None = None
+) -> Comparison:
+    ra, rb = load(a), load(b)
+    if tolerance is not None:
+        return decide_equivalent(ra, rb, *tolerance, force=force)
+    return decide(ra, rb, force=force)
+
+
+def parse_tolerance(text: str) -> tuple[float, float]:
+    try:
+        rtol, atol = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--tolerance takes RTOL,ATOL (e.g. 1e-5,1e-8), got {text!r}") from None
+    if rtol < 0 or atol < 0:
+        raise ConfigError("--tolerance values must be non-negative")
+    return rtol, atol
+
+
+def _short(value: object, width: int = 44) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def difference_table(diffs: list[tuple[str, object, object]], a: str = "run A", b: str = "run B") -> list[str]:
+    width = max([len("field"), *(len(name) for name, _, _ in diffs)])
+    lines = [f"  {'field':<{width}}  {a:<44}  {b}"]
+    lines += [f"  {name:<{width}}  {_short(x):<44}  {_short(y)}" for name, x, y in diffs]
+    return lines
+
+
+def _where_they_split(c: Comparison) -> list[str]:
+    lines = [f"  {trace.describe(c.divergence)}"]
+    if c.first_differing_epoch:
+        lines.append(f"  first differing epoch: {c.first_differing_epoch} (metrics.jsonl)")
+    if c.differing_layers:
+        lines.append(f"  layers whose final weights differ (model order): {', '.join(c.differing_layers)}")
+    return lines
+
+
+def report(c: Comparison, a: Path, b: Path) -> str:
+    """The human-readable answer, first line = verdict."""
+    lines = []
+    if c.verdict == "REFUSED":
+        lines.append(f"REFUSED: the runs differ in {len(c.differences)} field(s) that decide comparability;"
+                     " a bitwise comparison would mean nothing")  # fmt: skip
+    elif c.verdict == "NOT COMPARABLE":
+        lines.append(f"NOT COMPARABLE ({'; '.join(c.notes)})")
+        if c.equal is False:
+            lines += _where_they_split(c)
+    elif c.verdict == "IDENTICAL":
+        steps = f", and the {c.divergence.common_steps} traced steps" if c.divergence else ""
+        lines.append(f"IDENTICAL: weights and every epoch's metrics are bitwise equal{steps}")
+    elif c.verdict == "DIFFERENT":
+        lines.append("DIFFERENT: same comparability key, different results — a determinism bug")
+        lines += _where_they_split(c)
+    else:
+        lines.append(c.verdict)
+    if c.differences:
+        lines += difference_table(c.differences, a.name, b.name)
+    if c.verdict == "REFUSED" and not c.notes:
+        lines.append("use --force to compare anyway (labelled NOT COMPARABLE)")
+    lines += [f"  {note}" for note in c.notes if c.verdict != "NOT COMPARABLE"]
+    return "\n".join(lines)
