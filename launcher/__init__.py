@@ -7,7 +7,7 @@ User code running under ``launch`` (``train=custom`` or ``train=script``) may ca
 the helpers below; they are re-exported from :mod:`launcher.run.userapi`.
 """
 
-from launcher.run.userapi import output_dir, record_model, run_dir, seed, trace_callback
+from launcher.run.userapi import output_dir, record_data, record_model, run_dir, seed, trace_callback
 from launcher.version import __version__
 
-__all__ = ["__version__", "output_dir", "record_model", "run_dir", "seed", "trace_callback"]
+__all__ = ["__version__", "output_dir", "record_data", "record_model", "run_dir", "seed", "trace_callback"]

@@ -84,13 +84,18 @@ def input_paths(cfg: Mapping, cwd: str) -> list[str]:
     return paths
 
 
+HOST_PATHS = ("PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD")
+
+
 def container_env(job_env: Mapping[str, str]) -> dict[str, str]:
     """The job's environment inside the container: the allowlisted and planned variables.
 
     Never the host's whole environment (secrets live there): the fingerprint's
-    allowlist (TF_*, PYTHONHASHSEED, CUDA_*, ...) plus the launcher's LAUNCH_* variables.
+    allowlist (TF_*, PYTHONHASHSEED, CUDA_*, ...) plus the launcher's LAUNCH_* variables,
+    but never the host's search paths (PYTHONPATH, LD_LIBRARY_PATH, LD_PRELOAD), which
+    name host directories: the image has its own.
     """
-    env = allowed_env(job_env)
+    env = {k: v for k, v in allowed_env(job_env).items() if k not in HOST_PATHS}
     env.update({k: v for k, v in job_env.items() if k.startswith("LAUNCH_")})
     return dict(sorted(env.items()))
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ImageError, LockfileError
+from launcher.record.hashing import source_files, source_version  # noqa: F401 (re-exported)
 
 
 def _assets_root() -> Path:
@@ -242,24 +243,6 @@ def content_tag(dockerfile: str, lockfile: str, base_digest: str, launcher_versi
 
 def image_ref(spec_name: str, tag: str) -> str:
     return f"{REPOSITORY}/{spec_name}:{tag[:TAG_LENGTH]}"
-
-
-def source_files(package_dir: Path) -> list[tuple[str, Path]]:
-    """The launcher package's files that go into an image (no caches), sorted."""
-    out = []
-    for path in sorted(package_dir.rglob("*")):
-        rel = path.relative_to(package_dir)
-        if path.is_file() and "__pycache__" not in rel.parts and path.suffix not in (".pyc", ".pyo"):
-            out.append((rel.as_posix(), path))
-    return out
-
-
-def source_version(version: str, files: list[tuple[str, Path]]) -> str:
-    """``0.1.0+src.<hash>``: the launcher's version and the hash of its installed source."""
-    h = hashlib.sha256()
-    for rel, path in files:
-        h.update(f"{rel}\n{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
-    return f"{version}+src.{h.hexdigest()[:16]}"
 
 
 # ---------------------------------------------------------------- host-side commands

@@ -10,15 +10,20 @@ environment allowlist in ``environment``, the comparability key in ``key``.
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Mapping
 
 from launcher.errors import SchemaError
 from launcher.record.environment import allowed_env
 from launcher.record.probes import code, hardware, software, tensorflow_software
+from launcher.record.usage import display_name
 
-SCHEMA = 1
-READABLE_SCHEMAS = (1,)
+# 2: code.modules, software.distributions and software.libraries (what the job used),
+# data from every file the job read, determinism.keras. Schema 1 runs stay readable;
+# what they lack is unknown to the comparability key, never equal.
+SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)
 
 
 def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None) -> dict:
@@ -40,12 +45,34 @@ def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | 
     }
 
 
-def job_facts(effective: dict, data_files: dict[str, str]) -> dict:
-    """What the job process measures: its software (with TensorFlow's build), effective
-    determinism settings and the data it read. Called in the job process."""
+def job_facts(
+    effective: dict, data_files: Mapping[str, str], used: dict | None = None, launch_dir: str | None = None
+) -> dict:
+    """What the job process measures: its software (with TensorFlow's build), the effective
+    determinism settings, and what it used (``launcher.record.usage.gather``): the modules,
+    distributions and libraries it loaded and the data it read. Called in the job process.
+
+    ``data_files`` are files a task names itself (the mnist task's data source).
+    """
     sw = software()
     sw.update(tensorflow_software())
-    return {"software": sw, "determinism": effective, "data": dict(sorted(data_files.items()))}
+    data = {}
+    named = set()
+    for name, digest in data_files.items():
+        if os.path.isabs(name):
+            named.add(os.path.realpath(name))
+            name = display_name(os.path.realpath(name), launch_dir or os.getcwd())
+        data[name] = digest
+    facts = {"software": sw, "determinism": effective, "data": dict(sorted(data.items())), "modules": None}
+    if used is not None:
+        sw["distributions"], sw["libraries"] = used["distributions"], used["libraries"]
+        for name, digest in used["data"].items():
+            path = name if os.path.isabs(name) else os.path.join(launch_dir or os.getcwd(), name)
+            if os.path.realpath(path) not in named:
+                data[name] = digest
+        facts["data"] = dict(sorted(data.items()))
+        facts["modules"] = used["modules"]
+    return facts
 
 
 def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dict:
@@ -53,6 +80,7 @@ def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dic
     out = json.loads(json.dumps(fp))
     out.update(software=facts["software"], determinism=facts["determinism"], data=facts["data"])
     out["software"]["container"] = container
+    out["code"]["modules"] = facts.get("modules")
     return out
 
 

@@ -51,3 +51,28 @@ def tree_digest(root: Path) -> dict[str, str]:
             h = hashlib.sha256(path.read_bytes()).hexdigest()
             out[path.relative_to(root).as_posix()] = h
     return out
+
+
+def source_files(package_dir: Path) -> list[tuple[str, Path]]:
+    """The launcher package's files that go into an image (no caches), sorted."""
+    out = []
+    for path in sorted(package_dir.rglob("*")):
+        rel = path.relative_to(package_dir)
+        if path.is_file() and "__pycache__" not in rel.parts and path.suffix not in (".pyc", ".pyo"):
+            out.append((rel.as_posix(), path))
+    return out
+
+
+def source_version(version: str, files: list[tuple[str, Path]]) -> str:
+    """``0.1.0+src.<hash>``: the launcher's version and the hash of its installed source."""
+    h = hashlib.sha256()
+    for rel, path in files:
+        h.update(f"{rel}\n{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return f"{version}+src.{h.hexdigest()[:16]}"
+
+
+def launcher_source_version() -> str:
+    """This launcher's version and the hash of its package source (the code of every task and of the bootstrap)."""
+    from launcher.version import __version__
+
+    return source_version(__version__, source_files(Path(__file__).resolve().parents[1]))

@@ -1,8 +1,14 @@
 """The comparability key: the one definition of which fingerprint fields must match.
 
-Two runs are compared bit for bit only when their keys are equal; otherwise the
-comparison is REFUSED with the differing fields named. Each entry of ``KEY`` says
-why it is in; the comments say what is deliberately out.
+DIFFERENT means "a determinism bug" only if everything else that could change the
+bits is in the key; a key that holds what no job used refuses sound comparisons. So
+the key holds what the job ran and read, and only that. Two runs are compared bit
+for bit only when their keys are equal; otherwise the comparison is REFUSED with the
+differing fields named (nested fields expanded: ``software.distributions.keras.version``).
+
+Each entry of ``KEY`` says why it is in; the comments say what is deliberately out.
+A field a run's fingerprint schema did not record is ``UNKNOWN``: never equal to
+anything, itself included, so an old run is never called comparable by default.
 """
 
 from __future__ import annotations
@@ -11,10 +17,42 @@ import hashlib
 import json
 from collections.abc import Callable
 
-# ---------------------------------------------------------------- comparability key
-# The fields that must match for "same bits" to be a meaningful question.
-# In:  anything that can change the floating-point result.
-# Out: what cannot, or what differs between otherwise identical runs.
+from launcher.record.environment import keyed_env
+
+
+class Unknown:
+    """A key field the fingerprint did not record: equal to nothing."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"unknown ({self.why})"
+
+    __str__ = __repr__
+
+
+def _since_schema_2(getter: Callable[[dict], object]) -> Callable[[dict], object]:
+    """A field schema 1 fingerprints did not record."""
+
+    def get(fp: dict) -> object:
+        if fp.get("schema", 1) < 2:
+            return Unknown("not recorded by fingerprint schema 1")
+        return getter(fp)
+
+    return get
+
+
+def _software(fp: dict) -> dict:
+    return fp.get("software") or {}
+
+
 KEY: dict[str, Callable[[dict], object]] = {
     # CPU vendor/model/ISA choose oneDNN and Eigen kernels (FIELD-NOTES: AVX2/AVX-512/AMX).
     "hardware.cpu.vendor": lambda fp: fp["hardware"]["cpu"]["vendor"],
@@ -27,34 +65,48 @@ KEY: dict[str, Callable[[dict], object]] = {
     ],
     # Out: logical cores and memory: thread counts are pinned and recorded in determinism.
     # Out: hostname, times, paths.
-    # Every library version: the math itself. libc carries libm.
-    "software.os": lambda fp: [fp["software"]["os"].get("id"), fp["software"]["os"].get("version_id")],
-    "software.libc": lambda fp: fp["software"]["libc"],
-    "software.python": lambda fp: fp["software"]["python"],
-    "software.machine": lambda fp: fp["software"]["machine"],
-    "software.tensorflow": lambda fp: fp["software"]["tensorflow"],
-    "software.tf_build": lambda fp: fp["software"].get("tf_build"),
-    "software.keras": lambda fp: fp["software"]["keras"],
-    "software.numpy": lambda fp: fp["software"]["numpy"],
-    "software.packages_sha256": lambda fp: fp["software"]["packages_sha256"],
+    # The platform the math runs on. libc carries libm.
+    "software.os": lambda fp: [(_software(fp).get("os") or {}).get(k) for k in ("id", "version_id")],
+    "software.libc": lambda fp: _software(fp).get("libc"),
+    "software.python": lambda fp: _software(fp).get("python"),
+    "software.machine": lambda fp: _software(fp).get("machine"),
+    "software.tensorflow": lambda fp: _software(fp).get("tensorflow"),
+    "software.tf_build": lambda fp: _software(fp).get("tf_build"),
+    "software.keras": lambda fp: _software(fp).get("keras"),
+    "software.numpy": lambda fp: _software(fp).get("numpy"),
+    # The distributions the job imported or whose shared libraries it loaded, each with its
+    # version and the hash of its RECORD (every installed file's hash). Out: the rest of the
+    # installed list (software.packages, recorded for reading): a package the job never
+    # loads cannot change its bits.
+    "software.distributions": _since_schema_2(lambda fp: _software(fp).get("distributions")),
+    # Every other shared library mapped into the job (libm, libstdc++, libgomp, a custom op),
+    # by content.
+    "software.libraries": _since_schema_2(lambda fp: _software(fp).get("libraries")),
     # The image a containerized run used (None for local runs): a different image is
     # different software even when versions agree. Out: the kernel (no effect on math).
-    "software.container": lambda fp: _container_key(fp["software"].get("container")),
-    # Numerics-relevant variables. Out: CUDA_VISIBLE_DEVICES, which names a slot, not a kind.
-    "environment": lambda fp: {
-        k: v for k, v in fp["environment"].items() if k not in ("CUDA_VISIBLE_DEVICES",)
-    },
-    # Effective settings, read back in the job: seed, op determinism, thread counts.
+    "software.container": lambda fp: _container_key(_software(fp).get("container")),
+    # The variables the numerics libraries read (environment.ENV_ALLOW). Out: logging and
+    # display, device slots, and variables that act only through hashed files
+    # (environment.NOT_IN_KEY, each with its reason).
+    "environment": lambda fp: keyed_env(fp["environment"]),
+    # Effective settings, read back in the job: seed, op determinism, thread counts, XLA,
+    # tf.data order, Keras' floatx/epsilon/image_data_format/backend.
     "determinism": lambda fp: fp["determinism"],
-    # The resolved config without store paths.
+    # The resolved config without store paths and settings that cannot change results.
     "config_sha256": lambda fp: fp["config_sha256"],
-    # The code that ran: user's commit and uncommitted changes, the launcher's version.
-    "code.git_commit": lambda fp: fp["code"]["git_commit"],
-    "code.diff_sha256": lambda fp: fp["code"]["diff_sha256"],
-    "code.script_sha256": lambda fp: fp["code"].get("script_sha256"),
+    # The code that ran: the launcher's version and source hash (its tasks and bootstrap),
+    # a script's own hash, and every module the job imported from outside the installed
+    # distributions and the standard library, by content. Out: the launch directory's git
+    # commit and diff (recorded for reading): the code that ran is hashed directly, in a
+    # git repository or not, and a checkout the job never imported from changes nothing.
     "code.launcher_version": lambda fp: fp["code"]["launcher_version"],
-    # The data read, by content (paths out: the same file may live elsewhere).
-    "data": lambda fp: sorted((fp.get("data") or {}).values()),
+    "code.script_sha256": lambda fp: fp["code"].get("script_sha256"),
+    "code.modules": _since_schema_2(
+        lambda fp: {name: m["sha256"] for name, m in (fp["code"].get("modules") or {}).items()}
+    ),
+    # The files the job read, by content, named by path (relative to the launch directory
+    # when inside it).
+    "data": _since_schema_2(lambda fp: fp.get("data") or {}),
 }
 
 

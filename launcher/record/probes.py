@@ -170,10 +170,12 @@ def parse_git_status(text: str) -> bool:
 
 
 def code(cwd: str, script: str | None = None) -> dict:
-    """The git state of the user's working directory, and the launcher's version."""
-    from launcher.version import __version__
+    """The launcher's version with its source hash, a script's hash, and the git state of the
+    launch directory (for reading: the modules the job imported are hashed by the job itself)."""
+    from launcher.record.hashing import launcher_source_version
 
-    info: dict = {"launcher_version": __version__, "git_commit": None, "dirty": None, "diff_sha256": None}
+    info: dict = {"launcher_version": launcher_source_version(), "git_commit": None, "dirty": None,
+                  "diff_sha256": None}  # fmt: skip
     commit = proc.capture(["git", "rev-parse", "HEAD"], cwd=cwd)
     if commit:
         status = proc.capture(["git", "status", "--porcelain"], cwd=cwd) or ""

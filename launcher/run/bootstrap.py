@@ -51,9 +51,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(run_dir: Path) -> None:
+    from launcher.run import reads
+
+    reads.install()  # first: it must see every file the job opens, TensorFlow's imports included
     from omegaconf import OmegaConf
 
-    from launcher.record import fingerprint, runs
+    from launcher.record import fingerprint, runs, usage
     from launcher.record.hashing import tree_digest
     from launcher.run import determinism, tasks
 
@@ -61,6 +64,7 @@ def _run(run_dir: Path) -> None:
     job = runs.read_json(run_dir / JOB)
     plan = determinism.Plan.from_dict(job["plan"])
     determinism.apply(plan)
+    reads.wrap_native_readers()
     effective = determinism.read_back(plan)
     determinism.verify(plan, effective)
 
@@ -101,8 +105,19 @@ def _run(run_dir: Path) -> None:
     timings = result.setdefault("timings", {})
     timings["bootstrap_s"] = bootstrap_s
     timings["job_s"] = time.perf_counter() - started
-    facts["data"] = dict(sorted(ctx.data_files.items()))
-    facts["determinism"].update(ctx.effective)
+
+    # What the job actually ran with and used, read now that it has run: user code may
+    # have set threads or loaded libraries itself.
+    measured = time.perf_counter()
+    final = determinism.read_back(plan)
+    for key in ("intra_op_threads", "inter_op_threads"):
+        if final[key] != effective[key]:
+            print(f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "
+                  "the fingerprint records what it ran with", flush=True)  # fmt: skip
+    final.update(ctx.effective)
+    used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()), explicit=reads.explicit)
+    facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
+    timings["fingerprint_s"] = time.perf_counter() - measured
     runs.write_json(run_dir / JOB_FACTS, facts)
     runs.write_json(run_dir / RESULT, result)
 

@@ -28,6 +28,7 @@ NOT_IN_HASH = (
     "store",  # where runs are written
     "runtime.slots",  # where a sweep job runs, never what it computes
     "determinism.trace_every",  # the trace reads weights, never changes them
+    "train.observe",  # observation reads weights, never changes them (tested bit for bit)
 )
 NOT_IN_HASH_DOCKER = ("image.ca_bundle", "image.index_url", "image.wheelhouse",  # where wheels come from
                       "runtime.stop_timeout_s", "runtime.tmpfs_mb")  # how a job is stopped, its /tmp  # fmt: skip

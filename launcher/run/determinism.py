@@ -118,9 +118,32 @@ def apply(p: Plan) -> None:
 
         # random, NumPy's global RandomState, tf.random.set_seed, Keras' seed generators.
         keras.utils.set_random_seed(p.seed)
-        # Not covered by set_random_seed: the global tf.random.Generator is created
-        # from non-deterministic state on first use (measured: differs every run).
-        tf.random.set_global_generator(tf.random.Generator.from_seed(p.seed))
+        seed_global_generator(tf, p.seed)
+
+
+def seed_global_generator(tf, seed: int) -> None:
+    """Make TensorFlow's global ``tf.random.Generator`` start from ``seed`` when first used.
+
+    ``keras.utils.set_random_seed`` does not reach it: TensorFlow creates it from
+    non-deterministic state on first use (measured: different every run), and refuses
+    to create it at all under op determinism. Creating it here would start TensorFlow's
+    runtime (it holds a variable), after which user code can no longer configure its
+    devices (``set_logical_device_configuration``, ``set_memory_growth``). So the getter
+    is replaced by one that creates the generator from ``seed`` on first use; a
+    generator the user sets with ``tf.random.set_global_generator`` still wins.
+    """
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import stateful_random_ops as srng
+
+    def get_global_generator():
+        if srng.global_generator is None:
+            with ops.init_scope():
+                srng.global_generator = srng.Generator.from_seed(seed)
+        return srng.global_generator
+
+    srng.get_global_generator = get_global_generator
+    tf.random.get_global_generator = get_global_generator
+    tf.random.experimental.get_global_generator = get_global_generator
 
 
 def read_back(p: Plan) -> dict:
@@ -137,8 +160,17 @@ def read_back(p: Plan) -> dict:
         "deterministic_data": p.deterministic_data,
         "jit_compile": p.jit_compile,
         "env": {name: os.environ.get(name) for name in sorted(_PLANNED_ENV_NAMES)},
+        "keras": keras_config(),
     }
     return effective
+
+
+def keras_config() -> dict:
+    """The Keras settings that change numbers (from ``~/.keras/keras.json`` or the code)."""
+    import keras
+
+    return {"backend": keras.config.backend(), "floatx": keras.config.floatx(),
+            "epsilon": keras.config.epsilon(), "image_data_format": keras.config.image_data_format()}  # fmt: skip
 
 
 def _op_determinism_enabled(tf) -> bool:

@@ -8,31 +8,43 @@ measure are checked by the comparison after the run.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 from importlib import resources
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.record import fingerprint, key, probes, runs
+from launcher.record import fingerprint, key, probes, runs, usage
+from launcher.record.filecache import FileHashes
 from launcher.run import job
 
 # Key fields only the job process can measure; the comparison after the run checks them.
 MEASURED_IN_JOB = ("determinism", "software.tf_build")
 
 
-def current_data_hashes(stored: dict[str, str]) -> dict[str, str]:
+def _current_path(name: str, cwd: str) -> Path:
+    """Where a recorded data file is now: in the launcher package, or relative to the launch directory."""
+    if name.startswith("launcher/"):
+        return Path(str(resources.files("launcher").joinpath(name.removeprefix("launcher/"))))
+    return Path(name) if os.path.isabs(name) else Path(cwd) / name
+
+
+def current_data_hashes(stored: dict[str, str], cwd: str | None = None) -> dict[str, str]:
     """Re-hash the data files a run read, where they are now (``missing`` when gone)."""
-    out = {}
-    for name, _ in stored.items():
-        if name.startswith("launcher/"):
-            ref = resources.files("launcher").joinpath(name.removeprefix("launcher/"))
-            path = Path(str(ref))
-        else:
-            path = Path(name)
-        out[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
-    return out
+    with FileHashes() as hashes:
+        return {name: hashes.sha256(str(_current_path(name, cwd or os.getcwd()))) or "missing" for name in stored}
+
+
+def current_usage(stored_fp: dict) -> tuple[dict, dict, dict]:
+    """This machine's state of the modules, distributions and libraries a run used."""
+    software = stored_fp.get("software") or {}
+    with FileHashes() as hashes:
+        modules = {name: {"path": m["path"], "sha256": hashes.sha256(m["path"]) or "missing"}
+                   for name, m in (stored_fp["code"].get("modules") or {}).items()}  # fmt: skip
+        libraries = {path: hashes.sha256(path) or "missing" for path in software.get("libraries") or {}}
+    distributions = {name: usage.distribution_identity(name) for name in software.get("distributions") or {}}
+    return modules, distributions, libraries
 
 
 def precheck(run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None) -> list[tuple[str, object, object]]:
@@ -57,7 +69,13 @@ def key_differences_now(
     else:
         current["software"] = probes.software()
         current["software"]["container"] = stored["software"].get("container")
-    current["data"] = current_data_hashes(stored.get("data") or {})
+    modules, distributions, libraries = current_usage(stored)
+    if current["software"] is not None and not stored["software"].get("container"):
+        current["software"].update(distributions=distributions, libraries=libraries)
+    current["code"]["modules"] = modules
+    current["data"] = current_data_hashes(stored.get("data") or {}, cwd)
+    if stored.get("schema", 1) < 2:
+        current["schema"] = stored.get("schema", 1)  # what it lacks stays unknown
     for name in MEASURED_IN_JOB:
         section, _, sub = name.partition(".")
         if sub:

@@ -15,6 +15,7 @@ so a trace cannot change a run's bits; it is therefore left out of the config ha
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -69,6 +70,15 @@ def keep_through(run_dir: Path, epoch: int) -> None:
 
 def _line(p: dict) -> str:
     return json.dumps(p, sort_keys=True) + "\n"
+
+
+def append(run_dir: Path, p: dict, sync: bool = False) -> None:
+    """Append one point to the run's trace (``sync``: make it durable now, as at an epoch's end)."""
+    with open(Path(run_dir) / FILE, "a", encoding="utf-8") as f:
+        f.write(_line(p))
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
 
 
 @dataclass
@@ -126,7 +136,7 @@ def describe(d: Divergence | None) -> str:
     if d.step == 0:
         text = "first diverging step: 0, before any training (the initial weights differ: a seeding problem)"
     else:
-        text = f"first diverging step: {d.step} (epoch {d.epoch})"
+        text = f"first diverging step: {d.step}" + (f" (epoch {d.epoch})" if d.epoch is not None else "")
         if d.last_equal_step is not None and d.step - d.last_equal_step > 1:
             text += f", equal at step {d.last_equal_step}: the bits split in steps {d.last_equal_step + 1}-{d.step}"
     if d.layers:
@@ -150,10 +160,14 @@ def keras_callback(run_dir: Path | None, every: int):
 
     if not every or run_dir is None:
         return keras.callbacks.Callback()
-    return _recorder_class(keras)(Path(run_dir) / FILE, every)
+    return recorder_class()(Path(run_dir) / FILE, every)
 
 
-def _recorder_class(keras):
+@functools.cache
+def recorder_class():
+    """The Keras callback class that records a trace (one class per process, so it can be recognized)."""
+    import keras
+
     from launcher.record.hashing import keras_weights
 
     class TraceRecorder(keras.callbacks.Callback):
@@ -170,18 +184,14 @@ def _recorder_class(keras):
             self.path, self.every = path, every
             existing = read(path.parent)
             self.last_step = existing[-1]["step"] if existing else -1
-            self.epoch = existing[-1]["epoch"] if existing else 0
+            self.epoch = (existing[-1]["epoch"] or 0) if existing else 0
             self.step = 0  # optimizer steps taken so far
             self.epoch_start = 0  # the step count when the current epoch began
             self.seconds = 0.0  # time spent recording, for the cost in result.json
 
         def _record(self, loss: float | None, sync: bool = False) -> None:
             started = time.perf_counter()
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(_line(point(self.step, self.epoch, loss, keras_weights(self.model))))
-                f.flush()
-                if sync:
-                    os.fsync(f.fileno())
+            append(self.path.parent, point(self.step, self.epoch, loss, keras_weights(self.model)), sync)
             self.last_step = self.step
             self.seconds += time.perf_counter() - started
 

@@ -48,6 +48,21 @@ def record_model(model, name: str = "model") -> str:
     return total
 
 
+def record_data(path: str | os.PathLike) -> None:
+    """Name a file or a directory (every file below it) as data the job reads.
+
+    Files that Python code opens are found without this; name what native code reads
+    where the launcher cannot see it, e.g. image files a ``tf.data`` pipeline opens with
+    ``tf.io.read_file`` inside a ``map``. Their content goes into the run's fingerprint
+    (``data``), so changed files refuse a comparison. Outside ``launch`` it does nothing.
+    """
+    if run_dir() is None:
+        return
+    from launcher.run import reads
+
+    reads.name_explicitly(path)
+
+
 def trace_callback():
     """A Keras callback recording the run's divergence trace (``trace.jsonl``); add it to ``fit``.
 

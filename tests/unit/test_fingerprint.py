@@ -76,17 +76,21 @@ def test_environment_is_recorded_by_allowlist_only_and_never_secrets():
 
 def _fp():
     return {
-        "schema": 1,
+        "schema": 2,
         "hardware": {"cpu": {"vendor": "GenuineIntel", "model": "Xeon", "isa": ["avx2"], "logical_cores": 2},
                      "memory_bytes": 1, "gpus": []},
         "software": {"os": {"id": "debian", "version_id": "12"}, "libc": "glibc-2.36", "python": "3.11.7",
                      "machine": "x86_64", "tensorflow": "2.21.0", "tf_build": {}, "keras": "3.15.1",
-                     "numpy": "2.4.6", "packages_sha256": "p", "kernel": "6.1", "container": None},
-        "environment": {"TF_DETERMINISTIC_OPS": "1", "CUDA_VISIBLE_DEVICES": "0"},
+                     "numpy": "2.4.6", "packages": ["keras==3.15.1", "rich==15.0.0"], "packages_sha256": "p",
+                     "kernel": "6.1", "container": None,
+                     "distributions": {"keras": {"version": "3.15.1", "record_sha256": "r1"}},
+                     "libraries": {"/usr/lib/x86_64-linux-gnu/libm.so.6": "m1"}},
+        "environment": {"TF_DETERMINISTIC_OPS": "1", "CUDA_VISIBLE_DEVICES": "0", "TF_CPP_MIN_LOG_LEVEL": "2"},
         "determinism": {"level": "strict", "intra_op_threads": 1, "op_determinism": True},
         "config_sha256": "c",
-        "code": {"git_commit": "g", "diff_sha256": None, "launcher_version": "0.1.0"},
-        "data": {"/a/mnist.npz": "d1"},
+        "code": {"git_commit": "g", "diff_sha256": None, "launcher_version": "0.1.0+src.abc",
+                 "modules": {"helper": {"path": "/w/helper.py", "sha256": "h1"}}},
+        "data": {"data/mnist.npz": "d1"},
         "host": {"hostname": "a"},
     }  # fmt: skip
 
@@ -98,9 +102,40 @@ def test_key_ignores_what_cannot_change_bits():
     b["host"]["hostname"] = "b"
     b["software"]["kernel"] = "6.9"
     b["environment"]["CUDA_VISIBLE_DEVICES"] = "3"
-    b["data"] = {"/elsewhere/mnist.npz": "d1"}
+    b["environment"]["TF_CPP_MIN_LOG_LEVEL"] = "0"  # log verbosity only
+    b["software"]["packages"].append("requests==2.0")  # installed, never loaded by the job
+    b["software"]["packages_sha256"] = "q"
+    b["code"]["git_commit"] = "another checkout"  # the code that ran is hashed, not the checkout
+    b["code"]["modules"]["helper"]["path"] = "/elsewhere/helper.py"  # same content
     assert key.key_differences(a, b) == []
     assert key.key_sha256(a) == key.key_sha256(b)
+
+
+def test_key_holds_what_the_job_ran_and_read_by_name():
+    a = _fp()
+    for change, field, got in [
+        (lambda fp: fp["environment"].update(ONEDNN_MAX_CPU_ISA="AVX2"), "environment.ONEDNN_MAX_CPU_ISA", "AVX2"),
+        (lambda fp: fp["code"]["modules"]["helper"].update(sha256="h2"), "code.modules.helper", "h2"),
+        (lambda fp: fp["data"].update({"data/mnist.npz": "d2"}), "data.data/mnist.npz", "d2"),
+        (lambda fp: fp["software"]["distributions"]["keras"].update(version="3.16.0"),
+         "software.distributions.keras.version", "3.16.0"),
+        (lambda fp: fp["software"]["libraries"].update({"/usr/lib/x86_64-linux-gnu/libm.so.6": "m2"}),
+         "software.libraries./usr/lib/x86_64-linux-gnu/libm.so.6", "m2"),
+    ]:  # fmt: skip
+        b = _fp()
+        change(b)
+        diffs = key.key_differences(a, b)
+        assert [(d[0], d[2]) for d in diffs] == [(field, got)], diffs
+
+
+def test_schema_1_runs_lack_fields_that_are_unknown_never_equal():
+    old_a, old_b = _fp(), _fp()
+    for fp in (old_a, old_b):
+        fp["schema"] = 1
+        del fp["code"]["modules"], fp["software"]["distributions"], fp["software"]["libraries"]
+    fields = [d[0] for d in key.key_differences(old_a, old_b)]
+    assert fields == ["software.distributions", "software.libraries", "code.modules", "data"]
+    assert all(isinstance(d[1], key.Unknown) for d in key.key_differences(old_a, _fp()))
 
 
 def test_key_differences_name_nested_fields_with_both_values():

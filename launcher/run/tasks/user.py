@@ -8,11 +8,12 @@ to ``launcher.record_model()`` supplies the run's ``weights_sha256``.
 from __future__ import annotations
 
 import importlib
+import os
 import runpy
 import sys
 
 from launcher.errors import ConfigError
-from launcher.run import userapi
+from launcher.run import observe, userapi
 from launcher.run.tasks import TaskContext
 
 
@@ -32,19 +33,39 @@ def load_entrypoint(spec: str):
 def run(ctx: TaskContext) -> dict:
     train = ctx.cfg.train
     ctx.effective["jit_compile"] = None  # user code passes jit_compile to its own compile()
+    observer = observe.install(ctx.run_dir, ctx.trace_every, ctx.log_epoch) if train.get("observe", True) else None
     if train.name == "custom":
         if train.path:
             sys.path.insert(0, str(train.path))
         returned = load_entrypoint(str(train.entrypoint))(ctx.cfg, ctx.seed)
     else:
-        sys.argv = [str(train.script), *map(str, train.args)]
-        runpy.run_path(str(train.script), run_name="__main__")
-        returned = None
+        returned = run_script(str(train.script), [str(a) for a in train.args])
     result: dict = {}
+    if observer is not None:
+        observer.finish()
+        result["observed"] = observer.summary()
+        if observer.history:
+            result["final_metrics"] = dict(observer.history)
+        digest = observer.digest()
+        if digest is not None:
+            result["weights_sha256"], result["layer_sha256"] = digest
+        result.setdefault("timings", {})["trace_s"] = observer.seconds
     if isinstance(returned, dict):
         result["final_metrics"] = {k: float(v) for k, v in returned.items()}
-    if userapi._recorded_models:
+    if userapi._recorded_models:  # the explicit choice of what to hash wins
         first = next(iter(userapi._recorded_models.values()))
         result.update(first)
         result["models"] = dict(userapi._recorded_models)
     return result
+
+
+def run_script(script: str, args: list[str]) -> None:
+    """Run ``script`` as ``python script.py ARGS`` would: as ``__main__``, its directory first on
+    ``sys.path`` (so a helper module beside it imports), ``sys.exit(0)`` a normal end."""
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise

@@ -1,0 +1,103 @@
+"""sha256 of files by content, remembered so a large data set is not rehashed on every launch.
+
+The cache is a SQLite table in ``$XDG_CACHE_HOME/launch/filehash.sqlite`` (default
+``~/.cache/launch``) keyed by the file's real path, device, inode, size and
+modification time in nanoseconds: a file rewritten in place gets a new mtime and is
+hashed again. Where the cache cannot be opened or written (a read-only home, a
+container), files are simply hashed every time; the cache never changes a digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from pathlib import Path
+
+
+def cache_path() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "launch" / "filehash.sqlite"
+
+
+def stat_key(path: str) -> tuple[str, int, int, int, int] | None:
+    """What identifies a file's content without reading it; None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class FileHashes:
+    """Content digests of files, cached by stat. Use as a context manager, or call ``close``."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._db: sqlite3.Connection | None = None
+        target = path or cache_path()
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(target, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS files (path TEXT, dev INTEGER, ino INTEGER, size INTEGER,"
+                " mtime_ns INTEGER, sha256 TEXT, PRIMARY KEY (path, dev, ino, size, mtime_ns))"
+            )
+            self._db = db
+        except (OSError, sqlite3.Error):
+            self._db = None  # no cache: hash every time
+
+    def sha256(self, path: str) -> str | None:
+        """The file's sha256, or None when it is not a readable regular file."""
+        key = stat_key(path)
+        if key is None or not os.path.isfile(path):
+            return None
+        cached = self._lookup(key)
+        if cached:
+            return cached
+        try:
+            digest = sha256_file(path)
+        except OSError:
+            return None
+        if stat_key(path) == key:  # unchanged while we read it: safe to remember
+            self._store(key, digest)
+        return digest
+
+    def _lookup(self, key: tuple) -> str | None:
+        if self._db is None:
+            return None
+        try:
+            row = self._db.execute(
+                "SELECT sha256 FROM files WHERE path=? AND dev=? AND ino=? AND size=? AND mtime_ns=?", key
+            ).fetchone()
+        except sqlite3.Error:
+            return None
+        return row[0] if row else None
+
+    def _store(self, key: tuple, digest: str) -> None:
+        if self._db is None:
+            return
+        try:
+            self._db.execute("DELETE FROM files WHERE path=?", key[:1])
+            self._db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)", (*key, digest))
+        except sqlite3.Error:
+            pass
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> FileHashes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,298 @@
+"""What a job used, found after the fact: the code it imported, the distributions and
+native libraries it loaded, and the files it read.
+
+The comparability key must hold everything that can change a job's bits and nothing
+else. Rather than ask the user, the job process reports what it actually used:
+
+- **code**: every imported module whose file lies outside the Python installation and
+  its site-packages (a helper beside a script, a package on ``PYTHONPATH``, an
+  editable install's source), hashed by content, git repository or not;
+- **distributions**: the installed distributions whose modules were imported or whose
+  shared libraries are mapped into the process (``/proc/self/maps``: TensorFlow loads
+  the ``nvidia-*`` wheels' libraries without importing them), each with its version
+  and the sha256 of its ``RECORD`` (the file list with every file's hash);
+- **libraries**: the other shared libraries mapped (libm, libstdc++, libgomp, ...),
+  hashed by content;
+- **data**: the files the job opened for reading (seen by ``launcher.run.reads``),
+  except code, libraries, the Python installation, system directories, caches and
+  the run directory itself, hashed by content.
+
+Classification is pure (``classify``, ``parse_maps``, ``data_files``), tested on
+recorded paths; ``gather`` does the I/O in the job process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import site
+import sys
+import sysconfig
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from launcher.record.filecache import FileHashes, cache_path, stat_key
+
+# Never data: the OS, devices and pseudo-files. The job's reads there are settings the
+# fingerprint records otherwise (hardware, software, environment), or noise.
+SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin",
+               "/var/lib", "/var/cache", "/snap")  # fmt: skip
+# Keras creates ~/.keras/keras.json on first import, so its presence differs between a
+# first and a second run; the settings it holds are recorded from Keras itself instead
+# (determinism.keras: floatx, epsilon, image_data_format, backend).
+IGNORED_NAMES = ("keras.json",)
+_SHARED_LIBRARY = re.compile(r"\.so(\.[0-9.]+)?$")
+_METADATA = re.compile(r"\.(dist|egg)-info(/|$)")  # an installed distribution's metadata (editable ones too)
+# Code TensorFlow writes and imports itself (AutoGraph's conversions of the user's functions,
+# whose source is hashed): a new temporary name every run.
+_GENERATED = re.compile(r"^__autograph_generated_file")
+
+
+@dataclass(frozen=True)
+class Roots:
+    """The directories that decide what a path is."""
+
+    site: tuple[str, ...]  # site-packages and dist-packages: installed distributions
+    python: tuple[str, ...]  # the interpreter's prefixes: the standard library, lib-dynload, libpython
+    launcher: str  # the launcher package itself (its source hash is code.launcher_version)
+    ignored: tuple[str, ...] = ()  # never data: the run directory, caches
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(root and (path == root or path.startswith(root.rstrip("/") + "/")) for root in roots)
+
+
+def classify(path: str, roots: Roots) -> str:
+    """``launcher``, ``site`` (an installed distribution), ``python`` (the interpreter and
+    its standard library) or ``user`` (anything else: the user's code, a system library)."""
+    if _under(path, [roots.launcher]):
+        return "launcher"
+    if _under(path, roots.site):
+        return "site"
+    if _under(path, roots.python):
+        return "python"
+    return "user"
+
+
+def parse_maps(text: str) -> list[str]:
+    """The shared libraries mapped into a process, from ``/proc/PID/maps``, in first-mapped order."""
+    out: dict[str, None] = {}
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6:
+            continue
+        path = parts[5].strip()
+        if path.startswith("/") and not path.endswith("(deleted)") and _SHARED_LIBRARY.search(path):
+            out.setdefault(path, None)
+    return list(out)
+
+
+def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterable[str] = ()) -> list[str]:
+    """The paths of ``opened`` (path -> {"read": bool, "written_first": bool}) that are data.
+
+    Out: files the job wrote before reading them (its own outputs), code and shared
+    libraries, the Python installation and its distributions, system directories,
+    caches, the run directory, and ``IGNORED_NAMES``.
+    """
+    code = set(code)
+    caches = (os.path.join(home, ".cache"), os.path.join(home, ".config"))
+    out = []
+    for opened_as, info in sorted(opened.items()):
+        path = os.path.realpath(opened_as)
+        if not info.get("read") or info.get("written_first") or path in code:
+            continue
+        if path.endswith((".py", ".pyc", ".pyo", ".pth")) or _SHARED_LIBRARY.search(path):
+            continue
+        if os.path.basename(path) in IGNORED_NAMES or _METADATA.search(path) or not os.path.isfile(path):
+            continue
+        if _under(path, (*SYSTEM_DIRS, *caches, *roots.ignored)) or classify(path, roots) != "user":
+            continue
+        out.append(opened_as)
+    return out
+
+
+def display_name(path: str, launch_dir: str) -> str:
+    """A recorded path: relative to the launch directory when inside it, else absolute."""
+    if _under(path, [launch_dir]):
+        return os.path.relpath(path, launch_dir)
+    return path
+
+
+# ---------------------------------------------------------------- I/O (the job process)
+def roots(run_dir: str | None = None) -> Roots:
+    """This interpreter's roots."""
+    paths = sysconfig.get_paths()
+    site_dirs = {paths.get("purelib"), paths.get("platlib")}
+    try:
+        site_dirs.update(site.getsitepackages())
+        site_dirs.add(site.getusersitepackages())
+    except AttributeError:  # a virtualenv's old site.py
+        pass
+    site_dirs.update(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))
+    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, paths.get("stdlib")}
+    launcher_dir = str(Path(__file__).resolve().parents[1])
+    ignored = [run_dir] if run_dir else []
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if cache:
+        ignored.append(cache)
+    def both(paths) -> tuple[str, ...]:  # as given and resolved: paths are compared before resolving
+        return tuple(sorted({form for p in paths if p for form in (os.path.abspath(p), os.path.realpath(p))}))
+
+    return Roots(site=both(site_dirs), python=both(python), launcher=launcher_dir, ignored=both(ignored))
+
+
+def module_files(modules: Mapping[str, object] | None = None) -> dict[str, str]:
+    """module name -> the absolute path of its file, for every imported module that has one."""
+    out = {}
+    for name, module in list((modules if modules is not None else sys.modules).items()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and file and not _GENERATED.match(name):
+            out[name] = os.path.abspath(file)
+    return out
+
+
+class _Distributions:
+    """Which installed distribution owns a file below a site directory."""
+
+    def __init__(self, site_dirs: Iterable[str]) -> None:
+        self.by_top = _packages_distributions(site_dirs)
+        self._files: dict[str, set[str]] = {}
+
+    def owner(self, path: str, site_dirs: Iterable[str]) -> str | None:
+        for root in site_dirs:
+            if _under(path, [root]):
+                rel = os.path.relpath(path, root)
+                break
+        else:
+            return None
+        top = rel.split(os.sep, 1)[0]
+        top = top.split(".", 1)[0] if os.sep not in rel else top
+        names = self.by_top.get(top) or self.by_top.get(top.split(".", 1)[0]) or []
+        if len(set(names)) == 1:
+            return _normalize(names[0])
+        for name in dict.fromkeys(names):  # a namespace (nvidia/, google/): find the owner by its file list
+            if rel in self._record(name):
+                return _normalize(name)
+        return None
+
+    def _record(self, name: str) -> set[str]:
+        if name not in self._files:
+            try:
+                files = metadata.distribution(name).files or []
+            except metadata.PackageNotFoundError:
+                files = []
+            self._files[name] = {os.path.normpath(str(f)) for f in files}
+        return self._files[name]
+
+
+def _packages_distributions(site_dirs: Iterable[str]) -> dict[str, list[str]]:
+    """``importlib.metadata.packages_distributions()``, remembered (it reads every installed
+    distribution's metadata: 0.2 s) until a distribution is installed, upgraded or removed."""
+    entries = []
+    for root in sorted(set(site_dirs)):
+        try:
+            with os.scandir(root) as it:
+                entries += [f"{root}/{e.name}:{e.stat().st_mtime_ns}" for e in it if _METADATA.search(e.name + "/")]
+        except OSError:
+            continue
+    signature = hashlib.sha256("\n".join([sys.version, *sorted(entries)]).encode()).hexdigest()[:24]
+    path = cache_path().parent / f"distributions-{signature}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    found = {top: list(dict.fromkeys(names)) for top, names in metadata.packages_distributions().items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(found))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return found
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _files_below(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+    return [path]
+
+
+def distribution_identity(name: str) -> dict | None:
+    """{"version", "record_sha256"} of an installed distribution, or None when it is not installed."""
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return None
+    record = dist.read_text("RECORD") or dist.read_text("installed-files.txt") or ""
+    return {"version": dist.version, "record_sha256": hashlib.sha256(record.encode()).hexdigest() if record else None}
+
+
+def gather(
+    opened: Mapping[str, dict],
+    run_dir: str,
+    launch_dir: str,
+    explicit: Iterable[str] = (),
+    modules: Mapping[str, object] | None = None,
+    maps_text: str | None = None,
+) -> dict:
+    """code.modules, software.distributions, software.libraries and data, measured now.
+
+    A data file whose stat changed after the job first read it gets a value no other run
+    can have, so the key can never call two such runs comparable. ``explicit`` are files
+    and directories the job named as data itself.
+    """
+    r = roots(run_dir)
+    if maps_text is None:
+        try:
+            maps_text = Path("/proc/self/maps").read_text()
+        except OSError:
+            maps_text = ""
+    dists = _Distributions(r.site)
+    used: dict[str, None] = {}
+    code: dict[str, dict] = {}
+    files = module_files(modules)
+    with FileHashes() as hashes:
+        for name, path in sorted(files.items()):
+            kind = classify(path, r)
+            if kind == "user":
+                path = os.path.realpath(path)
+                kind = classify(path, r)  # a symlink into site-packages is still site-packages
+            if kind == "site":
+                owner = dists.owner(path, r.site)
+                if owner:
+                    used.setdefault(owner, None)
+            elif kind == "user" and name != "__main__" and os.path.isfile(path):
+                code[name] = {"path": path, "sha256": hashes.sha256(path)}
+        libraries = {}
+        for path in parse_maps(maps_text):
+            real = os.path.realpath(path)
+            kind = classify(real, r)
+            if kind == "site":
+                owner = dists.owner(real, r.site)
+                if owner:
+                    used.setdefault(owner, None)
+            elif kind == "user":
+                libraries[real] = hashes.sha256(real)
+        home = os.path.expanduser("~")
+        data = {}
+        read = data_files(opened, r, home, code={m["path"] for m in code.values()})
+        for opened_as in read:
+            path = os.path.realpath(opened_as)
+            digest = hashes.sha256(path) or "unreadable"
+            if opened[opened_as].get("stat") != stat_key(opened_as):
+                digest = f"changed while the job ran ({os.path.basename(run_dir)})"
+            data[display_name(path, launch_dir)] = digest
+        for path in (f for p in explicit for f in _files_below(p) if not _under(f, r.ignored)):
+            data[display_name(path, launch_dir)] = hashes.sha256(path) or "unreadable"
+    distributions = {name: distribution_identity(name) for name in sorted(used)}
+    return {"modules": code, "distributions": distributions, "libraries": dict(sorted(libraries.items())),
+            "data": dict(sorted(data.items()))}  # fmt: skip

@@ -1,0 +1,318 @@
+"""What an unmodified training script trained, observed without its help.
+
+Installed in the job process before user code runs (``train=script`` and
+``train=custom``; the built-in mnist task records itself). It wraps four Python
+entry points and changes none of their arguments that reach the math:
+
+- ``keras.Model.fit``: adds two callbacks, one appending each epoch's logs to
+  ``metrics.jsonl`` and the step-trace recorder (``launcher.run.trace``);
+- a Keras optimizer's ``apply`` (``apply_gradients`` calls it) and TensorFlow's
+  ``tf.compat.v1.train.Optimizer.apply_gradients``: note the variables trained, and
+  in eager code count the step;
+- ``tf.function``'s ``Function.__call__``: after a top-level call (a ``@tf.function``
+  training step), count the optimizer steps it took, from the optimizers' own
+  ``iterations`` counters;
+- ``tf.GradientTape.gradient`` (eager only): remember a scalar loss for the trace.
+
+``keras.Model`` creation is noted (weakly) so that variables trained in a custom loop
+can be traced back to their model, whose non-trainable weights are then hashed too.
+
+What is hashed at the end, in the order first trained: every Keras model that was
+fitted or whose variables an optimizer updated, then every other variable an
+optimizer updated (bare ``tf.Variable``s). The observer keeps them alive, so a model
+built and fitted inside a function and dropped is still hashed. Reading weights never
+changes them: an observed run and an unobserved one give the same bits (tested).
+
+Not observed: variables changed without an optimizer (``v.assign_sub(lr * g)``) and
+training in TF1 sessions (``tf.compat.v1``). ``launcher.record_model(model)``
+remains the explicit choice of what to hash.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from launcher.record.hashing import keras_weights, weights_digest
+from launcher.run import trace
+
+_observer: Observer | None = None
+
+
+class Observer:
+    """The models and variables a job trains, its optimizer steps, epochs and trace."""
+
+    def __init__(self, run_dir: Path, trace_every: int, log_epoch) -> None:
+        self.run_dir, self.trace_every, self.log_epoch = Path(run_dir), trace_every, log_epoch
+        self.models: list = []  # trained Keras models, first trained first (strong references)
+        self.variables: list = []  # other trained variables, first trained first
+        self.optimizers: list = []  # Keras optimizers that applied gradients
+        self.created: list[weakref.ref] = []  # every Keras model, in creation order (weakly)
+        self._trained_ids: set[int] = set()
+        self._seen: set[tuple[int, ...]] = set()
+        self.v1_steps = 0  # steps of tf.compat.v1 optimizers, counted in eager code
+        self.in_fit = 0
+        self.fits = 0
+        self.epochs = 0
+        self.history: dict[str, float] = {}
+        self.loss = None  # the last scalar loss a GradientTape differentiated, eagerly
+        existing = trace.read(run_dir)
+        self.last_step = existing[-1]["step"] if existing else -1
+        self.seconds = 0.0
+
+    # ------------------------------------------------------------ what was trained
+    def note_model(self, model) -> None:
+        if all(m is not model for m in self.models):
+            self.models.append(model)
+            self._trained_ids.update(id(v) for v in model.weights)
+
+    def note_variables(self, variables: list) -> None:
+        ids = tuple(id(v) for v in variables)
+        if ids in self._seen:
+            return
+        self._seen.add(ids)
+        applied = set(ids)
+        # The first-created model owning applied variables is the outer one (a Sequential is
+        # created before the Functional it builds inside itself, which shares its weights).
+        for ref in self.created:
+            model = ref()
+            if model is None or any(m is model for m in self.models):
+                continue
+            owned = {id(v) for v in model.weights}
+            if applied & {id(v) for v in model.trainable_variables} and not owned <= self._trained_ids:
+                self.note_model(model)
+        for v in variables:
+            if id(v) not in self._trained_ids:
+                self._trained_ids.add(id(v))
+                self.variables.append(v)
+
+    def note_optimizer(self, optimizer) -> None:
+        if all(o is not optimizer for o in self.optimizers):
+            self.optimizers.append(optimizer)
+
+    def named_arrays(self) -> list[tuple[str, str, np.ndarray]]:
+        """(layer, weight path, value) of everything trained, in a stable order."""
+        out = []
+        prefix = len(self.models) + bool(self.variables) > 1
+        for model in self.models:
+            for layer, path, value in keras_weights(model):
+                out.append((f"{model.name}/{layer}" if prefix else layer, path, value))
+        for i, v in enumerate(self.variables):
+            name = getattr(v, "path", None) or getattr(v, "name", None) or f"variable_{i}"
+            out.append((f"variable {i} ({name})", name, _value(v)))
+        return out
+
+    def digest(self) -> tuple[str, dict[str, str]] | None:
+        return weights_digest(self.named_arrays()) if self.models or self.variables else None
+
+    # ------------------------------------------------------------ steps and trace
+    def steps(self) -> int:
+        return sum(int(_value(o.iterations)) for o in self.optimizers) + self.v1_steps
+
+    def after_step(self) -> None:
+        """After an eager optimizer step or a top-level tf.function call: trace when due."""
+        if not self.trace_every or (not self.optimizers and not self.v1_steps):
+            return
+        step = self.steps()
+        if step // self.trace_every > self.last_step // self.trace_every:
+            self.record(step)
+
+    def record(self, step: int, sync: bool = False) -> None:
+        started = time.perf_counter()
+        loss = None
+        if self.loss is not None:
+            try:
+                loss = float(_value(self.loss))
+            except (TypeError, ValueError):
+                loss = None
+        trace.append(self.run_dir, trace.point(step, self.epochs or None, loss, self.named_arrays()), sync)
+        self.last_step = step
+        self.seconds += time.perf_counter() - started
+
+    def record_initial(self) -> None:
+        """Step 0, before the first optimizer step of a custom loop: the initial weights."""
+        if self.trace_every and self.last_step < 0 and self.steps() == 0:
+            self.record(0)
+
+    def finish(self) -> None:
+        """At the job's end: the last step, so the trace ends at the final weights."""
+        if self.trace_every and (self.optimizers or self.v1_steps) and self.steps() > self.last_step:
+            self.record(self.steps(), sync=True)
+
+    def summary(self) -> dict:
+        return {
+            "models": [m.name for m in self.models],
+            "variables": len(self.variables),
+            "fits": self.fits,
+            "epochs": self.epochs,
+            "optimizer_steps": self.steps() if self.optimizers or self.v1_steps else 0,
+        }
+
+
+def _value(v) -> np.ndarray:
+    """A variable's current value as NumPy, also while a tf.function is being traced."""
+    import tensorflow as tf
+
+    with tf.init_scope():
+        return np.asarray(v.numpy())
+
+
+# ---------------------------------------------------------------- the wrappers
+def install(run_dir: Path, trace_every: int, log_epoch) -> Observer:
+    """Wrap Keras' and TensorFlow's training entry points; returns the observer."""
+    global _observer
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    _observer = obs = Observer(run_dir, trace_every, log_epoch)
+    _wrap_model_new(keras, obs)
+    _wrap_fit(keras, obs)
+    _wrap_keras_apply(keras, tf, obs)
+    _wrap_v1_apply(tf, obs)
+    _wrap_function_call(polymorphic_function.Function, tf, obs)
+    _wrap_gradient(tf, obs)
+    return obs
+
+
+def _wrap_model_new(keras, obs: Observer) -> None:
+    original = keras.Model.__new__
+
+    def __new__(cls, *args, **kwargs):
+        model = original(cls, *args, **kwargs)
+        try:
+            obs.created.append(weakref.ref(model))
+        except TypeError:
+            pass
+        return model
+
+    keras.Model.__new__ = staticmethod(__new__)
+
+
+def _wrap_fit(keras, obs: Observer) -> None:
+    original = keras.Model.fit
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        callbacks = list(bound.arguments.get("callbacks") or [])
+        callbacks.append(_epoch_logger(keras, obs))
+        recorder_class = trace.recorder_class()
+        if obs.trace_every and not any(isinstance(c, recorder_class) for c in callbacks):
+            callbacks.append(recorder_class(obs.run_dir / trace.FILE, obs.trace_every))
+        bound.arguments["callbacks"] = callbacks
+        obs.note_model(self)
+        obs.fits += 1
+        obs.in_fit += 1
+        try:
+            return original(*bound.args, **bound.kwargs)
+        finally:
+            obs.in_fit -= 1
+            existing = trace.read(obs.run_dir)
+            obs.last_step = existing[-1]["step"] if existing else obs.last_step
+
+    keras.Model.fit = fit
+
+
+def _epoch_logger(keras, obs: Observer):
+    class EpochLogger(keras.callbacks.Callback):
+        """Appends each epoch's logs to metrics.jsonl, numbered across all fits of the job."""
+
+        def on_epoch_end(self, epoch: int, logs=None) -> None:
+            obs.epochs += 1
+            values = {}
+            for k, v in (logs or {}).items():
+                try:
+                    values[k] = float(v)
+                except (TypeError, ValueError):
+                    continue
+            obs.history = values
+            obs.log_epoch(obs.epochs, values)
+
+    return EpochLogger()
+
+
+def _wrap_keras_apply(keras, tf, obs: Observer) -> None:
+    base = keras.optimizers.Optimizer.__mro__
+    cls = next(c for c in base if "apply" in c.__dict__ and c.__name__ == "BaseOptimizer")
+    original = cls.apply
+
+    @functools.wraps(original)
+    def apply(self, grads, trainable_variables=None):
+        variables = list(trainable_variables) if trainable_variables is not None else None
+        if variables is not None:
+            obs.note_optimizer(self)
+            obs.note_variables(variables)
+            if not obs.in_fit:
+                try:
+                    obs.record_initial()
+                except Exception:  # reading weights mid-trace failed: no step-0 point
+                    pass
+        result = original(self, grads, variables if variables is not None else trainable_variables)
+        if variables is None:  # a built optimizer applying to its own variables
+            obs.note_optimizer(self)
+            obs.note_variables(list(self._trainable_variables))
+        if tf.executing_eagerly() and not obs.in_fit:
+            obs.after_step()
+        return result
+
+    cls.apply = apply
+
+
+def _wrap_v1_apply(tf, obs: Observer) -> None:
+    cls = tf.compat.v1.train.Optimizer
+    original = cls.apply_gradients
+
+    @functools.wraps(original)
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        pairs = list(grads_and_vars)
+        if tf.executing_eagerly():
+            obs.note_variables([v for _, v in pairs if v is not None])
+            if obs.v1_steps == 0:
+                obs.record_initial()
+        result = original(self, pairs, *args, **kwargs)
+        if tf.executing_eagerly():
+            obs.v1_steps += 1
+            obs.after_step()
+        return result
+
+    cls.apply_gradients = apply_gradients
+
+
+def _wrap_function_call(function_class, tf, obs: Observer) -> None:
+    original = function_class.__call__
+
+    @functools.wraps(original)
+    def __call__(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if obs.optimizers and not obs.in_fit and tf.executing_eagerly():
+            if getattr(result, "shape", None) == () and getattr(result, "dtype", None) is not None \
+                    and result.dtype.is_floating:  # fmt: skip
+                obs.loss = result
+            obs.after_step()
+        return result
+
+    function_class.__call__ = __call__
+
+
+def _wrap_gradient(tf, obs: Observer) -> None:
+    original = tf.GradientTape.gradient
+
+    @functools.wraps(original)
+    def gradient(self, target, *args, **kwargs):
+        if tf.executing_eagerly() and getattr(target, "shape", None) == ():
+            obs.loss = target
+        return original(self, target, *args, **kwargs)
+
+    tf.GradientTape.gradient = gradient
+
+
+def current() -> Observer | None:
+    """The job's observer, if one is installed (for launcher.userapi)."""
+    return _observer
