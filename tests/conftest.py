@@ -75,8 +75,15 @@ def launch():
 QUICK = ("train.epochs=1", "train.batch_size=100")
 
 
-def quick_run(launch, store: Path, npz: Path, *overrides: str):
+def run_dir_of(done) -> Path:
+    """The run directory a `launch` printed in its last line: ``[launch] run DIR complete; ...``."""
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("[launch] run ") and " complete; " in line, done.stdout[-2000:] + done.stderr[-2000:]
+    return Path(line.removeprefix("[launch] run ").split(" complete; ")[0])
+
+
+def quick_run(launch, store: Path, npz: Path, *overrides: str, env: dict | None = None, cwd: Path | None = None):
     """A real one-epoch strict MNIST run on the small subset; asserts it completed."""
-    done = launch("train=mnist", f"train.data={npz}", f"store.root={store}", *QUICK, *overrides)
+    done = launch("train=mnist", f"train.data={npz}", f"store.root={store}", *QUICK, *overrides, env=env, cwd=cwd)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done

@@ -240,7 +240,7 @@ def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], ech
         echo(f"[audit] {i + 1}/{len(plan)} {t.knob} {t.value}: {audit_report.status_text(row)}")
         reference = reference or (record if row.status == "reference" else None)
         if reference is None:
-            return  # the job fails as configured: there is nothing to compare with
+            return  # the job fails, or records nothing, as configured: there is nothing to compare with
 
 
 def _assess(t: Trial, outcome, ref: compare.RunRecord | None) -> tuple[audit_report.Row, compare.RunRecord | None]:
@@ -259,6 +259,10 @@ def _assess(t: Trial, outcome, ref: compare.RunRecord | None) -> tuple[audit_rep
         if any(k == "jit_compile" for k, _ in stayed):
             row.note += " (Keras turns XLA off when op determinism is on)"
         return row, record
+    if not compare.recorded_anything(record):
+        row.status = "not observed"
+        row.note = "the run recorded no weights, metrics, output files or trace: nothing to compare"
+        return row, (record if ref is None else None)
     if ref is None:
         row.status = "reference"
         return row, record

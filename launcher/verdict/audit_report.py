@@ -19,7 +19,7 @@ class Row:
 
     knob: str  # "repeat" for the baseline runs
     value: str
-    status: str  # reference | same | changed | failed | not applied | n/a | interrupted
+    status: str  # reference | same | changed | not observed | failed | not applied | n/a | interrupted
     run: str | None = None  # the run's directory name in the store
     step: int | None = None  # first step at which the trace split from the reference
     epoch: int | None = None
@@ -37,6 +37,7 @@ class Verdict:
     pin: list[str] = field(default_factory=list)  # knobs whose values changed the bits
     free: list[str] = field(default_factory=list)  # knobs varied with no bit change
     not_applied: list[str] = field(default_factory=list)
+    not_observed: list[str] = field(default_factory=list)  # knobs whose runs recorded nothing
     failed: list[str] = field(default_factory=list)
     recorded_in: dict[str, str] = field(default_factory=dict)
     interrupted: bool = False
@@ -52,8 +53,11 @@ class Verdict:
 def judge(rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False) -> Verdict:
     """The verdict over the audit's rows; ``knobs`` maps names to objects with ``recorded_in``."""
     repeats = [r for r in rows if r.knob == "repeat" and r.status in ("reference", "same", "changed")]
-    stable = None if len(repeats) < 2 else all(r.status != "changed" for r in repeats)
+    unobserved = any(r.knob == "repeat" and r.status == "not observed" for r in rows)
+    stable = None if len(repeats) < 2 or unobserved else all(r.status != "changed" for r in repeats)
     v = Verdict(level, len(repeats), stable, interrupted=interrupted)
+    if unobserved:
+        v.not_observed.append("repeat")
     for name in dict.fromkeys(r.knob for r in rows if r.knob in knobs):
         statuses = {r.status for r in rows if r.knob == name}
         if "changed" in statuses:
@@ -63,6 +67,8 @@ def judge(rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False
             v.free.append(name)
         elif "not applied" in statuses:
             v.not_applied.append(name)
+        elif "not observed" in statuses:
+            v.not_observed.append(name)
         if "failed" in statuses:  # also beside pin or free: a value that could not run is never hidden
             v.failed.append(name)
     return v
@@ -101,7 +107,10 @@ def verdict_lines(v: Verdict) -> list[str]:
     lines = ["VERDICT"]
     if v.interrupted:
         lines.append("  interrupted: the audit is incomplete")
-    if v.stable is None and v.completed_repeats == 0 and not v.interrupted:
+    if "repeat" in v.not_observed:
+        lines.append("  the job records nothing to compare (no weights, metrics, output files or trace): "
+                     "stability NOT JUDGED; see docs/running-your-code.md for what is observed")  # fmt: skip
+    elif v.stable is None and v.completed_repeats == 0 and not v.interrupted:
         lines.append("  the job fails as configured (see the notes): fix it, then audit it")
     elif v.stable is None:
         lines.append(f"  repeats: only {v.completed_repeats} baseline run(s) completed; stability not judged")
@@ -118,6 +127,9 @@ def verdict_lines(v: Verdict) -> list[str]:
         lines.append(f"  free here (varied, bits unchanged on this machine for this job): {', '.join(v.free)}")
     if v.not_applied:
         lines.append(f"  not applied at this level (see the notes): {', '.join(v.not_applied)}")
+    knobs = [k for k in v.not_observed if k != "repeat"]
+    if knobs:
+        lines.append(f"  not observed (their runs recorded nothing to compare): {', '.join(knobs)}")
     if v.failed:
         lines.append(f"  some values failed to run (see the notes): {', '.join(v.failed)}")
     return lines

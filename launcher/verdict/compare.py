@@ -5,13 +5,18 @@ configs, metrics, result hashes); ``compare_runs`` only loads files and verifies
 the seals first. Verdicts and exit codes:
 
 ========================  ====  =====================================================
-IDENTICAL                  0    keys match; weights and every epoch's metrics equal
+IDENTICAL                  0    keys match; everything both runs recorded is equal
 DIFFERENT                  1    keys match, results differ: a determinism bug
 REFUSED                    3    keys differ: the comparison would mean nothing
 NOT COMPARABLE             3    keys differ, compared anyway with ``--force``
+NOTHING COMPARED           6    keys match, but neither run recorded any result
 EQUIVALENT                 0    ``--tolerance``: allclose on weights and metrics
 NOT EQUIVALENT             1    ``--tolerance``: not allclose
 ========================  ====  =====================================================
+
+A verdict is only ever about what was really compared: IDENTICAL names what it
+compared (weights, epochs' metrics, output files, final metrics, traced steps), and
+two runs that recorded none of these are NOTHING COMPARED, never IDENTICAL.
 """
 
 from __future__ import annotations
@@ -54,6 +59,35 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     divergence: trace.Divergence | None = None  # where the step traces first differ
     equal: bool | None = None  # results bitwise equal (None: not compared)
+    compared: list[str] = field(default_factory=list)  # what both runs recorded and was compared
+
+
+NOTHING_COMPARED = 6
+
+
+def compared_items(a: RunRecord, b: RunRecord) -> list[str]:
+    """What two runs both recorded, as a reader would name it: ``weights``, ``2 epochs' metrics``..."""
+    items = []
+    if a.result.get("weights_sha256") and b.result.get("weights_sha256"):
+        items.append("weights")
+    epochs = min(len(a.metrics), len(b.metrics))
+    if epochs:
+        items.append(f"{epochs} epochs' metrics" if epochs > 1 else "1 epoch's metrics")
+    outputs = len(set(a.result.get("outputs") or {}) & set(b.result.get("outputs") or {}))
+    if outputs:
+        items.append(f"{outputs} output file{'s' if outputs > 1 else ''}")
+    if a.result.get("final_metrics") and b.result.get("final_metrics") and not epochs:
+        items.append("final metrics")
+    common = len({p["step"] for p in a.steps} & {p["step"] for p in b.steps})
+    if common:
+        items.append(f"{common} traced step{'s' if common > 1 else ''}")
+    return items
+
+
+def recorded_anything(r: RunRecord) -> bool:
+    """Did the run record any result at all (weights, metrics, output files, a trace)?"""
+    return bool(r.result.get("weights_sha256") or r.metrics or r.result.get("outputs")
+                or r.result.get("final_metrics") or r.steps)  # fmt: skip
 
 
 def load(path: str | Path) -> RunRecord:
@@ -124,13 +158,22 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
     if diffs and not force:
         return Comparison("REFUSED", 3, diffs)
     equal, epoch, layers, divergence = bitwise(a, b)
+    compared = compared_items(a, b)
+    nothing = not recorded_anything(a) and not recorded_anything(b)
     if diffs:
-        note = "results are bitwise equal" if equal else "results differ"
-        return Comparison("NOT COMPARABLE", 3, diffs, epoch, layers, [f"forced: {note}"], divergence, equal)
-    notes = [] if a.result.get("weights_sha256") else ["no model was recorded: compared metrics and output files only"]
+        note = "neither run recorded any result" if nothing else \
+            "results are bitwise equal" if equal else "results differ"  # fmt: skip
+        return Comparison("NOT COMPARABLE", 3, diffs, epoch, layers, [f"forced: {note}"], divergence, equal,
+                          compared)  # fmt: skip
+    if nothing:
+        why = ["neither run recorded weights, metrics, output files or a step trace: there is nothing to compare",
+               "let the launcher observe your training (train.observe=true, the default), call "
+               "launcher.record_model(model), or save results under launcher.output_dir()"]  # fmt: skip
+        return Comparison("NOTHING COMPARED", NOTHING_COMPARED, notes=why, equal=None)
+    notes = [] if a.result.get("weights_sha256") else ["no weights were recorded: compared what is listed above"]
     if equal:
-        return Comparison("IDENTICAL", 0, notes=notes, divergence=divergence, equal=True)
-    return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False)
+        return Comparison("IDENTICAL", 0, notes=notes, divergence=divergence, equal=True, compared=compared)
+    return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False, compared=compared)
 
 
 def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, force: bool = False) -> Comparison:
@@ -218,6 +261,10 @@ def _where_they_split(c: Comparison) -> list[str]:
     return lines
 
 
+def _listing(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def report(c: Comparison, a: Path, b: Path) -> str:
     """The human-readable answer, first line = verdict."""
     lines = []
@@ -229,8 +276,9 @@ def report(c: Comparison, a: Path, b: Path) -> str:
         if c.equal is False:
             lines += _where_they_split(c)
     elif c.verdict == "IDENTICAL":
-        steps = f", and the {c.divergence.common_steps} traced steps" if c.divergence else ""
-        lines.append(f"IDENTICAL: weights and every epoch's metrics are bitwise equal{steps}")
+        lines.append(f"IDENTICAL: {_listing(c.compared)} {'is' if len(c.compared) == 1 else 'are'} bitwise equal")
+    elif c.verdict == "NOTHING COMPARED":
+        lines.append("NOTHING COMPARED: neither run recorded a result")
     elif c.verdict == "DIFFERENT":
         lines.append("DIFFERENT: same comparability key, different results — a determinism bug")
         lines += _where_they_split(c)

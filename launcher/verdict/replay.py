@@ -25,7 +25,7 @@ from launcher.verdict import compare
 class ReplayResult:
     original: Path
     new_run: Path | None
-    verdict: str  # REPRODUCED | DIVERGED | NOT COMPARABLE | FAILED
+    verdict: str  # REPRODUCED | DIVERGED | NOT COMPARABLE | NOTHING COMPARED | FAILED
     exit_code: int
     detail: str
 
@@ -69,4 +69,6 @@ def verdict(original: Path, new_run: Path) -> ReplayResult:
         return ReplayResult(original, new_run, "REPRODUCED", 0, detail)
     if c.verdict == "DIFFERENT":
         return ReplayResult(original, new_run, "DIVERGED", 1, detail)
+    if c.verdict == "NOTHING COMPARED":
+        return ReplayResult(original, new_run, "NOTHING COMPARED", compare.NOTHING_COMPARED, detail)
     return ReplayResult(original, new_run, "NOT COMPARABLE", 3, detail)

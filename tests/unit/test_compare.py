@@ -108,7 +108,23 @@ def _steps(split_at=None):
 def test_identical_runs_agree_at_every_traced_step():
     c = compare.decide(_record(steps=_steps()), _record(steps=_steps()))
     assert c.verdict == "IDENTICAL" and c.divergence.common_steps == 3
-    assert "and the 3 traced steps" in compare.report(c, Path("a"), Path("b"))
+    first = compare.report(c, Path("a"), Path("b")).splitlines()[0]
+    assert first == "IDENTICAL: weights, 2 epochs' metrics and 3 traced steps are bitwise equal"
+
+
+def test_runs_that_recorded_nothing_are_nothing_compared_never_identical():
+    empty = {"weights_sha256": None, "final_metrics": {}, "outputs": {}}
+    a, b = _record(metrics=[], result=dict(empty)), _record(metrics=[], result=dict(empty))
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code) == ("NOTHING COMPARED", 6)
+    assert compare.report(c, Path("a"), Path("b")).startswith("NOTHING COMPARED")
+    # One recorded output file is something compared, and says so.
+    a.result["outputs"] = b.result["outputs"] = {"model.npy": "h"}
+    c = compare.decide(a, b)
+    assert c.verdict == "IDENTICAL" and c.compared == ["1 output file"]
+    # Something on one side only is a difference, not "nothing".
+    b.result["weights_sha256"] = "w"
+    assert compare.decide(a, b).verdict == "DIFFERENT"
 
 
 def test_a_trace_that_splits_makes_runs_different_and_names_step_and_layer():

@@ -1,0 +1,131 @@
+"""Users' own training code, unmodified, observed as fully as the mnist task (real training).
+
+The scripts in ``scripts/`` are ordinary TensorFlow code written without the launcher in
+mind: a Keras ``fit`` inside a function that returns only the history, a ``GradientTape``
+loop over bare variables, a ``MirroredStrategy`` over two logical CPUs configured first,
+a script that trains nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import q, run_dir_of
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _script_run(launch, store: Path, script: str, *args: str, overrides: tuple[str, ...] = ()) -> Path:
+    done = launch("train=script", f"train.script={q(SCRIPTS / script)}", f"train.args=[{','.join(map(q, args))}]",
+                  f"store.root={q(store)}", *overrides)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return run_dir_of(done)
+
+
+def _result(run: Path) -> dict:
+    return json.loads((run / "result.json").read_text())
+
+
+def _compare(launch, a: Path, b: Path, *extra: str):
+    return launch("compare", a, b, *extra)
+
+
+def test_keras_fit_inside_a_function_is_observed_and_identical_twice(launch, store, mnist_npz):
+    a = _script_run(launch, store, "keras_fit.py", str(mnist_npz))
+    b = _script_run(launch, store, "keras_fit.py", str(mnist_npz))
+    ra = _result(a)
+    assert ra["weights_sha256"] and ra["weights_sha256"] == _result(b)["weights_sha256"]
+    assert ra["observed"]["models"] == ["sequential"] and ra["observed"]["fits"] == 1
+    assert list(ra["layer_sha256"]) == ["conv2d", "max_pooling2d", "flatten", "dropout", "dense"] or \
+        set(ra["layer_sha256"]) >= {"conv2d", "dense"}  # fmt: skip
+    metrics = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2] and {"loss", "accuracy", "val_loss"} <= set(metrics[0])
+    assert ra["final_metrics"]["loss"] == metrics[-1]["loss"]
+    trace = [json.loads(line) for line in (a / "trace.jsonl").read_text().splitlines()]
+    assert trace[0]["step"] == 0 and trace[-1]["weights"] == ra["weights_sha256"]
+    done = _compare(launch, a, b)
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.startswith("IDENTICAL: weights, 2 epochs' metrics and 4 traced steps are bitwise equal")
+
+
+def test_keras_fit_bits_follow_threads_and_seed(launch, store, mnist_npz):
+    base = _result(_script_run(launch, store, "keras_fit.py", str(mnist_npz)))["weights_sha256"]
+    threads = _result(_script_run(launch, store, "keras_fit.py", str(mnist_npz),
+                                  overrides=("determinism.intra_op_threads=2",)))["weights_sha256"]  # fmt: skip
+    seeded = _result(_script_run(launch, store, "keras_fit.py", str(mnist_npz), overrides=("+seed=1",)))
+    assert len({base, threads, seeded["weights_sha256"]}) == 3
+
+
+def test_gradient_tape_loop_over_bare_variables(launch, store, mnist_npz, tmp_path):
+    saved = tmp_path / "params.npy"  # the script saves its parameters here (same arguments every run)
+    a = _script_run(launch, store, "tape_loop.py", str(mnist_npz), str(saved))
+    observed_params = saved.read_bytes()
+    b = _script_run(launch, store, "tape_loop.py", str(mnist_npz), str(saved))
+    ra = _result(a)
+    assert ra["observed"] == {"models": [], "variables": 3, "fits": 0, "epochs": 0, "optimizer_steps": 24}
+    assert list(ra["layer_sha256"]) == ["variable 0 (kernel:0)", "variable 1 (w:0)", "variable 2 (b:0)"]
+    trace = [json.loads(line) for line in (a / "trace.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in trace] == [0, 10, 20, 24]  # optimizer steps counted inside a tf.function
+    assert trace[-1]["weights"] == ra["weights_sha256"] and trace[1]["loss"] is not None
+    done = _compare(launch, a, b)
+    assert done.returncode == 0, done.stdout
+    # Observation reads and never writes: switched off, the script saves the same parameters.
+    _script_run(launch, store, "tape_loop.py", str(mnist_npz), str(saved), overrides=("train.observe=false",))
+    assert saved.read_bytes() == observed_params
+    threads = _script_run(launch, store, "tape_loop.py", str(mnist_npz), overrides=("determinism.intra_op_threads=2",))
+    seeded = _script_run(launch, store, "tape_loop.py", str(mnist_npz), overrides=("+seed=1",))
+    assert len({ra["weights_sha256"], _result(threads)["weights_sha256"], _result(seeded)["weights_sha256"]}) == 3
+
+
+def test_a_script_that_trains_nothing_is_nothing_compared(launch, store):
+    a = _script_run(launch, store, "nothing.py")
+    b = _script_run(launch, store, "nothing.py")
+    assert _result(a)["weights_sha256"] is None
+    done = _compare(launch, a, b)
+    assert done.returncode == 6, done.stdout
+    assert done.stdout.startswith("NOTHING COMPARED")
+    replayed = launch("replay", a)
+    assert replayed.returncode == 6, replayed.stdout
+    assert any(line.startswith("NOTHING COMPARED: replay") for line in replayed.stdout.splitlines()), replayed.stdout
+
+
+def test_devices_configured_by_the_script_and_mirrored_strategy_under_strict(launch, store, mnist_npz):
+    a = _script_run(launch, store, "mirrored.py", str(mnist_npz))
+    b = _script_run(launch, store, "mirrored.py", str(mnist_npz))
+    assert _result(a)["weights_sha256"] and _compare(launch, a, b).returncode == 0
+
+
+def test_custom_entrypoint_is_observed(launch, store, mnist_npz):
+    runs = []
+    for _ in range(2):
+        done = launch("train=custom", "train.entrypoint=custom_entry:train", f"train.path={q(SCRIPTS)}",
+                      f"+train.data_path={q(mnist_npz)}", f"store.root={q(store)}")  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        runs.append(run_dir_of(done))
+    result = _result(runs[0])
+    assert result["weights_sha256"] and set(result["final_metrics"]) == {"last_loss"}
+    assert len((runs[0] / "metrics.jsonl").read_text().splitlines()) == 2
+    assert _compare(launch, *runs).returncode == 0
+
+
+def test_audit_of_a_script_reports_threads_changed(launch, store, mnist_npz):
+    script = f"train.script={q(SCRIPTS / 'keras_fit.py')}"
+    done = launch("audit", "train=script", script, f"train.args=[{q(mnist_npz)},1]", f"store.root={q(store)}",
+                  "audit.knobs=[intra_op_threads]")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("intra_op_threads")]
+    assert rows and any(line.split()[1] == "2" and "CHANGED" in line for line in rows), done.stdout
+    assert "STABLE" in done.stdout and "must pin" in done.stdout
+
+
+def test_audit_of_a_script_that_records_nothing_judges_nothing(launch, store):
+    done = launch("audit", "train=script", f"train.script={q(SCRIPTS / 'nothing.py')}", f"store.root={q(store)}",
+                  "audit.knobs=[intra_op_threads]")  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "NOT JUDGED" in done.stdout and "STABLE" not in done.stdout.replace("NOT JUDGED", "")
+    assert "free here" not in done.stdout
