@@ -65,7 +65,8 @@ def job_mounts(run_dir: str, cwd: str, read_only_paths: Iterable[str] = ()) -> l
 
 
 def input_paths(cfg: Mapping, cwd: str) -> list[str]:
-    """Host paths a job reads besides its working directory: data, a script, a code path."""
+    """Host paths a job reads besides its working directory: data, a script and the paths among
+    its arguments, a code path, and ``runtime.mounts``."""
     train = cfg.get("train", {})
     paths = []
     data = train.get("data")
@@ -81,6 +82,13 @@ def input_paths(cfg: Mapping, cwd: str) -> list[str]:
         path = os.path.join(cwd, os.path.expanduser(extra))
         if os.path.isdir(path):
             paths.append(path)
+    if train.get("name") == "script":  # a script's arguments that name existing files or directories
+        for arg in train.get("args") or []:
+            path = os.path.join(cwd, os.path.expanduser(str(arg)))
+            if str(arg) and os.path.exists(path):
+                paths.append(path)
+    for extra_path in cfg.get("runtime", {}).get("mounts") or []:  # runtime.mounts: data the code finds itself
+        paths.append(os.path.join(cwd, os.path.expanduser(str(extra_path))))
     return paths
 
 

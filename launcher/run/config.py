@@ -31,7 +31,8 @@ NOT_IN_HASH = (
     "train.observe",  # observation reads weights, never changes them (tested bit for bit)
 )
 NOT_IN_HASH_DOCKER = ("image.ca_bundle", "image.index_url", "image.wheelhouse",  # where wheels come from
-                      "runtime.stop_timeout_s", "runtime.tmpfs_mb")  # how a job is stopped, its /tmp  # fmt: skip
+                      "runtime.stop_timeout_s", "runtime.tmpfs_mb",  # how a job is stopped, its /tmp
+                      "runtime.mounts")  # where data is visible; what the job reads is hashed by content  # fmt: skip
 
 
 def _positive_int(value: object, name: str, allow_none: bool = False) -> None:

@@ -68,8 +68,8 @@ def test_fingerprint_schema_and_key_fields(two_threads_runs):
     text = (a / "fingerprint.json").read_text()
     fp = json.loads(text)
     assert text == json.dumps(fp, sort_keys=True, indent=2) + "\n"  # canonical JSON
-    assert fp["schema"] == 1
-    assert fp["hardware"]["cpu"]["isa"] and fp["hardware"]["gpus"] == []
+    assert fp["schema"] == 2
+    assert fp["hardware"]["cpu"]["isa"] and isinstance(fp["hardware"]["gpus"], list)
     assert fp["software"]["tensorflow"] and "is_cuda_build" in fp["software"]["tf_build"]
     assert len(fp["software"]["packages_sha256"]) == 64
     assert any(p.startswith("keras==") for p in fp["software"]["packages"])
@@ -77,7 +77,13 @@ def test_fingerprint_schema_and_key_fields(two_threads_runs):
     assert fp["determinism"]["intra_op_threads"] == 1 and fp["determinism"]["op_determinism"] is True
     ((data_path, digest),) = fp["data"].items()
     assert digest == hashlib.sha256(Path(data_path).read_bytes()).hexdigest()
-    assert fp["code"]["launcher_version"]
+    assert fp["code"]["launcher_version"].startswith("0.1.0+src.")
+    assert fp["code"]["modules"] == {}  # the mnist task is the launcher's own code
+    used = fp["software"]["distributions"]
+    assert "keras" in used and any(name.startswith("tensorflow") for name in used)
+    assert all(len(d["record_sha256"]) == 64 for d in used.values() if d["record_sha256"])
+    assert any("libm.so" in path for path in fp["software"]["libraries"])
+    assert fp["determinism"]["keras"]["floatx"] == "float32"
 
 
 def test_tampered_or_incomplete_runs_are_refused_and_not_modified(launch, two_threads_runs, tmp_path):

@@ -104,6 +104,22 @@ def test_two_strict_docker_runs_give_identical_weights(docker_pair):
 
 
 @pytest.mark.slow
+def test_an_unmodified_script_is_observed_in_a_container(base_image, project, docker_store):
+    """The keras-io style script, its data named by an argument (mounted read-only), twice."""
+    script = REPO / "tests" / "integration" / "scripts" / "keras_fit.py"
+    args = ("train=script", f"train.script={q(script)}", f"train.args=[{q(project / 'mnist small.npz')},1]")
+    (a, _), (b, _) = (_launch_run(docker_store, project, *args, *DOCKER) for _ in range(2))
+    ra = _json(a / "result.json")
+    assert ra["weights_sha256"] and ra["weights_sha256"] == _json(b / "result.json")["weights_sha256"]
+    assert ra["observed"]["models"] == ["sequential"] and (a / "metrics.jsonl").read_text().count("\n") == 1
+    fp = _json(a / "fingerprint.json")
+    assert list(fp["data"].values()) == [__import__("hashlib").sha256((project / "mnist small.npz").read_bytes())
+                                         .hexdigest()]  # fmt: skip
+    done = run_launch("compare", a, b)
+    assert done.returncode == 0 and done.stdout.startswith("IDENTICAL: weights, 1 epoch's metrics"), done.stdout
+
+
+@pytest.mark.slow
 def test_fingerprint_records_the_container(docker_pair, daemon):
     from launcher.docker import containers, images
 

@@ -90,6 +90,19 @@ def test_unstable_repeats_fail_the_audit_and_say_so():
     assert audit_report.judge(_rows("same"), "strict", audit.KNOBS, interrupted=True).exit_code == 130
 
 
+def test_a_job_that_records_nothing_is_not_judged_and_no_knob_is_free():
+    rows = [audit_report.Row("repeat", "run 1", "not observed"), audit_report.Row("repeat", "run 2", "not observed"),
+            audit_report.Row("intra_op_threads", "2", "not observed")]  # fmt: skip
+    v = audit_report.judge(rows, "strict", audit.KNOBS)
+    assert v.stable is None and v.free == [] and v.not_observed == ["repeat", "intra_op_threads"]
+    assert v.exit_code == 1
+    text = "\n".join(audit_report.verdict_lines(v))
+    assert "NOT JUDGED" in text and "not observed" in text and "free here" not in text
+    # One knob unobserved beside a stable baseline: that knob is not observed, never free.
+    v = audit_report.judge([*_rows("same")[:2], audit_report.Row("xla", "v", "not observed")], "strict", audit.KNOBS)
+    assert v.stable is True and v.not_observed == ["xla"] and v.free == []
+
+
 def test_the_table_shows_the_split_the_cost_and_the_notes():
     rows = _rows("same", "changed")
     rows[2].step, rows[2].epoch, rows[2].layer, rows[2].cost, rows[2].run = 3, 1, "conv1", 1.1, "20260101-000000-abcdef"
