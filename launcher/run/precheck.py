@@ -69,10 +69,12 @@ def key_differences_now(
     else:
         current["software"] = probes.software()
         current["software"]["container"] = stored["software"].get("container")
+    # What the job used is known only once it has ended; an interrupted run (resume) has none.
     modules, distributions, libraries = current_usage(stored)
     if current["software"] is not None and not stored["software"].get("container"):
-        current["software"].update(distributions=distributions, libraries=libraries)
-    current["code"]["modules"] = modules
+        current["software"].update(distributions=stored["software"].get("distributions") and distributions,
+                                   libraries=stored["software"].get("libraries") and libraries)  # fmt: skip
+    current["code"]["modules"] = stored["code"].get("modules") and modules
     current["data"] = current_data_hashes(stored.get("data") or {}, cwd)
     if stored.get("schema", 1) < 2:
         current["schema"] = stored.get("schema", 1)  # what it lacks stays unknown
