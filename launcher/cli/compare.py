@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.cli.args import parser
+from launcher.errors import ConfigError
 
 
 def main(argv: list[str]) -> int:
@@ -15,8 +16,19 @@ def main(argv: list[str]) -> int:
     p.add_argument("run_b")
     p.add_argument("--force", action="store_true", help="compare even when the keys differ")
     p.add_argument("--tolerance", metavar="RTOL,ATOL", help="equivalence within allclose tolerances")
+    p.add_argument("--migration", action="store_true",
+                   help="a TF2 port against its TF1 model: every variable and step's loss within --tolerance")
+    p.add_argument("--mapping", metavar="FILE", help="--migration: a JSON list of [name_a, name_b] variable pairs")
     args = p.parse_args(argv)
     tolerance = compare.parse_tolerance(args.tolerance) if args.tolerance else None
+    if args.migration or args.mapping:
+        from launcher.verdict import migration
+
+        if tolerance is None or not args.migration:
+            raise ConfigError("--migration needs --tolerance RTOL,ATOL (and --mapping needs --migration)")
+        result, text = migration.compare_runs(args.run_a, args.run_b, *tolerance, args.mapping, args.force)
+        print(text)
+        return result.exit_code
     result = compare.compare_runs(args.run_a, args.run_b, force=args.force, tolerance=tolerance)
     print(compare.report(result, Path(args.run_a), Path(args.run_b)))
     return result.exit_code

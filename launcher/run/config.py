@@ -29,6 +29,7 @@ NOT_IN_HASH = (
     "runtime.slots",  # where a sweep job runs, never what it computes
     "determinism.trace_every",  # the trace reads weights, never changes them
     "train.observe",  # observation reads weights, never changes them (tested bit for bit)
+    "train.save_weights",  # a copy of the final weights, written after training
 )
 NOT_IN_HASH_DOCKER = ("image.ca_bundle", "image.index_url", "image.wheelhouse",  # where wheels come from
                       "runtime.stop_timeout_s", "runtime.tmpfs_mb",  # how a job is stopped, its /tmp
@@ -72,6 +73,9 @@ def validate(cfg: DictConfig) -> None:
             determinism.resolve_threads(value, 1)
         except LauncherError as exc:
             raise ConfigError(f"determinism.{key}: {exc}") from None
+    if det.get("random_ops") not in determinism.RANDOM_OPS:
+        raise ConfigError("determinism.random_ops must be null, num_random_ops or constant, "
+                          f"got {det.get('random_ops')!r}")  # fmt: skip
     for key in ("onednn_opts", "jit_compile", "deterministic_data"):
         if det.get(key) is not None and not isinstance(det.get(key), bool):
             raise ConfigError(f"determinism.{key} must be true, false or null, got {det.get(key)!r}")

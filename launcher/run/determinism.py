@@ -17,8 +17,10 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from launcher.errors import DeterminismError
+from launcher.run import tf1
 
 LEVELS = ("off", "seeded", "strict")
+RANDOM_OPS = (None, "num_random_ops", "constant")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,9 @@ class Plan:
     inter_op_threads: int | None = None
     deterministic_data: bool | None = None  # tf.data Options.deterministic; None: tf.data's default
     jit_compile: bool | None = None  # Keras' jit_compile (XLA); None: Keras' "auto"; strict: False
+    # Stateful random ops seeded by their count (seed 004's DeterministicRandomTestTool), so a TF1
+    # graph and its TF2 port draw the same numbers: None, "num_random_ops" or "constant".
+    random_ops: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,6 +57,7 @@ def plan(
     *,
     jit_compile: bool | None = None,
     deterministic_data: bool | None = None,
+    random_ops: str | None = None,
 ) -> Plan:
     """Decide the bootstrap for ``level``; thread counts must already be resolved numbers.
 
@@ -64,7 +70,10 @@ def plan(
     env: dict[str, str] = {}
     if onednn_opts is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn_opts else "0"
-    chosen = {"jit_compile": jit_compile, "deterministic_data": deterministic_data}
+    if random_ops not in RANDOM_OPS:
+        raise DeterminismError(f"determinism.random_ops must be one of {', '.join(map(str, RANDOM_OPS))}, "
+                               f"got {random_ops!r}")  # fmt: skip
+    chosen = {"jit_compile": jit_compile, "deterministic_data": deterministic_data, "random_ops": random_ops}
     if level == "off":
         return Plan(level=level, seed=seed, env=env, **chosen)
     env["PYTHONHASHSEED"] = str(seed)
@@ -99,6 +108,7 @@ def plan(
         inter_op_threads=inter_op_threads,
         deterministic_data=True if deterministic_data is None else deterministic_data,
         jit_compile=False if jit_compile is None else jit_compile,
+        random_ops=random_ops,
     )
 
 
@@ -119,6 +129,11 @@ def apply(p: Plan) -> None:
         # random, NumPy's global RandomState, tf.random.set_seed, Keras' seed generators.
         keras.utils.set_random_seed(p.seed)
         seed_global_generator(tf, p.seed)
+        tf1.seed_graphs(p.seed)  # graphs built after tf.compat.v1.disable_eager_execution()
+    # TF1 sessions: record each one's threads; pin what its config leaves unset (strict, seeded with counts).
+    tf1.pin_sessions(p.intra_op_threads, p.inter_op_threads)
+    if p.random_ops:
+        tf1.count_random_ops(p.seed, p.random_ops)
 
 
 def seed_global_generator(tf, seed: int) -> None:
@@ -161,6 +176,8 @@ def read_back(p: Plan) -> dict:
         "jit_compile": p.jit_compile,
         "env": {name: os.environ.get(name) for name in sorted(_PLANNED_ENV_NAMES)},
         "keras": keras_config(),
+        "sessions": tf1.sessions(),
+        "random_ops": p.random_ops,
     }
     return effective
 

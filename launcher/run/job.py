@@ -98,6 +98,7 @@ def launch_fingerprint(
     plan = determinism.plan(
         det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts,
         jit_compile=det.get("jit_compile"), deterministic_data=det.get("deterministic_data"),
+        random_ops=det.get("random_ops"),
     )  # fmt: skip
     env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
     env.update(extra_env or {})

@@ -23,9 +23,12 @@ optimizer updated (bare ``tf.Variable``s). The observer keeps them alive, so a m
 built and fitted inside a function and dropped is still hashed. Reading weights never
 changes them: an observed run and an unobserved one give the same bits (tested).
 
-Not observed: variables changed without an optimizer (``v.assign_sub(lr * g)``) and
-training in TF1 sessions (``tf.compat.v1``). ``launcher.record_model(model)``
-remains the explicit choice of what to hash.
+TF1 graphs trained in a ``Session`` are observed through ``launcher.run.tf1``: the
+variables a ``tf.compat.v1.train`` optimizer updates, read from the session before
+it closes, and every ``Session.run`` of its train op as a step.
+
+Not observed: variables changed without an optimizer (``v.assign_sub(lr * g)``).
+``launcher.record_model(model)`` remains the explicit choice of what to hash.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.record.hashing import keras_weights, weights_digest
-from launcher.run import trace
+from launcher.run import tf1, trace
 
 _observer: Observer | None = None
 
@@ -56,6 +59,13 @@ class Observer:
         self._trained_ids: set[int] = set()
         self._seen: set[tuple[int, ...]] = set()
         self.v1_steps = 0  # steps of tf.compat.v1 optimizers, counted in eager code
+        # TF1 graphs and sessions (launcher.run.tf1): train ops, the variables they train, the
+        # session that ran them, and the values read from it before it closed.
+        self.train_ops: dict[int, object] = {}
+        self.graph_variables: list = []
+        self.session = None
+        self.session_steps = 0
+        self.session_values: list[np.ndarray] | None = None
         self.in_fit = 0
         self.fits = 0
         self.epochs = 0
@@ -95,8 +105,34 @@ class Observer:
         if all(o is not optimizer for o in self.optimizers):
             self.optimizers.append(optimizer)
 
+    def note_train_op(self, op, variables: list) -> None:
+        """A TF1 train op (graph mode) and the variables it updates."""
+        self.train_ops[id(op)] = op
+        known = {id(v) for v in self.graph_variables}
+        self.graph_variables += [v for v in variables if id(v) not in known]
+
+    def note_session(self, session) -> None:
+        self.session = session
+
+    def snapshot_session(self, session) -> None:
+        """Read the trained variables from ``session`` before it closes."""
+        if session is self.session and self.graph_variables and not getattr(session, "_closed", False):
+            self.session_values = tf1.read_variables(session, self.graph_variables)
+
+    def _session_arrays(self) -> list[tuple[str, str, np.ndarray]]:
+        if not self.graph_variables or self.session is None:
+            return []
+        if not getattr(self.session, "_closed", False):
+            self.snapshot_session(self.session)
+        names = [v.op.name for v in self.graph_variables]
+        return [(name.rsplit("/", 1)[0], name, value) for name, value in zip(names, self.session_values or [],
+                                                                             strict=False)]  # fmt: skip
+
     def named_arrays(self) -> list[tuple[str, str, np.ndarray]]:
         """(layer, weight path, value) of everything trained, in a stable order."""
+        session = self._session_arrays()
+        if session:
+            return session
         out = []
         prefix = len(self.models) + bool(self.variables) > 1
         for model in self.models:
@@ -108,24 +144,32 @@ class Observer:
         return out
 
     def digest(self) -> tuple[str, dict[str, str]] | None:
-        return weights_digest(self.named_arrays()) if self.models or self.variables else None
+        trained = self.models or self.variables or (self.graph_variables and self.session is not None)
+        return weights_digest(self.named_arrays()) if trained else None
 
     # ------------------------------------------------------------ steps and trace
     def steps(self) -> int:
-        return sum(int(_value(o.iterations)) for o in self.optimizers) + self.v1_steps
+        return sum(int(_value(o.iterations)) for o in self.optimizers) + self.v1_steps + self.session_steps
+
+    def trained(self) -> bool:
+        return bool(self.optimizers or self.v1_steps or self.session_steps)
 
     def after_step(self) -> None:
         """After an eager optimizer step or a top-level tf.function call: trace when due."""
-        if not self.trace_every or (not self.optimizers and not self.v1_steps):
+        if not self.trace_every or not self.trained():
             return
         step = self.steps()
         if step // self.trace_every > self.last_step // self.trace_every:
             self.record(step)
 
-    def record(self, step: int, sync: bool = False) -> None:
+    def record(self, step: int, sync: bool = False, initial: bool = False) -> None:
         started = time.perf_counter()
         loss = None
-        if self.loss is not None:
+        if initial:  # before any step: the initial weights, no loss yet
+            pass
+        elif isinstance(self.loss, float):
+            loss = self.loss
+        elif self.loss is not None:
             try:
                 loss = float(_value(self.loss))
             except (TypeError, ValueError):
@@ -137,11 +181,11 @@ class Observer:
     def record_initial(self) -> None:
         """Step 0, before the first optimizer step of a custom loop: the initial weights."""
         if self.trace_every and self.last_step < 0 and self.steps() == 0:
-            self.record(0)
+            self.record(0, initial=True)
 
     def finish(self) -> None:
         """At the job's end: the last step, so the trace ends at the final weights."""
-        if self.trace_every and (self.optimizers or self.v1_steps) and self.steps() > self.last_step:
+        if self.trace_every and self.trained() and self.steps() > self.last_step:
             self.record(self.steps(), sync=True)
 
     def summary(self) -> dict:
@@ -150,7 +194,8 @@ class Observer:
             "variables": len(self.variables),
             "fits": self.fits,
             "epochs": self.epochs,
-            "optimizer_steps": self.steps() if self.optimizers or self.v1_steps else 0,
+            "optimizer_steps": self.steps() if self.trained() else 0,
+            "session_variables": len(self.graph_variables) if self.session is not None else 0,
         }
 
 
@@ -177,6 +222,7 @@ def install(run_dir: Path, trace_every: int, log_epoch) -> Observer:
     _wrap_v1_apply(tf, obs)
     _wrap_function_call(polymorphic_function.Function, tf, obs)
     _wrap_gradient(tf, obs)
+    tf1.observe_sessions(obs)
     return obs
 
 
@@ -272,14 +318,17 @@ def _wrap_v1_apply(tf, obs: Observer) -> None:
     @functools.wraps(original)
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         pairs = list(grads_and_vars)
-        if tf.executing_eagerly():
+        eager = tf.executing_eagerly()
+        if eager:
             obs.note_variables([v for _, v in pairs if v is not None])
             if obs.v1_steps == 0:
                 obs.record_initial()
         result = original(self, pairs, *args, **kwargs)
-        if tf.executing_eagerly():
+        if eager:
             obs.v1_steps += 1
             obs.after_step()
+        else:  # a TF1 graph: the train op runs in a session (launcher.run.tf1)
+            obs.note_train_op(result, [v for _, v in pairs if v is not None])
         return result
 
     cls.apply_gradients = apply_gradients

@@ -49,6 +49,8 @@ def run(ctx: TaskContext) -> dict:
         digest = observer.digest()
         if digest is not None:
             result["weights_sha256"], result["layer_sha256"] = digest
+            if train.get("save_weights"):
+                result["weights_file"] = save_weights(ctx.run_dir, observer.named_arrays())
         result.setdefault("timings", {})["trace_s"] = observer.seconds
     if isinstance(returned, dict):
         result["final_metrics"] = {k: float(v) for k, v in returned.items()}
@@ -57,6 +59,23 @@ def run(ctx: TaskContext) -> dict:
         result.update(first)
         result["models"] = dict(userapi._recorded_models)
     return result
+
+
+WEIGHTS_FILE = "weights.npz"
+
+
+def save_weights(run_dir, named_arrays: list) -> str:
+    """The trained variables' final values, in order, as ``RUN/weights.npz`` (keys ``NNNN path``)."""
+    import io
+
+    import numpy as np
+
+    from launcher.record import runs
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"{i:04d} {name}": value for i, (_, name, value) in enumerate(named_arrays)})
+    runs.write_bytes(run_dir / WEIGHTS_FILE, buffer.getvalue())
+    return WEIGHTS_FILE
 
 
 def run_script(script: str, args: list[str]) -> None:
