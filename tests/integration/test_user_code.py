@@ -67,7 +67,8 @@ def test_gradient_tape_loop_over_bare_variables(launch, store, mnist_npz, tmp_pa
     observed_params = saved.read_bytes()
     b = _script_run(launch, store, "tape_loop.py", str(mnist_npz), str(saved))
     ra = _result(a)
-    assert ra["observed"] == {"models": [], "variables": 3, "fits": 0, "epochs": 0, "optimizer_steps": 24}
+    assert ra["observed"] == {"models": [], "variables": 3, "fits": 0, "epochs": 0, "optimizer_steps": 24,
+                              "session_variables": 0}
     assert list(ra["layer_sha256"]) == ["variable 0 (kernel:0)", "variable 1 (w:0)", "variable 2 (b:0)"]
     trace = [json.loads(line) for line in (a / "trace.jsonl").read_text().splitlines()]
     assert [p["step"] for p in trace] == [0, 10, 20, 24]  # optimizer steps counted inside a tf.function
