@@ -99,13 +99,17 @@ def _read(path: str) -> str:
         return ""
 
 
+def gpus() -> list[dict]:
+    """The GPUs ``nvidia-smi`` lists (empty without nvidia-smi or a driver)."""
+    query = proc.capture(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
+    return parse_nvidia_smi_query(query or "")
+
+
 def hardware() -> dict:
     cpu = parse_cpuinfo(_read("/proc/cpuinfo"))
     cpu["logical_cores"] = os.cpu_count()
-    info = {"cpu": cpu, "memory_bytes": parse_meminfo(_read("/proc/meminfo")), "gpus": []}
-    query = proc.capture(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
-    if query:
-        info["gpus"] = parse_nvidia_smi_query(query)
+    info = {"cpu": cpu, "memory_bytes": parse_meminfo(_read("/proc/meminfo")), "gpus": gpus()}
+    if info["gpus"]:
         info["cuda_driver_version"] = parse_cuda_driver_version(proc.capture(["nvidia-smi"]) or "")
         info["gpu_topology"] = parse_nvidia_topology(proc.capture(["nvidia-smi", "topo", "-m"]) or "")
     return info
