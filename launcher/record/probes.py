@@ -164,7 +164,22 @@ def tensorflow_software() -> dict:
 
     build = {k: str(v) for k, v in sorted(tf.sysconfig.get_build_info().items())}
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "numpy": numpy.__version__,
-            "tf_build": build}  # fmt: skip
+            "tf_build": build, "tf_gpus": tensorflow_gpus(tf)}  # fmt: skip
+
+
+def tensorflow_gpus(tf) -> list[dict]:
+    """The GPUs this TensorFlow can use: empty for a CPU build, no driver, or none visible.
+
+    Listing physical devices does not start TensorFlow's runtime, so the user's code
+    may still set memory growth afterwards.
+    """
+    found = []
+    for device in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(device)
+        cap = details.get("compute_capability")
+        found.append({"device": device.name, "name": details.get("device_name"),
+                      "compute_capability": ".".join(map(str, cap)) if cap else None})  # fmt: skip
+    return found
 
 
 # ---------------------------------------------------------------- code
