@@ -224,8 +224,13 @@ def no_gpu_message() -> str:
 class Launcher:
     """Real ``launch`` commands of this tree, from a temporary directory, into one store."""
 
-    def __init__(self, store: Path) -> None:
-        self.store = store
+    def __init__(self, store: Path | None = None) -> None:
+        if store is None:
+            store = Path(tempfile.mkdtemp(prefix="gpu-runs-"))
+            # mkdtemp makes it 0700: a container's user (uid 1000 when launch runs as
+            # root) could not reach the run directories below it.
+            store.chmod(0o755)
+        self.store = store.absolute()
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
 
@@ -371,8 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu_acceptance: {len(gpus)} GPU(s): " + ", ".join(g["name"] for g in gpus), flush=True)
         return 0
     cuda_driver = probes.parse_cuda_driver_version(proc.capture(["nvidia-smi"]) or "")
-    store = args.store or Path(tempfile.mkdtemp(prefix="gpu-acceptance-"))
-    lx = Launcher(store.absolute())
+    lx = Launcher(args.store)
     common = ("train=mnist", "train.data=sample", f"train.epochs={args.epochs}")
     print(f"gpu_acceptance: {len(gpus)} GPU(s); runs in {lx.store}", flush=True)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -58,7 +57,9 @@ def verdict_rows(gpu_sw: dict, digests: dict[str, str | None], compare_rc: int, 
     rows = [Row("tf-gpu: CUDA build, on the CPU", "PASS" if cuda and on_cpu else "FAIL",
                 f"is_cuda_build={cuda}, GPUs seen: {len(gpu_sw.get('tf_gpus') or [])}")]  # fmt: skip
     lines = compare_out.strip().splitlines() or ["(no output)"]
-    fields = [line.split()[0] for line in lines[2:] if line.startswith("  ") and line.split()]
+    # The differing key fields, by group (software.tf_build.cuda_version -> software.tf_build).
+    fields = dict.fromkeys(".".join(line.split()[0].split(".")[:2]) for line in lines[2:]
+                           if line.startswith("  ") and line.split())  # fmt: skip
     rows.append(Row("launch compare: REFUSED", "PASS" if compare_rc == 3 else "FAIL",
                     f"exit {compare_rc}, differing key fields: {', '.join(fields) or '-'}; "
                     "so the weights' hashes are compared directly"))  # fmt: skip
@@ -88,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     docker_root = containers.daemon_info(cli).get("DockerRootDir") or "/"
     free = shutil.disk_usage(docker_root if Path(docker_root).exists() else "/").free / 1e9
     print(f"gpu_image: {free:.1f} GB free under {docker_root} (a first build needs about {NEEDS_GB})", flush=True)
-    lx = Launcher((args.store or Path(tempfile.mkdtemp(prefix="gpu-image-"))).absolute())
+    lx = Launcher(args.store)
     base = f"image.base={args.base}"
 
+    print("gpu_image: launch image build image=tf-gpu (minutes when it is not there yet)", flush=True)
     start = time.perf_counter()
     rc, out, _ = lx.call("image", "build", *(["--rebuild"] if args.rebuild else []), "image=tf-gpu", base)
     build_s, ref = time.perf_counter() - start, image_ref(out)
