@@ -1,4 +1,4 @@
-"""Developer sessions: `nox -s tests`, `nox -s lint`, `nox -s bench` (opt-in, slow)."""
+"""Developer sessions: `nox -s tests`, `nox -s lint`; opt-in: `bench`, `gpu_image`, `gpu_acceptance`."""
 
 import nox
 
@@ -28,3 +28,24 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".")
     for script in sorted(__import__("pathlib").Path("benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session(default=False)
+def gpu_image(session: nox.Session) -> None:
+    """Build tf-gpu, run a strict job on the CPU in it, compare its weights with tf-cpu's (docs/gpu.md)."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/gpu_image.py", *session.posargs)
+
+
+@nox.session(python="3.11", default=False)
+def gpu_acceptance(session: nox.Session) -> None:
+    """The GPU acceptance table, for a machine with NVIDIA GPUs (docs/gpu.md)."""
+    try:  # no GPU: say so before installing gigabytes of CUDA wheels
+        session.run("python", "benchmarks/gpu_acceptance.py", "--detect")
+    except nox.command.CommandFailed:
+        session.skip("no GPU found (the line above): nothing to accept on this machine")
+    # TensorFlow with CUDA exactly as the tf-gpu image has it, then the launcher on top.
+    session.install("-r", "lockfiles/tf-gpu.txt")
+    session.install("-e", ".", "--no-deps")
+    session.install("docker>=7.0", "hydra-joblib-launcher>=1.2")
+    session.run("python", "benchmarks/gpu_acceptance.py", *session.posargs)

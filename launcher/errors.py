@@ -111,3 +111,7 @@ class PackagesMismatch(ImageError):
         super().__init__(message)
         self.expected = expected
         self.actual = actual
+
+
+class GpuUnavailable(LauncherError):
+    """A job asks for GPUs this machine or its Docker daemon cannot give (refused before a run)."""

@@ -49,6 +49,11 @@ def client(timeout: int = BUILD_TIMEOUT_S):
     return cli
 
 
+def daemon_info(cli) -> dict:
+    """``docker info`` as the Engine API returns it (runtimes, CDI devices, versions)."""
+    return dict(cli.info())
+
+
 # ---------------------------------------------------------------- images
 def find_image(cli, ref: str) -> dict | None:
     """The image's attributes (``Id``, ``Config.Labels``, ``RootFS``, ...), or None."""

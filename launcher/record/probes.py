@@ -99,13 +99,17 @@ def _read(path: str) -> str:
         return ""
 
 
+def gpus() -> list[dict]:
+    """The GPUs ``nvidia-smi`` lists (empty without nvidia-smi or a driver)."""
+    query = proc.capture(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
+    return parse_nvidia_smi_query(query or "")
+
+
 def hardware() -> dict:
     cpu = parse_cpuinfo(_read("/proc/cpuinfo"))
     cpu["logical_cores"] = os.cpu_count()
-    info = {"cpu": cpu, "memory_bytes": parse_meminfo(_read("/proc/meminfo")), "gpus": []}
-    query = proc.capture(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
-    if query:
-        info["gpus"] = parse_nvidia_smi_query(query)
+    info = {"cpu": cpu, "memory_bytes": parse_meminfo(_read("/proc/meminfo")), "gpus": gpus()}
+    if info["gpus"]:
         info["cuda_driver_version"] = parse_cuda_driver_version(proc.capture(["nvidia-smi"]) or "")
         info["gpu_topology"] = parse_nvidia_topology(proc.capture(["nvidia-smi", "topo", "-m"]) or "")
     return info
@@ -160,7 +164,22 @@ def tensorflow_software() -> dict:
 
     build = {k: str(v) for k, v in sorted(tf.sysconfig.get_build_info().items())}
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "numpy": numpy.__version__,
-            "tf_build": build}  # fmt: skip
+            "tf_build": build, "tf_gpus": tensorflow_gpus(tf)}  # fmt: skip
+
+
+def tensorflow_gpus(tf) -> list[dict]:
+    """The GPUs this TensorFlow can use: empty for a CPU build, no driver, or none visible.
+
+    Listing physical devices does not start TensorFlow's runtime, so the user's code
+    may still set memory growth afterwards.
+    """
+    found = []
+    for device in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(device)
+        cap = details.get("compute_capability")
+        found.append({"device": device.name, "name": details.get("device_name"),
+                      "compute_capability": ".".join(map(str, cap)) if cap else None})  # fmt: skip
+    return found
 
 
 # ---------------------------------------------------------------- code

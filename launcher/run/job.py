@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import LauncherError
 from launcher.record import fingerprint, index, key, runs
-from launcher.run import config, determinism, runtime
+from launcher.run import config, determinism, gpus, runtime
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 
 FINGERPRINT = "fingerprint.json"
@@ -44,8 +44,9 @@ class Outcome:
 
 
 def prepare(cfg: DictConfig, store_root: Path | None = None) -> tuple[DictConfig, Path]:
-    """Resolve ``cfg`` and create its run directory with ``config.yaml``."""
+    """Resolve ``cfg``, refuse a GPU request that cannot be met, create the run directory."""
     resolved = config.resolve(cfg)
+    gpus.check(resolved)  # before the run directory: a refused job leaves nothing behind
     root = Path(store_root) if store_root is not None else Path(str(resolved.store.root))
     run_dir = runs.create(root)
     runs.set_status(run_dir, "running", pid=os.getpid())
@@ -134,8 +135,8 @@ def run(cfg: DictConfig, *, store_root: Path | None = None, **kwargs) -> Outcome
     resolved, run_dir = prepare(cfg, store_root)
     try:
         return execute(resolved, run_dir, **kwargs)
-    except LauncherError as exc:
-        runs.set_status(run_dir, "failed", error=str(exc))
+    except Exception as exc:  # an expected error or a bug: either way the run never stays "running"
+        runs.set_status(run_dir, "failed", error=str(exc) if isinstance(exc, LauncherError) else repr(exc))
         raise
 
 

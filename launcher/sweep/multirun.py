@@ -99,6 +99,7 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) ->
     """Expand, compose and validate every job; decide the slots. Raises ``ConfigError``."""
     from launcher.record import probes
     from launcher.run import config, determinism
+    from launcher.run import gpus as gpu_request
 
     jobs, hydra_overrides, swept = expand(overrides)
     cfgs = []
@@ -114,12 +115,14 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) ->
             raise ConfigError(f"{name} cannot be swept: one sweep has one value")
     launcher = launcher_choice(hydra_overrides)
     slots: list[_slots.Slot] = []
-    if launcher not in SCHEDULED:
+    if launcher not in SCHEDULED:  # a scheduler's jobs are checked where they run
+        gpu_request.check_all(cfgs)  # before the sweep directory, as for a single run
         if gpus is None:
             gpus = probes.hardware()["gpus"]
         cores = sorted(os.sched_getaffinity(0)) if cores is None else cores
         threads = determinism.resolve_threads(cfgs[0].determinism.intra_op_threads, len(cores))
-        slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores, threads or 1)
+        need_gpus = any(gpu_request.wants_docker_gpus(c) for c in cfgs)
+        slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores, threads or 1, need_gpus)
     seeds = [planned_seed(c) for c in cfgs]
     root = Path(str(cfgs[0].store.root)).absolute()
     return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds)

@@ -1,6 +1,6 @@
 """Device slots for sweeps: which devices each parallel job may use, and who holds them.
 
-A slot is one GPU (``CUDA_VISIBLE_DEVICES``) or, without GPUs, a fixed group of
+A slot is one GPU (``CUDA_VISIBLE_DEVICES=<its UUID>``) or, without GPUs, a fixed group of
 CPU cores the job process is pinned to. ``plan`` is pure: from ``runtime.slots``
 and the devices found it decides the slots or says why it cannot. ``hold`` makes
 "a slot never serves two jobs at once" a fact rather than a hope: a job takes a
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, GpuUnavailable
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,11 @@ class Slot:
 
 
 def plan(
-    requested: object, gpus: Sequence[dict], cores: Sequence[int], threads_per_job: int = 1
+    requested: object,
+    gpus: Sequence[dict],
+    cores: Sequence[int],
+    threads_per_job: int = 1,
+    need_gpus: bool = False,
 ) -> list[Slot]:
     """The slots for ``runtime.slots=requested`` on a machine with ``gpus`` and ``cores``.
 
@@ -50,8 +54,14 @@ def plan(
     many and may not exceed the devices there are. CPU slots are contiguous groups
     of *equal* size (cores left over stay idle): TensorFlow sizes its default thread
     pools from the cores a process may use, so unequal slots could change the bits
-    of a job whose thread counts are not pinned.
+    of a job whose thread counts are not pinned. Jobs that ask for GPUs
+    (``need_gpus``) get GPU slots or ``GpuUnavailable``, never CPU slots.
     """
+    if need_gpus and not gpus:
+        raise GpuUnavailable(
+            "the sweep's jobs ask for GPUs (image.gpus=true) but no GPU is visible here for a "
+            "GPU slot (nvidia-smi lists none): add image.gpus=false to run the image on the CPU"
+        )
     cores = sorted(cores)
     devices = len(gpus) if gpus else len(cores)
     kind = f"{len(gpus)} GPU(s)" if gpus else f"{len(cores)} CPU core(s) and no GPU"
@@ -76,8 +86,10 @@ def plan(
 
 
 def _gpu_slot(i: int, gpu: dict) -> Slot:
+    # By UUID when nvidia-smi gives one: CUDA numbers devices fastest first unless
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID, so an index may name another GPU than nvidia-smi's.
     index = str(gpu.get("index", i))
-    return Slot(i, f"gpu {index}", env={"CUDA_VISIBLE_DEVICES": index})
+    return Slot(i, f"gpu {index}", env={"CUDA_VISIBLE_DEVICES": str(gpu.get("uuid") or index)})
 
 
 def _span(cores: Sequence[int]) -> str:
