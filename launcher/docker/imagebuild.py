@@ -31,10 +31,21 @@ PYTHON = f"{TREE}/venv/bin/python"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the launcher package, copied into images
 
 
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/launch`` (default ``~/.cache/launch``): wheels, build logs, locks."""
+def cache_dir(sub: str | None = None) -> Path:
+    """``$XDG_CACHE_HOME/launch`` (default ``~/.cache/launch``), or its ``sub`` directory
+    (``wheels``, ``logs``, ``locks``), created on first use: a new machine has none of them."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "launch"
+    path = Path(root) / "launch"
+    if sub:
+        path = path / sub
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImageError(
+            f"cannot create the launcher's cache directory {str(path)!r} ({exc.strerror}): "
+            "set XDG_CACHE_HOME to a writable directory"
+        ) from None
+    return path
 
 
 @dataclass(frozen=True)
@@ -160,8 +171,7 @@ def ensure_image(
     if attrs is None:
         from filelock import FileLock
 
-        (cache_dir() / "locks").mkdir(parents=True, exist_ok=True)
-        with FileLock(str(cache_dir() / "locks" / f"{inputs.name}.lock")):
+        with FileLock(str(cache_dir("locks") / f"{inputs.name}.lock")):
             attrs = None if rebuild else containers.find_image(cli, inputs.ref)  # built meanwhile?
             if attrs is None:
                 return _build(cli, spec, inputs, rebuild, expected_packages, echo)
@@ -186,8 +196,7 @@ def _build(cli, spec, inputs: BuildInputs, nocache: bool, expected: str | None, 
     containers.find_image(cli, inputs.base_ref) or _missing_base(inputs)
     _say(echo, f"building image {inputs.ref} from {spec.template.parent.name}/ on {inputs.base_ref}")
     wheels = fill_wheelhouse(spec, inputs, echo)
-    logs = cache_dir() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = cache_dir("logs")
     with open(logs / f"build-{inputs.name}-{inputs.tag[:12]}.log", "w") as log, tempfile.TemporaryFile(
         dir=cache_dir()
     ) as context:
@@ -267,8 +276,11 @@ def _say(echo: bool, message: str) -> None:
 # ---------------------------------------------------------------- wheel cache and context
 def fill_wheelhouse(spec: images.ImageSpec, inputs: BuildInputs, echo: bool) -> dict[str, Path]:
     """The locked files for the image, downloaded by hash into the wheel cache when missing."""
-    wheelhouse = spec.wheelhouse or cache_dir() / "wheels"
-    wheelhouse.mkdir(parents=True, exist_ok=True)
+    wheelhouse = spec.wheelhouse or cache_dir("wheels")
+    try:
+        wheelhouse.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImageError(f"cannot create the wheel cache {str(wheelhouse)!r} ({exc.strerror})") from None
     chosen, missing = images.select_wheels(inputs.entries, _hashes(wheelhouse))
     if missing:
         _say(echo, f"downloading {len(missing)} locked package(s) into {wheelhouse}")
@@ -279,11 +291,12 @@ def fill_wheelhouse(spec: images.ImageSpec, inputs: BuildInputs, echo: bool) -> 
                 sys.executable, Path(lock.name), wheelhouse, spec.ca_bundle, spec.index_url
             )
             env = {k: v for k, v in os.environ.items() if k != "PIP_REQUIRE_VIRTUALENV"}
-            code = proc.run_streaming(argv, env, cache_dir() / "logs" / "download.log", echo=echo)
+            log = cache_dir("logs") / "download.log"
+            code = proc.run_streaming(argv, env, log, echo=echo)
         if code != 0:
             raise ImageError(
                 f"downloading the locked packages failed (pip exit {code}); see "
-                f"{cache_dir() / 'logs' / 'download.log'}; behind a TLS proxy set image.ca_bundle"
+                f"{log}; behind a TLS proxy set image.ca_bundle"
             )
         chosen, missing = images.select_wheels(inputs.entries, _hashes(wheelhouse))
         if missing:
