@@ -10,6 +10,8 @@ that hash as a label. A failed or unverified build is never tagged as good.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import sys
 import tarfile
 import tempfile
@@ -400,7 +402,11 @@ def run_in_container(job) -> int:
     spec, cfg = _spec_of_run(job.run_dir)
     runtime_cfg = OmegaConf.to_container(cfg.runtime, resolve=True)
     run_dir, cwd = str(job.run_dir.resolve()), os.path.abspath(job.cwd)
-    mounts = container_spec.job_mounts(run_dir, cwd, container_spec.input_paths(cfg, cwd))
+    inputs_read = container_spec.input_paths(cfg, cwd)
+    uid, gid = container_spec.container_user(os.getuid(), os.getgid())
+    mounts, masks = container_spec.reachable(
+        container_spec.job_mounts(run_dir, cwd, inputs_read), inputs_read, (uid, gid), run_dir, _host_dir
+    )  # before any build: a path the job cannot reach refuses now, in one line
     cli = containers.client()
     original = _replayed_run(job.run_dir)
     if original is not None:  # a replay runs in the original's image, or a verified rebuild
@@ -410,23 +416,53 @@ def run_in_container(job) -> int:
         info = ensure_image(spec, inputs=inputs, echo=job.echo, cli=cli)
         dockerfile, lockfile = inputs.dockerfile, inputs.lockfile
     store_in_run(job.run_dir, dockerfile, lockfile)
-    uid, gid = container_spec.container_user(os.getuid(), os.getgid())
     runs.write_json(job.run_dir / CONTAINER, info.record(uid, gid))
-    import socket
 
-    args = container_spec.run_args(
-        info.image_id, run_dir, cwd, (uid, gid), container_spec.container_env(job.env), mounts,
-        container_spec.job_labels(run_dir, os.getpid(), socket.gethostname()),
-        cpus=job.cpus, gpus=spec.gpus, tmpfs_mb=int(runtime_cfg.get("tmpfs_mb", 1024)),
-    )  # fmt: skip
-    owner = _lend(job.run_dir, uid, gid)
+    skeletons = [_mask(mask, mounts) for mask in masks]
     try:
-        return containers.run_job(
-            args, job.run_dir / "log.txt", job.echo, int(runtime_cfg.get("stop_timeout_s", 10))
-        )
+        args = container_spec.run_args(
+            info.image_id, run_dir, cwd, (uid, gid), container_spec.container_env(job.env),
+            container_spec.sort_mounts([*mounts, *(m for m, _ in skeletons)]),
+            container_spec.job_labels(run_dir, os.getpid(), socket.gethostname()),
+            cpus=job.cpus, gpus=spec.gpus, tmpfs_mb=int(runtime_cfg.get("tmpfs_mb", 1024)),
+        )  # fmt: skip
+        owner = _lend(job.run_dir, uid, gid)
+        try:
+            return containers.run_job(
+                args, job.run_dir / "log.txt", job.echo, int(runtime_cfg.get("stop_timeout_s", 10))
+            )
+        finally:
+            if owner:
+                _give_back(job.run_dir, owner)
     finally:
-        if owner:
-            _give_back(job.run_dir, owner)
+        for _, tmp in skeletons:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _mask(mask: str, mounts: list[container_spec.MountSpec]) -> tuple[container_spec.MountSpec, str]:
+    """An empty, enterable directory to mount over ``mask``, holding only the mount points below it."""
+    tmp = tempfile.mkdtemp(prefix="launch-mask-")
+    os.chmod(tmp, 0o755)
+    sources = {m.target: m.source for m in mounts}
+    for rel in container_spec.mask_skeleton(mask, mounts):
+        point = Path(tmp)
+        for part in Path(rel).parent.parts:
+            point = point / part
+            point.mkdir(exist_ok=True)
+            point.chmod(0o755)  # whatever the umask: the container user must enter it
+        point = point / Path(rel).name
+        if os.path.isdir(sources[os.path.join(mask, rel)]):
+            point.mkdir(exist_ok=True)
+            point.chmod(0o755)
+        else:
+            point.touch()
+            point.chmod(0o644)
+    return container_spec.MountSpec(tmp, mask, read_only=True), tmp
+
+
+def _host_dir(path: str) -> container_spec.HostDir:
+    st = os.stat(path)
+    return container_spec.HostDir(st.st_mode, st.st_uid, st.st_gid, is_dir=os.path.isdir(path))
 
 
 def _lend(run_dir: Path, uid: int, gid: int) -> tuple[int, int] | None:
