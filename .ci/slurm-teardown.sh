@@ -11,7 +11,7 @@ tac "$PIDS" | while read -r name pid; do
     echo "[slurm-teardown] stopping $name (pid $pid)"
     kill -TERM "$pid"
     for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; fi
   fi
 done
 : >"$PIDS"
