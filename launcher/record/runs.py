@@ -156,7 +156,7 @@ def owner_alive(data: dict) -> bool | None:
 
 def effective_status(run_dir: Path) -> dict:
     """``status.json`` as readers should see it: ``complete`` once sealed, ``abandoned`` when
-    it says ``running`` but its owner is gone from this host (with ``owner`` saying who)."""
+    it says ``running`` but its owner is gone from this host (its ``pid`` and ``host`` kept)."""
     if (run_dir / MANIFEST).exists():
         return {"state": "complete"}
     try:
@@ -169,7 +169,7 @@ def effective_status(run_dir: Path) -> dict:
 
 
 def describe_state(run_dir: Path) -> str:
-    """The run's state in words, for messages: ``abandoned (launcher pid 12 on host h is gone)``."""
+    """The run's state in words, for messages: ``abandoned: its launcher (pid 12 on h) is gone``."""
     data = effective_status(run_dir)
     state = data.get("state", "unknown")
     if state == "abandoned":
