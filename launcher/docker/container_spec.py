@@ -101,7 +101,7 @@ def reachable(
     inputs: Iterable[str],
     user: tuple[int, int],
     lend: str,
-    stat: Callable[[str], HostDir],
+    stat: Callable[[str], HostDir | None],
 ) -> tuple[list[MountSpec], list[str]]:
     """Mounts and masks with which the container ``user`` reaches everything the job needs.
 
@@ -115,6 +115,7 @@ def reachable(
     when it lies under a mask. A mount root the user cannot read itself (the working
     directory, a data file) cannot be helped without changing the host: ``ConfigError``
     naming it and the fix. ``lend`` is the run directory, which is lent to the user.
+    ``stat`` returns None for a path that does not exist.
     """
     mounts = list(mounts)
     targets = {m.target for m in mounts}
@@ -126,7 +127,8 @@ def reachable(
                      key=len, default=None)  # fmt: skip
         top = holder or "/"
         for parent in _between(top, target):
-            private = parent in IMAGE_PRIVATE if holder is None else not may(stat(parent), user, 1)
+            info = None if holder is None else stat(parent)
+            private = parent in IMAGE_PRIVATE if holder is None else info is not None and not may(info, user, 1)
             if private:
                 masks.append(parent)
                 break
@@ -137,6 +139,8 @@ def reachable(
     targets = {m.target for m in mounts}
     for path in [*(m.source for m in mounts if m.target != lend), *(p for p in seen_through if p not in targets)]:
         info = stat(path)
+        if info is None:
+            continue  # missing: not this check's business (the daemon names a missing mount source)
         need, what = (5, "enter and read") if info.is_dir else (4, "read")
         if not may(info, user, need):
             raise ConfigError(

@@ -460,8 +460,11 @@ def _mask(mask: str, mounts: list[container_spec.MountSpec]) -> tuple[container_
     return container_spec.MountSpec(tmp, mask, read_only=True), tmp
 
 
-def _host_dir(path: str) -> container_spec.HostDir:
-    st = os.stat(path)
+def _host_dir(path: str) -> container_spec.HostDir | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
     return container_spec.HostDir(st.st_mode, st.st_uid, st.st_gid, is_dir=os.path.isdir(path))
 
 

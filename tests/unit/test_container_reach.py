@@ -81,3 +81,11 @@ def test_the_run_dir_itself_is_lent_not_checked():
     run = "/s/r"
     out, masks = cs.reachable(cs.job_mounts(run, "/p"), [], USER, run, _stat({run}))
     assert masks == [] and [m.target for m in out] == ["/p", run]
+
+
+def test_a_missing_path_is_left_to_the_daemon():
+    run, extra = "/w/p/store/r", "/w/p/gone/data"
+    mounts = cs.job_mounts(run, "/w", [extra])
+    stat = _stat({"/w/p"})
+    out, masks = cs.reachable(mounts, [extra], USER, run, lambda p: None if "/gone" in p else stat(p))
+    assert masks == ["/w/p"] and any(m.target == extra for m in out)
