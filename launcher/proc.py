@@ -74,12 +74,22 @@ def _die_with_parent() -> None:
 def _pump(proc: subprocess.Popen, log, echo: bool) -> None:
     assert proc.stdout is not None
     out = sys.stdout.buffer
+    logging = True
     while True:
         chunk = proc.stdout.read1(65536)
         if not chunk:
             return
-        log.write(chunk)
-        log.flush()
+        if logging:
+            try:
+                log.write(chunk)
+                log.flush()
+            except OSError as exc:  # a full disk: the job goes on, and says how it ends
+                logging = False
+                try:
+                    log.close()  # drops what could not be written
+                except OSError:
+                    pass
+                print(f"[launch] {log.name} is no longer written: {exc.strerror}", file=sys.stderr, flush=True)
         if echo:
             out.write(chunk)
             out.flush()

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("launcher.cli.compare:main", "RUN_A RUN_B [--force] [--tolerance RTOL,ATOL]: bitwise verdict"),
     "replay": ("launcher.cli.replay:main", "RUN [--allow-mismatch]: rerun a stored run, say if it reproduced"),
     "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
-    "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX]: list runs"),
+    "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--rebuild]: list runs"),
     "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
     "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR: replay every job of a sweep"),
     "image": ("launcher.cli.image:image_command", "build|list|prune|bootstrap-base [OVERRIDES]: images"),

@@ -67,8 +67,7 @@ def bootstrap_base(
         raise ImageError("debootstrap is not installed: apt-get install debootstrap (as root)")
     if os.geteuid() != 0:
         raise ImageError("launch image bootstrap-base must run as root (debootstrap needs it)")
-    logs = cache_dir() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = cache_dir("logs")
     work = Path(tempfile.mkdtemp(prefix="bootstrap-base-", dir=cache_dir()))
     try:
         rootfs, tar = work / "rootfs", work / "rootfs.tar"

@@ -9,7 +9,7 @@ paths in ``config.yaml`` and ``job.json`` mean the same inside and out.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -61,7 +61,105 @@ def job_mounts(run_dir: str, cwd: str, read_only_paths: Iterable[str] = ()) -> l
         if any(_inside(path, m.target) for m in mounts):
             continue
         mounts.append(MountSpec(os.path.realpath(path), path, read_only=True))
+    return sort_mounts(mounts)
+
+
+def sort_mounts(mounts: Iterable[MountSpec]) -> list[MountSpec]:
+    """Parents first: the daemon mounts in this order, and a mount hides what was below it."""
     return sorted(mounts, key=lambda m: (m.target.count("/"), m.target))
+
+
+@dataclass(frozen=True)
+class HostDir:
+    """What decides whether the container user may enter a host path: its mode and owners."""
+
+    mode: int
+    uid: int
+    gid: int
+    is_dir: bool = True
+
+
+# The image's own directories the container user cannot enter (measured on the images: /root
+# is 0700); a mount below one is reachable only through a mask.
+IMAGE_PRIVATE = ("/root",)
+
+
+def may(info: HostDir, user: tuple[int, int], bits: int) -> bool:
+    """Do ``user``'s (uid, gid) permission bits on ``info`` include ``bits`` (4 r, 1 x)?"""
+    uid, gid = user
+    if info.uid == uid:
+        allowed = (info.mode >> 6) & 7
+    elif info.gid == gid:
+        allowed = (info.mode >> 3) & 7
+    else:
+        allowed = info.mode & 7
+    return allowed & bits == bits
+
+
+def reachable(
+    mounts: list[MountSpec],
+    inputs: Iterable[str],
+    user: tuple[int, int],
+    lend: str,
+    stat: Callable[[str], HostDir | None],
+) -> tuple[list[MountSpec], list[str]]:
+    """Mounts and masks with which the container ``user`` reaches everything the job needs.
+
+    A mount below another mount (the run directory inside the working directory, say)
+    is reached through the host's directories between them; one the user cannot
+    enter (a ``mktemp -d``, mode 0700) is hidden behind a *mask*: a read-only mount of
+    an empty, enterable directory holding only the inner mounts' mount points
+    (``mask_skeleton``). Nothing of the user's is lent or changed; the container sees
+    less of the host than before, not more.
+    An input seen through a mount (data in the working directory) gets its own mount
+    when it lies under a mask. A mount root the user cannot read itself (the working
+    directory, a data file) cannot be helped without changing the host: ``ConfigError``
+    naming it and the fix. ``lend`` is the run directory, which is lent to the user.
+    ``stat`` returns None for a path that does not exist.
+    """
+    mounts = list(mounts)
+    targets = {m.target for m in mounts}
+    seen_through = [os.path.abspath(p) for p in inputs]
+    seen_through = [p for p in seen_through if p not in targets]
+    masks: list[str] = []
+    for target in [*targets, *seen_through]:
+        holder = max((m.target for m in mounts if m.target != target and _inside(target, m.target)),
+                     key=len, default=None)  # fmt: skip
+        top = holder or "/"
+        for parent in _between(top, target):
+            info = None if holder is None else stat(parent)
+            private = parent in IMAGE_PRIVATE if holder is None else info is not None and not may(info, user, 1)
+            if private:
+                masks.append(parent)
+                break
+    masks = sorted({m for m in masks if not any(m != o and _inside(m, o) for o in masks)})
+    for path in seen_through:
+        if any(_inside(path, m) for m in masks):
+            mounts.append(MountSpec(os.path.realpath(path), path, read_only=True))
+    targets = {m.target for m in mounts}
+    for path in [*(m.source for m in mounts if m.target != lend), *(p for p in seen_through if p not in targets)]:
+        info = stat(path)
+        if info is None:
+            continue  # missing: not this check's business (the daemon names a missing mount source)
+        need, what = (5, "enter and read") if info.is_dir else (4, "read")
+        if not may(info, user, need):
+            raise ConfigError(
+                f"the job container runs as uid {user[0]}, which cannot {what} {path!r} "
+                f"(mode {info.mode & 0o777:04o}, owner uid {info.uid}): "
+                f"chmod o+{'rx' if info.is_dir else 'r'} {path!r}, or run launch from a directory it can read"
+            )
+    return sort_mounts(mounts), masks
+
+
+def mask_skeleton(mask: str, mounts: list[MountSpec]) -> list[str]:
+    """The mount points to create in ``mask``'s empty directory: the targets below it, relative."""
+    return sorted(os.path.relpath(m.target, mask) for m in mounts if m.target != mask and _inside(m.target, mask))
+
+
+def _between(top: str, target: str) -> list[str]:
+    """The directories strictly between ``top`` and ``target``, outermost first."""
+    parts = Path(target).relative_to(top).parts[:-1]
+    return [str(Path(top, *parts[: i + 1])) for i in range(len(parts))]
 
 
 def input_paths(cfg: Mapping, cwd: str) -> list[str]:

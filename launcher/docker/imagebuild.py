@@ -10,6 +10,8 @@ that hash as a label. A failed or unverified build is never tagged as good.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import sys
 import tarfile
 import tempfile
@@ -31,10 +33,21 @@ PYTHON = f"{TREE}/venv/bin/python"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the launcher package, copied into images
 
 
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/launch`` (default ``~/.cache/launch``): wheels, build logs, locks."""
+def cache_dir(sub: str | None = None) -> Path:
+    """``$XDG_CACHE_HOME/launch`` (default ``~/.cache/launch``), or its ``sub`` directory
+    (``wheels``, ``logs``, ``locks``), created on first use: a new machine has none of them."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "launch"
+    path = Path(root) / "launch"
+    if sub:
+        path = path / sub
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImageError(
+            f"cannot create the launcher's cache directory {str(path)!r} ({exc.strerror}): "
+            "set XDG_CACHE_HOME to a writable directory"
+        ) from None
+    return path
 
 
 @dataclass(frozen=True)
@@ -160,8 +173,7 @@ def ensure_image(
     if attrs is None:
         from filelock import FileLock
 
-        (cache_dir() / "locks").mkdir(parents=True, exist_ok=True)
-        with FileLock(str(cache_dir() / "locks" / f"{inputs.name}.lock")):
+        with FileLock(str(cache_dir("locks") / f"{inputs.name}.lock")):
             attrs = None if rebuild else containers.find_image(cli, inputs.ref)  # built meanwhile?
             if attrs is None:
                 return _build(cli, spec, inputs, rebuild, expected_packages, echo)
@@ -186,8 +198,7 @@ def _build(cli, spec, inputs: BuildInputs, nocache: bool, expected: str | None, 
     containers.find_image(cli, inputs.base_ref) or _missing_base(inputs)
     _say(echo, f"building image {inputs.ref} from {spec.template.parent.name}/ on {inputs.base_ref}")
     wheels = fill_wheelhouse(spec, inputs, echo)
-    logs = cache_dir() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = cache_dir("logs")
     with open(logs / f"build-{inputs.name}-{inputs.tag[:12]}.log", "w") as log, tempfile.TemporaryFile(
         dir=cache_dir()
     ) as context:
@@ -267,8 +278,11 @@ def _say(echo: bool, message: str) -> None:
 # ---------------------------------------------------------------- wheel cache and context
 def fill_wheelhouse(spec: images.ImageSpec, inputs: BuildInputs, echo: bool) -> dict[str, Path]:
     """The locked files for the image, downloaded by hash into the wheel cache when missing."""
-    wheelhouse = spec.wheelhouse or cache_dir() / "wheels"
-    wheelhouse.mkdir(parents=True, exist_ok=True)
+    wheelhouse = spec.wheelhouse or cache_dir("wheels")
+    try:
+        wheelhouse.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImageError(f"cannot create the wheel cache {str(wheelhouse)!r} ({exc.strerror})") from None
     chosen, missing = images.select_wheels(inputs.entries, _hashes(wheelhouse))
     if missing:
         _say(echo, f"downloading {len(missing)} locked package(s) into {wheelhouse}")
@@ -279,11 +293,12 @@ def fill_wheelhouse(spec: images.ImageSpec, inputs: BuildInputs, echo: bool) -> 
                 sys.executable, Path(lock.name), wheelhouse, spec.ca_bundle, spec.index_url
             )
             env = {k: v for k, v in os.environ.items() if k != "PIP_REQUIRE_VIRTUALENV"}
-            code = proc.run_streaming(argv, env, cache_dir() / "logs" / "download.log", echo=echo)
+            log = cache_dir("logs") / "download.log"
+            code = proc.run_streaming(argv, env, log, echo=echo)
         if code != 0:
             raise ImageError(
                 f"downloading the locked packages failed (pip exit {code}); see "
-                f"{cache_dir() / 'logs' / 'download.log'}; behind a TLS proxy set image.ca_bundle"
+                f"{log}; behind a TLS proxy set image.ca_bundle"
             )
         chosen, missing = images.select_wheels(inputs.entries, _hashes(wheelhouse))
         if missing:
@@ -387,7 +402,11 @@ def run_in_container(job) -> int:
     spec, cfg = _spec_of_run(job.run_dir)
     runtime_cfg = OmegaConf.to_container(cfg.runtime, resolve=True)
     run_dir, cwd = str(job.run_dir.resolve()), os.path.abspath(job.cwd)
-    mounts = container_spec.job_mounts(run_dir, cwd, container_spec.input_paths(cfg, cwd))
+    inputs_read = container_spec.input_paths(cfg, cwd)
+    uid, gid = container_spec.container_user(os.getuid(), os.getgid())
+    mounts, masks = container_spec.reachable(
+        container_spec.job_mounts(run_dir, cwd, inputs_read), inputs_read, (uid, gid), run_dir, _host_dir
+    )  # before any build: a path the job cannot reach refuses now, in one line
     cli = containers.client()
     original = _replayed_run(job.run_dir)
     if original is not None:  # a replay runs in the original's image, or a verified rebuild
@@ -397,23 +416,56 @@ def run_in_container(job) -> int:
         info = ensure_image(spec, inputs=inputs, echo=job.echo, cli=cli)
         dockerfile, lockfile = inputs.dockerfile, inputs.lockfile
     store_in_run(job.run_dir, dockerfile, lockfile)
-    uid, gid = container_spec.container_user(os.getuid(), os.getgid())
     runs.write_json(job.run_dir / CONTAINER, info.record(uid, gid))
-    import socket
 
-    args = container_spec.run_args(
-        info.image_id, run_dir, cwd, (uid, gid), container_spec.container_env(job.env), mounts,
-        container_spec.job_labels(run_dir, os.getpid(), socket.gethostname()),
-        cpus=job.cpus, gpus=spec.gpus, tmpfs_mb=int(runtime_cfg.get("tmpfs_mb", 1024)),
-    )  # fmt: skip
-    owner = _lend(job.run_dir, uid, gid)
+    skeletons = [_mask(mask, mounts) for mask in masks]
     try:
-        return containers.run_job(
-            args, job.run_dir / "log.txt", job.echo, int(runtime_cfg.get("stop_timeout_s", 10))
-        )
+        args = container_spec.run_args(
+            info.image_id, run_dir, cwd, (uid, gid), container_spec.container_env(job.env),
+            container_spec.sort_mounts([*mounts, *(m for m, _ in skeletons)]),
+            container_spec.job_labels(run_dir, os.getpid(), socket.gethostname()),
+            cpus=job.cpus, gpus=spec.gpus, tmpfs_mb=int(runtime_cfg.get("tmpfs_mb", 1024)),
+        )  # fmt: skip
+        owner = _lend(job.run_dir, uid, gid)
+        try:
+            return containers.run_job(
+                args, job.run_dir / "log.txt", job.echo, int(runtime_cfg.get("stop_timeout_s", 10))
+            )
+        finally:
+            if owner:
+                _give_back(job.run_dir, owner)
     finally:
-        if owner:
-            _give_back(job.run_dir, owner)
+        for _, tmp in skeletons:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _mask(mask: str, mounts: list[container_spec.MountSpec]) -> tuple[container_spec.MountSpec, str]:
+    """An empty, enterable directory to mount over ``mask``, holding only the mount points below it."""
+    tmp = tempfile.mkdtemp(prefix="launch-mask-")
+    os.chmod(tmp, 0o755)
+    sources = {m.target: m.source for m in mounts}
+    for rel in container_spec.mask_skeleton(mask, mounts):
+        point = Path(tmp)
+        for part in Path(rel).parent.parts:
+            point = point / part
+            point.mkdir(exist_ok=True)
+            point.chmod(0o755)  # whatever the umask: the container user must enter it
+        point = point / Path(rel).name
+        if os.path.isdir(sources[os.path.join(mask, rel)]):
+            point.mkdir(exist_ok=True)
+            point.chmod(0o755)
+        else:
+            point.touch()
+            point.chmod(0o644)
+    return container_spec.MountSpec(tmp, mask, read_only=True), tmp
+
+
+def _host_dir(path: str) -> container_spec.HostDir | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return container_spec.HostDir(st.st_mode, st.st_uid, st.st_gid, is_dir=os.path.isdir(path))
 
 
 def _lend(run_dir: Path, uid: int, gid: int) -> tuple[int, int] | None:

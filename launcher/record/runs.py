@@ -7,15 +7,25 @@ never collide. Every file is written atomically (temporary file, fsync, rename).
 A run is *complete* only when ``manifest.json`` exists: it lists the sha256 of every
 other file and is written last, after which all files are made read-only. A run
 without a manifest is running, failed or interrupted, never complete.
+
+A ``running`` run names its owner in ``status.json``: the launcher's pid, that
+process's start time and the host. A reader on that host whose owner is gone sees
+the run as ``abandoned`` (``effective_status``); on another host it cannot tell, and
+says ``running`` (a job of a shared store running elsewhere is not misjudged).
+
+Each run directory holds a small ``.reserve`` file while it is not sealed: when the
+store's disk is full, ``set_status`` frees it so a run can still say how it ended.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
 import secrets
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -25,6 +35,8 @@ from launcher.errors import RunNotFound, SealError, StoreError
 MANIFEST = "manifest.json"
 STATUS = "status.json"
 MANIFEST_SCHEMA = 1
+RESERVE = ".reserve"  # freed when the disk is full, so status.json can still be written
+RESERVE_BYTES = 64 * 1024
 
 
 def create(store_root: str | os.PathLike, now: _dt.datetime | None = None) -> Path:
@@ -41,11 +53,12 @@ def create(store_root: str | os.PathLike, now: _dt.datetime | None = None) -> Pa
         path = root / f"{stamp}-{secrets.token_hex(3)}"
         try:
             path.mkdir()
-            return path
         except FileExistsError:
             continue
         except OSError as exc:
             raise StoreError(f"cannot create a run in {str(root)!r}: {exc.strerror}") from None
+        make_reserve(path)
+        return path
     raise StoreError(f"could not find a free run name in {str(root)!r}")
 
 
@@ -81,14 +94,89 @@ def read_json(path: str | os.PathLike) -> dict:
         raise SealError(f"{path} is not readable JSON: {exc}", str(path)) from None
 
 
+def make_reserve(run_dir: Path) -> None:
+    """Set aside ``RESERVE_BYTES`` in the run directory (best effort: a full disk has none)."""
+    try:
+        with open(run_dir / RESERVE, "wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)
+    except OSError:
+        (run_dir / RESERVE).unlink(missing_ok=True)
+
+
 def set_status(run_dir: Path, state: str, **fields: object) -> None:
-    """Record the run's state (running, failed, interrupted); complete comes with the seal."""
+    """Record the run's state (running, failed, interrupted); complete comes with the seal.
+
+    A ``running`` status with a ``pid`` also records that process's start time and this
+    host, which is how ``effective_status`` tells a live owner from a dead one. When the
+    disk is full the run's reserve is freed and the write tried once more.
+    """
     data = {"state": state, "time": _dt.datetime.now().astimezone().isoformat(), **fields}
-    write_json(run_dir / STATUS, data)
+    if state == "running" and isinstance(fields.get("pid"), int):
+        data.setdefault("host", socket.gethostname())
+        data.setdefault("pid_start", process_start(fields["pid"]))
+    try:
+        write_json(run_dir / STATUS, data)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not (run_dir / RESERVE).exists():
+            raise
+        (run_dir / RESERVE).unlink()
+        data["disk_full"] = True
+        write_json(run_dir / STATUS, data)
 
 
 def status(run_dir: Path) -> dict:
     return read_json(run_dir / STATUS) if (run_dir / STATUS).exists() else {"state": "unknown"}
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None when there is none."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat_line.rsplit(")", 1)[-1].split()
+    if fields[0] == "Z":
+        return None  # a zombie has ended
+    return int(fields[19])  # field 22 of proc(5); fields[0] is field 3
+
+
+def owner_alive(data: dict) -> bool | None:
+    """Is the process that owns a ``running`` status alive? None: it ran on another host."""
+    host, pid = data.get("host"), data.get("pid")
+    if host is None or not isinstance(pid, int):
+        return None  # written by an older launcher: nothing to judge by
+    if host != socket.gethostname():
+        return None
+    start = process_start(pid)
+    if start is None:
+        return False
+    recorded = data.get("pid_start")
+    return recorded is None or recorded == start  # another start time: the pid was reused
+
+
+def effective_status(run_dir: Path) -> dict:
+    """``status.json`` as readers should see it: ``complete`` once sealed, ``abandoned`` when
+    it says ``running`` but its owner is gone from this host (its ``pid`` and ``host`` kept)."""
+    if (run_dir / MANIFEST).exists():
+        return {"state": "complete"}
+    try:
+        data = status(run_dir)
+    except (RunNotFound, SealError):
+        return {"state": "unknown"}
+    if data.get("state") == "running" and owner_alive(data) is False:
+        data = {**data, "state": "abandoned", "recorded_state": "running"}
+    return data
+
+
+def describe_state(run_dir: Path) -> str:
+    """The run's state in words, for messages: ``abandoned: its launcher (pid 12 on h) is gone``."""
+    data = effective_status(run_dir)
+    state = data.get("state", "unknown")
+    if state == "abandoned":
+        return f"abandoned: its launcher (pid {data.get('pid')} on {data.get('host')}) is gone"
+    if state == "running" and data.get("host") and data.get("host") != socket.gethostname():
+        return f"running on host {data['host']} (pid {data.get('pid')})"
+    return state
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -110,6 +198,7 @@ def _files(run_dir: Path) -> list[str]:
 def seal(run_dir: Path) -> dict:
     """Mark ``run_dir`` complete: write the manifest last, then make every file read-only."""
     set_status(run_dir, "complete")
+    (run_dir / RESERVE).unlink(missing_ok=True)
     manifest = {
         "schema": MANIFEST_SCHEMA,
         "files": {name: file_sha256(run_dir / name) for name in _files(run_dir)},
@@ -127,8 +216,13 @@ def make_read_only(directory: Path) -> None:
 
 def unseal_for_resume(run_dir: Path) -> None:
     """Make a (never sealed) interrupted run's files writable again for resuming it."""
-    for path in [run_dir, *run_dir.rglob("*")]:
-        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    try:
+        for path in [run_dir, *run_dir.rglob("*")]:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    except OSError as exc:
+        raise StoreError(f"run {run_dir.name} cannot be written ({exc.strerror}): is the store read-only?") from None
+    if not (run_dir / RESERVE).exists():
+        make_reserve(run_dir)
 
 
 def require_run(path: str | os.PathLike) -> Path:
@@ -145,8 +239,9 @@ def verify_seal(path: str | os.PathLike) -> Path:
     """Check that a run is complete and untouched; raise ``SealError`` naming the culprit."""
     run_dir = require_run(path)
     if not (run_dir / MANIFEST).exists():
-        state = status(run_dir).get("state", "unknown")
-        raise SealError(f"run {run_dir.name} is not complete (state: {state}; no {MANIFEST})")
+        state = describe_state(run_dir)
+        hint = f"; `launch resume {run_dir}` continues it" if state.startswith(("abandoned", "interrupted")) else ""
+        raise SealError(f"run {run_dir.name} is not complete (state: {state}; no {MANIFEST}){hint}")
     manifest = read_json(run_dir / MANIFEST)
     if manifest.get("schema") != MANIFEST_SCHEMA or not isinstance(manifest.get("files"), dict):
         raise SealError(f"run {run_dir.name}: {MANIFEST} has an unknown schema", MANIFEST)

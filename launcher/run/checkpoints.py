@@ -20,6 +20,7 @@ import random
 import shutil
 from pathlib import Path
 
+from launcher.errors import StoreError
 from launcher.record import runs
 
 DIRNAME = "checkpoints"
@@ -84,12 +85,19 @@ class Checkpointer:
         tmp = self.root / f".tmp-{name(epoch)}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        self.checkpoint.write(str(tmp / PREFIX))
-        rng = {"python": _jsonable(random.getstate()), "numpy": _jsonable(np.random.get_state())}
-        runs.write_json(tmp / "rng.json", rng)
-        files = {p.name: runs.file_sha256(p) for p in sorted(tmp.iterdir())}
-        runs.write_json(tmp / MANIFEST, {"epoch": epoch, "files": files,
-                                         "variables": [v.path for v in self.model.variables]})  # fmt: skip
+        try:
+            self.checkpoint.write(str(tmp / PREFIX))
+            rng = {"python": _jsonable(random.getstate()), "numpy": _jsonable(np.random.get_state())}
+            runs.write_json(tmp / "rng.json", rng)
+            files = {p.name: runs.file_sha256(p) for p in sorted(tmp.iterdir())}
+            runs.write_json(tmp / MANIFEST, {"epoch": epoch, "files": files,
+                                             "variables": [v.path for v in self.model.variables]})  # fmt: skip
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets its space back
+            if isinstance(exc, Exception) and "No space left on device" in str(exc):
+                raise StoreError(f"checkpoint {name(epoch)} could not be written: no space left on the "
+                                 f"device of {self.root}") from None  # fmt: skip
+            raise
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         self._prune()

@@ -41,13 +41,21 @@ def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
     if (run_dir / runs.MANIFEST).exists():
         raise ResumeError(f"run {run_dir.name} is complete; nothing to resume (use launch replay to rerun it)")
     status = runs.status(run_dir)
-    if status.get("state") == "running" and _alive(status.get("pid")) and status.get("pid") != os.getpid():
-        raise ResumeError(f"run {run_dir.name} is still running (launcher pid {status['pid']})")
+    owner: list[str] = []
+    if status.get("state") == "running" and status.get("pid") != os.getpid():
+        alive = runs.owner_alive(status) if status.get("host") else _alive(status.get("pid"))
+        if alive:
+            raise ResumeError(f"run {run_dir.name} is still running (launcher pid {status['pid']})")
+        if alive is None and status.get("host"):
+            raise ResumeError(f"run {run_dir.name} is {runs.describe_state(run_dir)}: whether it still runs "
+                              f"can only be seen there; resume it on {status['host']}")  # fmt: skip
+        if alive is False:
+            owner = [f"run {run_dir.name} was {runs.describe_state(run_dir)}; resuming it"]
     path, epoch, notes = checkpoints.latest_complete(run_dir)
     if path is None:
         why = "; ".join(notes) if notes else "it has no checkpoints (determinism=off, or it died in epoch 1)"
         raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
-    return path, epoch, notes
+    return path, epoch, owner + notes
 
 
 def keep_metrics_through(run_dir: Path, epoch: int) -> None:
