@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from launcher.errors import NotComparable, ResumeError
 from launcher.record import runs
-from launcher.run import checkpoints, job, precheck, trace
+from launcher.run import checkpoints, gpus, job, precheck, trace
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 from launcher.run.tasks import METRICS
 
@@ -83,6 +83,8 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
             f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to resume anyway",
             diffs,
         )
+    resolved = OmegaConf.load(run_dir / job.CONFIG)
+    gpus.check(resolved)  # before anything of the run changes
     runs.unseal_for_resume(run_dir)
     for leftover in (RESULT, ERROR, JOB_FACTS):
         (run_dir / leftover).unlink(missing_ok=True)
@@ -98,6 +100,5 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
         "skipped": notes,
     }
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
-    resolved = OmegaConf.load(run_dir / job.CONFIG)
     outcome = job.execute(resolved, run_dir, echo=echo, resume=resume_info)
     return outcome, notes

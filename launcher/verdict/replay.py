@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from launcher.errors import NotComparable
 from launcher.record import runs
-from launcher.run import job, precheck
+from launcher.run import gpus, job, precheck
 from launcher.verdict import compare
 
 
@@ -49,6 +49,7 @@ def replay(
             diffs,
         )
     resolved = OmegaConf.load(original / job.CONFIG)
+    gpus.check(resolved)  # before the run directory: a refused replay leaves nothing behind
     new_run = runs.create(original.parent)
     runs.set_status(new_run, "running", pid=os.getpid())
     runs.write_bytes(new_run / job.CONFIG, OmegaConf.to_yaml(resolved).encode())
