@@ -9,10 +9,11 @@ container), files are simply hashed every time; the cache never changes a digest
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 from pathlib import Path
+
+from launcher.record.runs import file_sha256
 
 
 def cache_path() -> Path:
@@ -27,14 +28,6 @@ def stat_key(path: str) -> tuple[str, int, int, int, int] | None:
     except OSError:
         return None
     return os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class FileHashes:
@@ -64,7 +57,7 @@ class FileHashes:
         if cached:
             return cached
         try:
-            digest = sha256_file(path)
+            digest = file_sha256(path)
         except OSError:
             return None
         if stat_key(path) == key:  # unchanged while we read it: safe to remember
