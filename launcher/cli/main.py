@@ -38,9 +38,13 @@ def command(name: str):
 
 
 def run_single(overrides: list[str]) -> int:
-    from launcher.run import config, job
+    from launcher.run import config, determinism, job
 
-    outcome = job.run(config.compose(overrides))
+    cfg = config.compose(overrides)
+    note = determinism.idle_note(str(cfg.determinism.level), cfg.determinism.intra_op_threads, os.cpu_count() or 1)
+    if note:
+        print(note, flush=True)
+    outcome = job.run(cfg)
     print(job.summary_line(outcome), flush=True)
     if outcome.status == "interrupted":
         return 130

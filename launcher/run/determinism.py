@@ -242,6 +242,20 @@ def resolve_threads(value: object, cpu_count: int | None) -> int | None:
     return value
 
 
+IDLE_CORES = 8  # a machine this big, with a strict run using at most a quarter of it, gets a note
+
+
+def idle_note(level: str, intra_op_threads: object, cores: int) -> str | None:
+    """One line when a strict run leaves most of the machine idle, with the override and its price."""
+    if level != "strict" or not isinstance(intra_op_threads, int) or isinstance(intra_op_threads, bool):
+        return None
+    if cores < IDLE_CORES or intra_op_threads * 4 > cores:
+        return None
+    return (f"[launch] note: strict pins {intra_op_threads} intra-op thread(s) on this {cores}-core machine, so most "
+            "of it idles; determinism.intra_op_threads=auto uses every core (the count is recorded, and runs "
+            "with another count are refused as not comparable)")  # fmt: skip
+
+
 def draw_seed() -> int:
     """A fresh seed from the OS, for `off` runs (recorded so the run can be re-run)."""
     return int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF

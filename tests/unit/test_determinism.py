@@ -94,3 +94,13 @@ def test_xla_and_tf_data_order_follow_the_config_else_the_level():
     off = determinism.plan("off", 0)
     assert (off.jit_compile, off.deterministic_data) == (None, None)  # Keras' and tf.data's defaults
     assert determinism.plan("seeded", 0, jit_compile=True).jit_compile is True
+
+
+def test_a_strict_run_that_leaves_most_of_a_big_machine_idle_says_so_once():
+    note = determinism.idle_note("strict", 1, 64)
+    assert note.startswith("[launch] note: strict pins 1 intra-op thread(s) on this 64-core machine")
+    assert "determinism.intra_op_threads=auto" in note and "not comparable" in note and "\n" not in note
+    assert determinism.idle_note("strict", 1, 2) is None  # a small machine: one of two cores is half of it
+    assert determinism.idle_note("strict", 17, 64) is None  # more than a quarter of the machine in use
+    assert determinism.idle_note("strict", "auto", 64) is None
+    assert determinism.idle_note("seeded", None, 64) is None
