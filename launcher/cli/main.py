@@ -10,12 +10,14 @@ with ``LAUNCH_FULL_ERROR=1``).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 
+from launcher.cli.args import UsageError
 from launcher.errors import ConfigError, LauncherError
 
 # name -> ("module:function", help). A static table: no registration by import.
@@ -41,10 +43,41 @@ def run_single(overrides: list[str]) -> int:
     from launcher.run import config, job
 
     outcome = job.run(config.compose(overrides))
-    print(job.summary_line(outcome), flush=True)
+    print(job.summary_line(outcome) + resume_hint(outcome), flush=True)
     if outcome.status == "interrupted":
         return 130
     return 0 if outcome.ok else 1
+
+
+def bare_word(args: Sequence[str]) -> str | None:
+    """The first argument that is neither an option nor an override (KEY=VALUE, ~KEY)."""
+    for arg in args:
+        if not arg.startswith(("-", "~")) and "=" not in arg:
+            return arg
+    return None
+
+
+def not_a_command(word: str) -> UsageError:
+    """The error for ``launch WORD``: neither a subcommand nor an override; the subcommands."""
+    close = difflib.get_close_matches(word, list(COMMANDS), n=1)
+    hint = f"; did you mean launch {close[0]}?" if close else ""
+    return UsageError(
+        f"{word!r} is neither a subcommand nor an override (KEY=VALUE){hint}",
+        f"subcommands: {' '.join(COMMANDS)}; see launch --help",
+    )
+
+
+def resume_hint(outcome) -> str:
+    """For an interrupted run with a checkpoint: how to continue it (else nothing)."""
+    from launcher.run import resume
+
+    if outcome.status != "interrupted":
+        return ""
+    try:
+        resume.check_resumable(outcome.run_dir)
+    except LauncherError:
+        return ""
+    return f"; continue it with: launch resume {outcome.run_dir}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] in ("-h", "--help", "help"):
             print(usage())
             return 0
+        word = bare_word(args)
+        if word is not None:
+            raise not_a_command(word)
         if any(a in ("-m", "--multirun") for a in args):
             from launcher.sweep import multirun
 
@@ -66,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_single(args)
     except LauncherError as exc:
         print(f"launch: error: {exc}", file=sys.stderr)
+        if isinstance(exc, UsageError):
+            print(exc.hint, file=sys.stderr)
+        if os.environ.get("LAUNCH_FULL_ERROR") and exc.__cause__ is not None:
+            print(f"{type(exc.__cause__).__name__}: {exc.__cause__}", file=sys.stderr)  # e.g. Hydra's own
         return exc.exit_code
     except KeyboardInterrupt:
         print("launch: interrupted", file=sys.stderr)

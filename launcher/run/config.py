@@ -31,6 +31,9 @@ NOT_IN_HASH = (
     "train.observe",  # observation reads weights, never changes them (tested bit for bit)
     "train.save_weights",  # a copy of the final weights, written after training
 )
+# How alike a mistyped key must be to an existing one to be suggested (difflib's ratio):
+# train.epoch -> train.epochs is 0.96, train.nope -> train.name only 0.8.
+SUGGEST_CUTOFF = 0.85
 NOT_IN_HASH_DOCKER = ("image.ca_bundle", "image.index_url", "image.wheelhouse",  # where wheels come from
                       "runtime.stop_timeout_s", "runtime.tmpfs_mb",  # how a job is stopped, its /tmp
                       "runtime.mounts")  # where data is visible; what the job reads is hashed by content  # fmt: skip
@@ -98,6 +101,9 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError("train.data must be sample, full, or a path to an .npz file or IDX directory")
         if train.data not in ("sample", "full") and not os.path.exists(os.path.expanduser(train.data)):
             raise ConfigError(f"train.data {train.data!r} does not exist (use sample, full, or a path)")
+        from launcher.run import data  # numpy, only now
+
+        data.check(train.data, in_container=cfg.runtime.name == "docker")
         calls = train.get("data_parallel_calls", 1)
         if calls != "autotune":
             _positive_int(calls, "train.data_parallel_calls (or autotune)")
@@ -163,27 +169,122 @@ def config_hash(cfg: DictConfig | dict) -> str:
 
 def compose(overrides: Sequence[str]):
     """Compose the launch config with ``overrides``; Hydra's errors become ConfigError."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
-            return hydra_compose(config_name=PRIMARY, overrides=list(overrides))
+        return _compose(overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise ConfigError(hydra_message(exc)) from None
+        # ``from exc``: LAUNCH_FULL_ERROR=1 prints Hydra's whole message as well.
+        raise ConfigError(hydra_message(exc, overrides)) from exc
 
 
-def hydra_message(exc: BaseException) -> str:
-    """Hydra's multi-line error reduced to one line: what failed, and why."""
+def _compose(overrides: Sequence[str], return_hydra_config: bool = False):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
+        return hydra_compose(config_name=PRIMARY, overrides=list(overrides),
+                             return_hydra_config=return_hydra_config)  # fmt: skip
+
+
+def hydra_message(exc: BaseException, overrides: Sequence[str] | None = None) -> str:
+    """Hydra's multi-line error as one line that keeps what Hydra knows and adds the fix.
+
+    A missing group option keeps Hydra's list of available options; a key that is not
+    in the config names the closest existing key (``train.epoch`` -> ``train.epochs``)
+    or else ``+key=value`` to add it; a parse error names the override. ``overrides``
+    (the whole command line) lets the closest key be looked up in the config they compose.
+    """
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    if isinstance(exc, MissingConfigException) and exc.options and exc.missing_cfg_file:
+        return _missing_option(exc.missing_cfg_file, list(exc.options), _first_line(exc))
+    if isinstance(exc, OverrideParseException):
+        return _parse_error(exc.override, exc.message)
+    full_key = getattr(exc.__cause__, "full_key", None)
+    head = _first_line(exc)
+    if full_key and str(exc).startswith("Could not override"):
+        return _unknown_key(head, str(full_key), str(exc), overrides)
+    return _joined(exc)
+
+
+def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    head = lines[0] if lines else type(exc).__name__
+    return lines[0] if lines else type(exc).__name__
+
+
+def _joined(exc: BaseException) -> str:
+    """Every line of Hydra's message but its search path and links, with the cause's reason."""
+    kept = []
+    for line in (line.strip() for line in str(exc).splitlines()):
+        if line.startswith(("Config search path", "provider=", "See https://", "Set the environment variable")):
+            continue
+        if line:
+            kept.append(line)
+    head = " ".join(kept) or type(exc).__name__
     cause = exc.__cause__
     if cause is not None and str(cause).strip():
         reason = str(cause).strip().splitlines()[0]
         if reason not in head:
             head = f"{head} {reason}"
-    if head.startswith("Error parsing override"):
-        head += " (quote values with quotes or special characters: key='it\\'s')"
     return head
+
+
+def _missing_option(missing: str, options: list[str], head: str) -> str:
+    import difflib
+
+    group, _, wrong = missing.rpartition("/")
+    head = head.removeprefix(f"In '{PRIMARY}': ")
+    message = f"{head}. Available options in '{group}': {' '.join(options)}"
+    close = difflib.get_close_matches(wrong, options, n=1)
+    return f"{message} (did you mean {group}={close[0]}?)" if close else message
+
+
+def _parse_error(override: str, message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not line.startswith("See https://")]
+    if lines and lines[0].startswith("Error parsing override"):
+        lines = lines[1:]
+    reason = lines[0] if lines else ""
+    text = f"Error parsing override {override!r}" + (f": {reason}" if reason else "")
+    if "=" in override:
+        text += " (quote values with quotes or special characters: key='it\\'s')"
+    else:
+        text += " (an override is KEY=VALUE, +KEY=VALUE to add a key, ~KEY to delete one)"
+    return text
+
+
+def _unknown_key(head: str, full_key: str, message: str, overrides: Sequence[str] | None) -> str:
+    import difflib
+
+    key = head.removeprefix("Could not override ").strip("'.")
+    append = next((line.strip().removeprefix("To append to your config use ") for line in message.splitlines()
+                   if line.strip().startswith("To append")), None)  # fmt: skip
+    close = difflib.get_close_matches(key, _known_keys(key, overrides), n=1, cutoff=SUGGEST_CUTOFF)
+    missing = "no such key in the config" if full_key == key else f"{full_key!r} is not in the config"
+    text = f"Could not override {key!r}: {missing}"
+    if close:
+        text += f"; did you mean {close[0]}?"
+        return text + (f" (to add a new key, use {append})" if append else "")
+    return text + (f"; to add it, use {append}" if append else "")
+
+
+def _known_keys(key: str, overrides: Sequence[str] | None) -> list[str]:
+    """Every dotted key of the config the other overrides compose (nodes and leaves)."""
+    others = [o for o in overrides or [] if o.partition("=")[0].lstrip("+~") != key]
+    try:
+        cfg = _compose(others, return_hydra_config=key.startswith("hydra."))
+    except Exception:  # noqa: BLE001 - another override is broken too: no suggestion
+        return []
+    container = OmegaConf.to_container(cfg, resolve=False)
+    keys: list[str] = []
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, dict):
+            for name, child in node.items():
+                path = f"{prefix}{name}"
+                keys.append(path)
+                walk(child, f"{path}.")
+
+    walk(container, "")
+    return keys

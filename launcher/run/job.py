@@ -145,9 +145,10 @@ def summary_line(outcome: Outcome) -> str:
     if not outcome.ok:
         return f"[launch] run {outcome.run_dir} {outcome.status.upper()}: {outcome.error}"
     metrics = outcome.result.get("final_metrics", {})
-    shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
+    shown = [f"{k}={v:.4f}" for k, v in sorted(metrics.items())]
     weights = outcome.result.get("weights_sha256") or "(no model recorded)"
-    return f"[launch] run {outcome.run_dir} complete; seed={outcome.seed} {shown} weights_sha256={weights}"
+    head = f"[launch] run {outcome.run_dir} complete; seed={outcome.seed}"
+    return " ".join([head, *shown, f"weights_sha256={weights}"])
 
 
 def _job_error(run_dir: Path, returncode: int) -> str:

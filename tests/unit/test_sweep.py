@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-import launcher
+import launcher.verdict
 from launcher.cli import main as cli
 from launcher.errors import ConfigError, NotComparable
 from launcher.record import runs
@@ -377,7 +377,8 @@ def fake_replay(monkeypatch):
     def install(verdicts):
         fake = FakeReplay(verdicts)
         monkeypatch.setitem(sys.modules, "launcher.verdict.replay", fake)
-        monkeypatch.setattr(launcher, "replay", fake, raising=False)
+        # `from launcher.verdict import replay` reads the package attribute once the real module was imported.
+        monkeypatch.setattr(launcher.verdict, "replay", fake, raising=False)
         return fake
 
     return install
