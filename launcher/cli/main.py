@@ -17,8 +17,9 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from launcher.cli import hydraflags
 from launcher.cli.args import UsageError
-from launcher.errors import ConfigError, LauncherError
+from launcher.errors import LauncherError
 
 # name -> ("module:function", help). A static table: no registration by import.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -39,10 +40,10 @@ def command(name: str):
     return getattr(importlib.import_module(module), func)
 
 
-def run_single(overrides: list[str]) -> int:
+def run_single(overrides: list[str], config_dir: str | None = None) -> int:
     from launcher.run import config, job
 
-    outcome = job.run(config.compose(overrides))
+    outcome = job.run(config.compose(overrides, config_dir=config_dir))
     print(job.summary_line(outcome) + resume_hint(outcome), flush=True)
     if outcome.status == "interrupted":
         return 130
@@ -88,18 +89,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] in ("-h", "--help", "help"):
             print(usage())
             return 0
-        word = bare_word(args)
+        if "--version" in args:
+            return version()
+        flags = hydraflags.parse(args)  # Hydra's own parser: --cfg, --info, -cd, -m, ...
+        word = bare_word(flags.overrides)
         if word is not None:
             raise not_a_command(word)
-        if any(a in ("-m", "--multirun") for a in args):
+        if flags.help:
+            print(usage())
+            return 0
+        if hydraflags.shows(flags):
+            return hydraflags.show(flags)
+        if flags.multirun:
             from launcher.sweep import multirun
 
-            return multirun.run_multirun([a for a in args if a not in ("-m", "--multirun")])
-        if any(a.startswith("-") for a in args):
-            raise ConfigError(
-                f"unknown option {next(a for a in args if a.startswith('-'))!r}; see launch --help"
-            )
-        return run_single(args)
+            return multirun.run_multirun(flags.overrides, config_dir=flags.config_dir)
+        return run_single(flags.overrides, config_dir=flags.config_dir)
     except LauncherError as exc:
         print(f"launch: error: {exc}", file=sys.stderr)
         if isinstance(exc, UsageError):
@@ -121,10 +126,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 70
 
 
+def version() -> int:
+    from importlib.metadata import version as installed
+
+    from launcher.version import __version__
+
+    print(f"launch {__version__} (Hydra {installed('hydra-core')})")
+    return 0
+
+
 def usage() -> str:
     lines = [
         "usage: launch [OVERRIDES...]            run one training job (Hydra overrides)",
         "       launch -m [OVERRIDES...]         sweep, e.g. -m train=mnist '+seed=range(10)'",
+        "       launch --cfg job|hydra|all [--resolve] [--package PKG] [OVERRIDES...]   print the config; no run",
+        "       launch --info [all|config|defaults|defaults-tree|plugins|searchpath] [OVERRIDES...]",
+        "       launch -cd DIR [OVERRIDES...]    add your config groups: DIR/train/tiny.yaml gives train=tiny",
+        "       launch -sc install=bash|zsh      shell completion: eval \"$(launch -sc install=bash)\"",
     ]
     for name, (_, help_text) in COMMANDS.items():
         lines.append(f"       launch {name:<9} {help_text}")

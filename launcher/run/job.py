@@ -104,7 +104,9 @@ def launch_fingerprint(
     env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
     env.update(extra_env or {})
     script = str(resolved.train.script) if resolved.train.name == "script" else None
-    return plan, env, fingerprint.collect(env, cwd, config.config_hash(resolved), script)
+    fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script)
+    fp["config_files"] = fingerprint.config_files(resolved.get("config_dir"))  # launch --config-dir
+    return plan, env, fp
 
 
 def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row) -> Outcome:

@@ -120,7 +120,7 @@ def test_expand_follows_hydras_job_order_and_separates_hydra_overrides():
     [
         ("+seed=range(0)", r"\+seed=range\(0\) yields no values"),
         ("+seed=range(5,1)", "yields no values"),
-        ("+seed=interval(0,1)", "only lists, range"),
+        ("+seed=interval(0,1)", r"interval\(\) needs a search: hydra/sweeper=optuna"),
         ("+seed=[1,", "mismatched input|no viable|extraneous|missing"),
     ],
 )
