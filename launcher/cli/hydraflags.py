@@ -12,6 +12,7 @@ its own ``launch`` (``pkg://launcher.configs``); a user's configs come in with `
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from collections.abc import Sequence
 
@@ -87,12 +88,27 @@ def show(args: argparse.Namespace) -> int:
         raise ConfigError(f"--config-dir {args.config_dir!r} is not a directory")
     from launcher.run.config import hydra_main
 
+    if args.shell_completion and args.config_dir is None and "COMP_LINE" in os.environ:
+        args.config_dir = completed_config_dir(os.environ["COMP_LINE"])  # complete DIR's groups too
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
         hydra_main(hydra_argv(args), _never)
     except SystemExit as exc:  # Hydra's --hydra-help exits 0 when it has printed
         if exc.code not in (0, None):
             raise ConfigError(f"Hydra exited with status {exc.code}") from None
+    finally:  # --info logs to the stdout of the moment, at DEBUG: not beyond this command
+        root.handlers[:], root.level = handlers, level
     return 0
+
+
+def completed_config_dir(line: str) -> str | None:
+    """The ``--config-dir`` of a command line being completed, when it names a directory."""
+    words = line.split()
+    for flag, value in zip(words, words[1:], strict=False):
+        if flag in ("-cd", "--config-dir") and os.path.isdir(os.path.expanduser(value)):
+            return value
+    return None
 
 
 def _never(cfg) -> None:

@@ -35,6 +35,12 @@ NOT_IN_HASH = (
     "train.observe",  # observation reads weights, never changes them (tested bit for bit)
     "train.save_weights",  # a copy of the final weights, written after training
 )
+# Hydra plugins the launcher works with, by the config they add: the extra that installs them.
+PLUGIN_EXTRAS = {
+    "hydra/sweeper/optuna": "optuna",
+    "hydra/launcher/submitit_slurm": "slurm",
+    "hydra/launcher/submitit_local": "slurm",
+}
 # How alike a mistyped key must be to an existing one to be suggested (difflib's ratio):
 # train.epoch -> train.epochs is 0.96, train.nope -> train.name only 0.8.
 SUGGEST_CUTOFF = 0.85
@@ -325,6 +331,9 @@ def _missing_option(missing: str, options: list[str], head: str) -> str:
     group, _, wrong = missing.rpartition("/")
     head = head.removeprefix(f"In '{PRIMARY}': ")
     message = f"{head}. Available options in '{group}': {' '.join(options)}"
+    extra = PLUGIN_EXTRAS.get(missing)
+    if extra:  # a Hydra plugin the launcher knows, not installed
+        return f"{message} (install the plugin: pip install 'tf-repro-launcher[{extra}]')"
     close = difflib.get_close_matches(wrong, options, n=1)
     return f"{message} (did you mean {group}={close[0]}?)" if close else message
 
