@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -329,7 +330,7 @@ def _missing_option(missing: str, options: list[str], head: str) -> str:
     import difflib
 
     group, _, wrong = missing.rpartition("/")
-    head = head.removeprefix(f"In '{PRIMARY}': ")
+    head = re.sub(r"^In '[^']*': ", "", head)  # Hydra's name of the config that asked for it
     message = f"{head}. Available options in '{group}': {' '.join(options)}"
     extra = PLUGIN_EXTRAS.get(missing)
     if extra:  # a Hydra plugin the launcher knows, not installed

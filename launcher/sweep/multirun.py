@@ -250,6 +250,7 @@ def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
     if plan.search is not None:
         mark = "reproducible" if plan.search.reproducible else "NOT REPRODUCIBLE"
         print(f"[sweep] {mark}: {plan.search.note}", flush=True)
+        _quiet_optuna()
     try:
         with _stop_on_ctrl_c(sweep_dir):
             _hydra_multirun(hydra_argv(plan, overrides, sweep_dir))
@@ -266,6 +267,15 @@ def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
     return 0 if summary["ok"] else 1
 
 
+def _quiet_optuna() -> None:
+    """Optuna's INFO lines (a study created, ...) say nothing the sweep's own lines do not."""
+    try:
+        import optuna
+    except ImportError:
+        return
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
 def _hydra_multirun(argv: list[str]) -> None:
     """Hydra's own ``--multirun`` over ``argv``, raising its errors instead of exiting."""
     from launcher.run.config import hydra_main
@@ -274,8 +284,9 @@ def _hydra_multirun(argv: list[str]) -> None:
 
 
 def _search_text(search: _search.Search) -> str:
-    trials = f"{search.trials} trials" if search.trials else "trials"
-    batch = f" ({search.batch} at a time)" if search.batch else ""
+    trials = f"{search.trials} trial{'s' if search.trials != 1 else ''}" if search.trials else "trials"
+    at_once = min(search.batch or 0, search.trials or search.batch or 0)
+    batch = f" ({at_once} at a time)" if at_once > 1 else ""
     return f"{trials}{batch} proposed by {search.sweeper} ({search.sampler or 'its sampler'}), {search.direction} " \
            f"{search.objective}"  # fmt: skip
 

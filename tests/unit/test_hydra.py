@@ -304,3 +304,20 @@ def test_the_summary_shows_each_trials_values_the_best_and_if_it_repeats():
     assert lines[0].split() == ["job", "seed", "train.learning_rate", "status", "val_loss", "weights_sha256"]
     assert lines[1].split() == ["000", "0", "0.005533253688880516", "complete", "2.0000", "a" * 16]
     assert lines[-2:] == ["best: job 000 (val_loss=2.0000)", "NOT REPRODUCIBLE: why not"]
+
+
+def test_a_missing_sweeper_plugin_names_the_extra_that_installs_it(tmp_path):
+    hide = ("import sys\n"
+            "for name in ('', '.optuna_sweeper', '.config'):\n"
+            "    sys.modules['hydra_plugins.hydra_optuna_sweeper' + name] = None  # not installed\n"
+            "from launcher.cli.main import main\n"
+            "sys.exit(main(['-m', 'hydra/sweeper=optuna', 'train.learning_rate=interval(0.001,0.01)']))\n")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", hide], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "launch: error: Could not find 'hydra/sweeper/optuna'. Available options in 'hydra/sweeper': basic "
+        "(install the plugin: pip install 'tf-repro-launcher[optuna]')"
+    )
+    assert list(tmp_path.iterdir()) == []
