@@ -84,8 +84,6 @@ def hydra_argv(args: argparse.Namespace) -> list[str]:
 
 def show(args: argparse.Namespace) -> int:
     """Let Hydra print what ``args`` ask for (``--cfg``, ``--info``, ...); 0, or ConfigError."""
-    if args.config_dir is not None and not os.path.isdir(os.path.expanduser(args.config_dir)):
-        raise ConfigError(f"--config-dir {args.config_dir!r} is not a directory")
     from launcher.run.config import hydra_main
 
     if args.shell_completion and args.config_dir is None and "COMP_LINE" in os.environ:

@@ -137,7 +137,6 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
     fixed = [o.input_line for o in task if not o.is_sweep_override()]
     hydra_cfg = config.compose_hydra([*fixed, *hydra_overrides], config_dir=config_dir)
     target = str(hydra_cfg.sweeper._target_)
-    search = None
     if _search.kind(target) == _search.BASIC:
         jobs, hydra_overrides, swept = expand(overrides)
         checked = jobs
@@ -151,14 +150,13 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
             cfg = config.compose([*job_overrides, *hydra_overrides], config_dir=config_dir)
             config.validate(cfg)
         except ConfigError as exc:
-            what = f"job {num}" if search is None and jobs else "the search space at"
+            what = f"job {num}" if jobs else "the search space at"
             raise ConfigError(f"{what} ({label(job_overrides, swept)}): {exc}") from None
         cfgs.append(cfg)
     for name in ("store.root", "runtime.slots", "runtime.name", "determinism.intra_op_threads"):
         if len({str(_select(c, name)) for c in cfgs}) > 1:
             raise ConfigError(f"{name} cannot be swept: one sweep has one value")
-    if not jobs:
-        search = _plan_search(hydra_cfg, target, cfgs[0])
+    search = None if jobs else _plan_search(hydra_cfg, target, cfgs[0])
     launcher = launcher_choice(hydra_overrides)
     slots: list[_slots.Slot] = []
     if launcher not in SCHEDULED:  # a scheduler's jobs are checked where they run
