@@ -153,6 +153,7 @@ def usage() -> str:
         "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
         "  determinism.trace_every=N (steps between trace points; 0 = none)",
+        "search: -m hydra/sweeper=optuna hydra.sweeper.n_trials=N 'KEY=interval(LO,HI)' sweep.objective=val_loss",
     ]
     return "\n".join(lines)
 
