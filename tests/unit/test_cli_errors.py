@@ -68,8 +68,9 @@ def test_a_bare_word_lists_the_subcommands(capsys, args, first):
 def test_a_missing_argument_shows_the_usage_line_not_argparse_field_names(capsys):
     code, err = _launch(capsys, "compare", "runs/a")
     assert code == 2
-    assert err == ["launch: error: launch compare: the following arguments are required: RUN_B",
-                   "usage: launch compare [-h] [--force] [--tolerance RTOL,ATOL] RUN_A RUN_B"]  # fmt: skip
+    assert err[0] == "launch: error: launch compare: the following arguments are required: RUN_B"
+    assert err[1].startswith("usage: launch compare [-h] [--force]") and err[1].endswith(" RUN_A RUN_B")
+    assert len(err) == 2
     for args in (["replay"], ["resume"], ["sweep", "verify"]):
         _, err = _launch(capsys, *args)
         assert len(err) == 2 and err[1].startswith(f"usage: launch {args[0]}"), err
