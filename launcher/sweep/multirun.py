@@ -236,9 +236,12 @@ def hydra_argv(plan: SweepPlan, overrides: list[str], sweep_dir: Path) -> list[s
 # ---------------------------------------------------------------- run
 def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
     """Run a sweep: 0 when every job completed, 1 otherwise, 130 after Ctrl-C."""
+    from launcher.record.environment import allowed_env
+
+    launch_env = allowed_env(os.environ)  # before any plugin is imported
     plan = prepare(overrides, config_dir=config_dir)
     sweep_dir = runs.create(plan.store_root / "sweeps")
-    runs.write_json(sweep_dir / SWEEP, sweep_meta(plan, overrides))
+    runs.write_json(sweep_dir / SWEEP, sweep_meta(plan, overrides, launch_env))
     (sweep_dir / JOBS).mkdir()
     for num, (job_overrides, seed) in enumerate(zip(plan.jobs, plan.seeds, strict=True)):
         runs.write_json(job_path(sweep_dir, num), pending_record(num, job_overrides, seed))
@@ -289,7 +292,22 @@ def _search_text(search: _search.Search) -> str:
            f"{search.objective}"  # fmt: skip
 
 
-def sweep_meta(plan: SweepPlan, overrides: list[str]) -> dict:
+def restore_launch_env(launch_env: dict[str, str] | None) -> None:
+    """In a worker, before its job: the recorded (allowlisted) variables as they were when
+    ``launch`` started. What the sweep's own imports set since (``import optuna`` imports
+    scikit-learn where installed, which sets KMP_DUPLICATE_LIB_OK) must not reach a job's
+    recorded environment: a replay of the job, outside any sweep, would not have it."""
+    from launcher.record.environment import allowed_env
+
+    if launch_env is None:
+        return
+    for name in allowed_env(os.environ):
+        if name not in launch_env:
+            del os.environ[name]
+    os.environ.update(launch_env)
+
+
+def sweep_meta(plan: SweepPlan, overrides: list[str], launch_env: dict[str, str] | None = None) -> dict:
     """``sweep.json``: what every worker needs to know, and what a reader wants to see."""
     return {
         "schema": 1,
@@ -302,6 +320,7 @@ def sweep_meta(plan: SweepPlan, overrides: list[str]) -> dict:
         "store_root": str(plan.store_root),
         "cwd": os.getcwd(),
         "worker_env": {k: os.environ[k] for k in WORKER_ENV if k in os.environ},
+        "launch_env": launch_env,  # the recorded variables as launch started: no secrets (the allowlist)
         "config_dir": plan.config_dir,
         "search": plan.search.to_dict() if plan.search else None,  # the sampler's seed, and if reproducible
     }
@@ -345,6 +364,8 @@ def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
         for name in WORKER_ENV:  # the job starts with launch's environment, not the worker's
             os.environ.pop(name, None)
         os.environ.update(meta.get("worker_env", {}))
+        if meta.get("launcher") not in SCHEDULED:  # a cluster node's environment is its own
+            restore_launch_env(meta.get("launch_env"))
         with _outlive_ctrl_c():
             line = _run_in_slot(cfg, sweep_dir, meta, record)
     except Exception as exc:  # one failed job never stops the others

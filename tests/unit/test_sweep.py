@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 import launcher.verdict
 from launcher.cli import main as cli
 from launcher.errors import ConfigError, NotComparable
-from launcher.record import runs
+from launcher.record import environment, runs
 from launcher.run.job import Outcome
 from launcher.sweep import multirun as sweep
 from launcher.sweep import report as sweep_report
@@ -262,6 +262,25 @@ def test_run_job_runs_in_a_slot_and_records_the_outcome(tmp_path, monkeypatch):
     assert call["cpus"] == frozenset({0}) and call["echo"] is False and call["extra_env"] == {}
     assert "OMP_NUM_THREADS" not in call["env"]  # launch's environment, not the worker's
     assert json.loads((d / "jobs" / "007.json").read_text()) == record
+
+
+@pytest.mark.parametrize("launcher_name,restored", [("joblib", True), ("submitit_slurm", False)])
+def test_what_the_sweeps_own_imports_set_never_reaches_a_job(tmp_path, monkeypatch, launcher_name, restored):
+    # `import optuna` imports scikit-learn where it is installed, which sets KMP_DUPLICATE_LIB_OK.
+    fake = FakeJob()
+    monkeypatch.setattr("launcher.run.job.run", fake.run)
+    monkeypatch.setenv("KMP_AFFINITY", "compact")
+    monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
+    launch_env = environment.allowed_env(__import__("os").environ)
+    monkeypatch.setenv("KMP_DUPLICATE_LIB_OK", "True")  # set after launch started
+    monkeypatch.setenv("KMP_AFFINITY", "scatter")  # changed after launch started
+    d = _sweep_dir(tmp_path, [], launch_env=launch_env, launcher=launcher_name)
+    sweep.run_job(OmegaConf.create({"seed": 0}), d, 0, ["+seed=0"])
+    env = fake.calls[0]["env"]
+    if restored:
+        assert "KMP_DUPLICATE_LIB_OK" not in env and env["KMP_AFFINITY"] == "compact"
+    else:  # a cluster node's environment is its own
+        assert env["KMP_DUPLICATE_LIB_OK"] == "True" and env["KMP_AFFINITY"] == "scatter"
 
 
 def test_a_gpu_slot_sets_cuda_visible_devices(tmp_path, monkeypatch):
