@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
+
 pytestmark = pytest.mark.slow
 
 ARGS = ("train=mnist", "determinism=strict", "train.epochs=3", "train.batch_size=50")
