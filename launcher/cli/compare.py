@@ -12,8 +12,8 @@ def main(argv: list[str]) -> int:
     from launcher.verdict import compare
 
     p = parser("compare", "Compare two sealed runs bit for bit (or within a tolerance).")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
+    p.add_argument("run_a", metavar="RUN_A")
+    p.add_argument("run_b", metavar="RUN_B")
     p.add_argument("--force", action="store_true", help="compare even when the keys differ")
     p.add_argument("--tolerance", metavar="RTOL,ATOL", help="equivalence within allclose tolerances")
     p.add_argument("--migration", action="store_true",
@@ -31,4 +31,7 @@ def main(argv: list[str]) -> int:
         return result.exit_code
     result = compare.compare_runs(args.run_a, args.run_b, force=args.force, tolerance=tolerance)
     print(compare.report(result, Path(args.run_a), Path(args.run_b)))
+    if Path(args.run_a).resolve() == Path(args.run_b).resolve():
+        print(f"note: both arguments are the same run ({args.run_a}): a run is always identical to itself; "
+              "compare it with another run, or replay it (launch replay RUN)")  # fmt: skip
     return result.exit_code

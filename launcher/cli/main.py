@@ -10,13 +10,16 @@ with ``LAUNCH_FULL_ERROR=1``).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 
-from launcher.errors import ConfigError, LauncherError
+from launcher.cli import hydraflags
+from launcher.cli.args import UsageError
+from launcher.errors import LauncherError
 
 # name -> ("module:function", help). A static table: no registration by import.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,18 +40,49 @@ def command(name: str):
     return getattr(importlib.import_module(module), func)
 
 
-def run_single(overrides: list[str]) -> int:
+def run_single(overrides: list[str], config_dir: str | None = None) -> int:
     from launcher.run import config, determinism, job
 
-    cfg = config.compose(overrides)
+    cfg = config.compose(overrides, config_dir=config_dir)
     note = determinism.idle_note(str(cfg.determinism.level), cfg.determinism.intra_op_threads, os.cpu_count() or 1)
     if note:
         print(note, flush=True)
     outcome = job.run(cfg)
-    print(job.summary_line(outcome), flush=True)
+    print(job.summary_line(outcome) + resume_hint(outcome), flush=True)
     if outcome.status == "interrupted":
         return 130
     return 0 if outcome.ok else 1
+
+
+def bare_word(args: Sequence[str]) -> str | None:
+    """The first argument that is neither an option nor an override (KEY=VALUE, ~KEY)."""
+    for arg in args:
+        if not arg.startswith(("-", "~")) and "=" not in arg:
+            return arg
+    return None
+
+
+def not_a_command(word: str) -> UsageError:
+    """The error for ``launch WORD``: neither a subcommand nor an override; the subcommands."""
+    close = difflib.get_close_matches(word, list(COMMANDS), n=1)
+    hint = f"; did you mean launch {close[0]}?" if close else ""
+    return UsageError(
+        f"{word!r} is neither a subcommand nor an override (KEY=VALUE){hint}",
+        f"subcommands: {' '.join(COMMANDS)}; see launch --help",
+    )
+
+
+def resume_hint(outcome) -> str:
+    """For an interrupted run with a checkpoint: how to continue it (else nothing)."""
+    from launcher.run import resume
+
+    if outcome.status != "interrupted":
+        return ""
+    try:
+        resume.check_resumable(outcome.run_dir)
+    except LauncherError:
+        return ""
+    return f"; continue it with: launch resume {outcome.run_dir}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,17 +93,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] in ("-h", "--help", "help"):
             print(usage())
             return 0
-        if any(a in ("-m", "--multirun") for a in args):
+        if "--version" in args:
+            return version()
+        flags = hydraflags.parse(args)  # Hydra's own parser: --cfg, --info, -cd, -m, ...
+        word = bare_word(flags.overrides)
+        if word is not None:
+            raise not_a_command(word)
+        if flags.help:
+            print(usage())
+            return 0
+        if hydraflags.shows(flags):
+            return hydraflags.show(flags)
+        if flags.multirun:
             from launcher.sweep import multirun
 
-            return multirun.run_multirun([a for a in args if a not in ("-m", "--multirun")])
-        if any(a.startswith("-") for a in args):
-            raise ConfigError(
-                f"unknown option {next(a for a in args if a.startswith('-'))!r}; see launch --help"
-            )
-        return run_single(args)
+            return multirun.run_multirun(flags.overrides, config_dir=flags.config_dir)
+        return run_single(flags.overrides, config_dir=flags.config_dir)
     except LauncherError as exc:
         print(f"launch: error: {exc}", file=sys.stderr)
+        if isinstance(exc, UsageError):
+            print(exc.hint, file=sys.stderr)
+        if os.environ.get("LAUNCH_FULL_ERROR") and exc.__cause__ is not None:
+            print(f"{type(exc.__cause__).__name__}: {exc.__cause__}", file=sys.stderr)  # e.g. Hydra's own
         return exc.exit_code
     except KeyboardInterrupt:
         print("launch: interrupted", file=sys.stderr)
@@ -85,10 +130,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 70
 
 
+def version() -> int:
+    from importlib.metadata import version as installed
+
+    from launcher.version import __version__
+
+    print(f"launch {__version__} (Hydra {installed('hydra-core')})")
+    return 0
+
+
 def usage() -> str:
     lines = [
         "usage: launch [OVERRIDES...]            run one training job (Hydra overrides)",
         "       launch -m [OVERRIDES...]         sweep, e.g. -m train=mnist '+seed=range(10)'",
+        "       launch --cfg job|hydra|all [--resolve] [--package PKG] [OVERRIDES...]   print the config; no run",
+        "       launch --info [all|config|defaults|defaults-tree|plugins|searchpath] [OVERRIDES...]",
+        "       launch -cd DIR [OVERRIDES...]    add your config groups: DIR/train/tiny.yaml gives train=tiny",
+        "       launch -sc install=bash|zsh      shell completion: eval \"$(launch -sc install=bash)\"",
     ]
     for name, (_, help_text) in COMMANDS.items():
         lines.append(f"       launch {name:<9} {help_text}")
@@ -99,6 +157,7 @@ def usage() -> str:
         "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
         "  determinism.trace_every=N (steps between trace points; 0 = none)",
+        "search: -m hydra/sweeper=optuna hydra.sweeper.n_trials=N 'KEY=interval(LO,HI)' sweep.objective=val_loss",
     ]
     return "\n".join(lines)
 

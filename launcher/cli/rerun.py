@@ -11,7 +11,7 @@ from launcher.errors import NotComparable
 def rerun_args(name: str, description: str, argv: list[str]) -> argparse.Namespace:
     """The arguments shared by replay and resume: a run, and --allow-mismatch."""
     p = parser(name, description)
-    p.add_argument("run")
+    p.add_argument("run", metavar="RUN")
     p.add_argument("--allow-mismatch", action="store_true", help="run even when the environment differs")
     return p.parse_args(argv)
 

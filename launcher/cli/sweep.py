@@ -12,7 +12,7 @@ def main(argv: list[str]) -> int:
 
     p = parser("sweep", "Work with a sweep directory (<store>/sweeps/<id>).")
     p.add_argument("action", choices=["verify"], help="verify: replay every job, serially")
-    p.add_argument("sweep_dir", type=Path)
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR", type=Path)
     p.add_argument(
         "--allow-mismatch",
         action="store_true",

@@ -9,10 +9,12 @@ environment allowlist in ``environment``, the comparability key in ``key``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 
 from launcher.errors import SchemaError
 from launcher.record.environment import allowed_env
@@ -43,6 +45,25 @@ def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | 
         "determinism": None,
         "data": None,
     }
+
+
+def config_files(config_dir: Mapping | None) -> dict[str, str]:
+    """The user's config files a run was composed from (``launch --config-dir``): each
+    name under the config dir -> the sha256 of its content now, or ``missing``.
+
+    ``config_dir`` is the resolved config's ``config_dir`` node (``path``, ``files``), or
+    None when no file of the user's was read. The values are already in the config; the
+    hashes show a change in a file that the job's own code reads at run time, and they
+    are taken again, from the files on disk, when the run is replayed or resumed.
+    """
+    if not config_dir:
+        return {}
+    root = Path(str(config_dir["path"]))
+    out = {}
+    for name in sorted(str(n) for n in config_dir["files"]):
+        path = root / name
+        out[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    return out
 
 
 def job_facts(

@@ -94,6 +94,9 @@ KEY: dict[str, Callable[[dict], object]] = {
     "determinism": lambda fp: fp["determinism"],
     # The resolved config without store paths and settings that cannot change results.
     "config_sha256": lambda fp: fp["config_sha256"],
+    # The user's config files (--config-dir) the config came from, by content: code may read
+    # them at run time. Runs before --config-dir existed could not have used any: {}.
+    "config_files": lambda fp: fp.get("config_files", {}),
     # The code that ran: the launcher's version and source hash (its tasks and bootstrap),
     # a script's own hash, and every module the job imported from outside the installed
     # distributions and the standard library, by content. Out: the launch directory's git

@@ -10,6 +10,7 @@ of the fingerprint. Errors are written to ``error.json`` for the launcher to rep
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -43,11 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             runs.write_json(run_dir / ERROR, {"type": "SystemExit", "message": f"exit status {code}"})
         return code
+    except KeyboardInterrupt:  # Ctrl-C: the launcher says so in one line; no traceback from here
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher passes the same Ctrl-C on again
+        runs.write_json(run_dir / ERROR, {"type": "KeyboardInterrupt", "message": "Ctrl-C"})
+        return 130
     except BaseException as exc:
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
         runs.write_json(run_dir / ERROR, {"type": type(exc).__name__, "message": message})
-        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+        return 1
 
 
 def _run(run_dir: Path) -> None:

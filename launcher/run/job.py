@@ -104,7 +104,9 @@ def launch_fingerprint(
     env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
     env.update(extra_env or {})
     script = str(resolved.train.script) if resolved.train.name == "script" else None
-    return plan, env, fingerprint.collect(env, cwd, config.config_hash(resolved), script)
+    fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script)
+    fp["config_files"] = fingerprint.config_files(resolved.get("config_dir"))  # launch --config-dir
+    return plan, env, fp
 
 
 def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row) -> Outcome:
@@ -145,9 +147,10 @@ def summary_line(outcome: Outcome) -> str:
     if not outcome.ok:
         return f"[launch] run {outcome.run_dir} {outcome.status.upper()}: {outcome.error}"
     metrics = outcome.result.get("final_metrics", {})
-    shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
+    shown = [f"{k}={v:.4f}" for k, v in sorted(metrics.items())]
     weights = outcome.result.get("weights_sha256") or "(no model recorded)"
-    return f"[launch] run {outcome.run_dir} complete; seed={outcome.seed} {shown} weights_sha256={weights}"
+    head = f"[launch] run {outcome.run_dir} complete; seed={outcome.seed}"
+    return " ".join([head, *shown, f"weights_sha256={weights}"])
 
 
 def _job_error(run_dir: Path, returncode: int) -> str:

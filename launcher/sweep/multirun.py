@@ -28,6 +28,7 @@ from pathlib import Path
 
 from launcher.errors import ConfigError, LauncherError
 from launcher.record import runs
+from launcher.sweep import search as _search
 from launcher.sweep import slots as _slots
 
 SWEEP = "sweep.json"
@@ -51,13 +52,22 @@ WORKER_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLI
 class SweepPlan:
     """A validated sweep, ready to launch."""
 
-    jobs: list[list[str]]  # each job's task overrides, in Hydra's job order
+    jobs: list[list[str]]  # each job's task overrides, in Hydra's job order ([] when a sweeper proposes them)
     hydra_overrides: list[str]  # hydra/... and hydra.* overrides, for every job
     swept: list[str]  # the swept keys, as written: "+seed", "train.learning_rate"
     launcher: str  # hydra/launcher choice
     slots: list[_slots.Slot]  # empty when a scheduler allocates devices
     store_root: Path  # absolute
     seeds: list[int | None]  # None: drawn when the job starts
+    search: _search.Search | None = None  # an optimizing sweeper (hydra/sweeper=optuna); None: basic
+    config_dir: str | None = None  # --config-dir, absolute
+
+    @property
+    def concurrency(self) -> int:
+        """How many jobs can run at once: the jobs known, or the sweeper's batch of trials."""
+        if self.search is None:
+            return len(self.jobs)
+        return self.search.batch or self.search.trials or len(self.slots) or 1
 
 
 # ---------------------------------------------------------------- prepare (before any job)
@@ -77,7 +87,8 @@ def expand(overrides: list[str]) -> tuple[list[list[str]], list[str], list[str]]
     task = [o for o in parsed if not o.is_hydra_override()]
     for o in task:
         if o.is_sweep_override() and not o.is_discrete_sweep():
-            raise ConfigError(f"{o.input_line}: only lists, range() and choice() can be swept")
+            raise ConfigError(f"{o.input_line}: the basic sweeper sweeps lists, range() and choice(); "
+                              "interval() needs a search: hydra/sweeper=optuna (see docs/sweeps.md)")  # fmt: skip
         if o.is_sweep_override() and not list(o.sweep_string_iterator()):
             raise ConfigError(f"{o.input_line} yields no values: the sweep would run no jobs")
     jobs = BasicSweeper.split_arguments(task, None)[0]
@@ -95,24 +106,57 @@ def launcher_choice(hydra_overrides: list[str]) -> str:
     return choice
 
 
-def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) -> SweepPlan:
-    """Expand, compose and validate every job; decide the slots. Raises ``ConfigError``."""
+def parse(overrides: list[str]) -> tuple[list, list]:
+    """The task overrides and the Hydra overrides (``hydra/...``, ``hydra.*``), parsed by Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from launcher.run.config import hydra_message
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(hydra_message(exc)) from None
+    return [o for o in parsed if not o.is_hydra_override()], [o for o in parsed if o.is_hydra_override()]
+
+
+def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
+            config_dir: str | None = None) -> SweepPlan:  # fmt: skip
+    """Expand, compose and validate every job; decide the slots. Raises ``ConfigError``.
+
+    With an optimizing sweeper the jobs are proposed as the sweep runs: its search space
+    is validated at its representative values, and its sampler seeded from the sweep's seed.
+    """
     from launcher.record import probes
     from launcher.run import config, determinism
     from launcher.run import gpus as gpu_request
 
-    jobs, hydra_overrides, swept = expand(overrides)
+    config_dir = os.path.abspath(os.path.expanduser(config_dir)) if config_dir else None
+    task, hydra_parsed = parse(overrides)
+    hydra_overrides = [o.input_line for o in hydra_parsed]
+    fixed = [o.input_line for o in task if not o.is_sweep_override()]
+    hydra_cfg = config.compose_hydra([*fixed, *hydra_overrides], config_dir=config_dir)
+    target = str(hydra_cfg.sweeper._target_)
+    if _search.kind(target) == _search.BASIC:
+        jobs, hydra_overrides, swept = expand(overrides)
+        checked = jobs
+    else:
+        space = [o for o in task if o.is_sweep_override()] + _sweeper_params(hydra_cfg)
+        jobs, swept = [], [o.get_key_element() for o in space]
+        checked = _search.check_jobs(fixed, space)
     cfgs = []
-    for num, job_overrides in enumerate(jobs):
+    for num, job_overrides in enumerate(checked):
         try:
-            cfg = config.compose([*job_overrides, *hydra_overrides])
+            cfg = config.compose([*job_overrides, *hydra_overrides], config_dir=config_dir)
             config.validate(cfg)
         except ConfigError as exc:
-            raise ConfigError(f"job {num} ({label(job_overrides, swept)}): {exc}") from None
+            what = f"job {num}" if jobs else "the search space at"
+            raise ConfigError(f"{what} ({label(job_overrides, swept)}): {exc}") from None
         cfgs.append(cfg)
     for name in ("store.root", "runtime.slots", "runtime.name", "determinism.intra_op_threads"):
         if len({str(_select(c, name)) for c in cfgs}) > 1:
             raise ConfigError(f"{name} cannot be swept: one sweep has one value")
+    search = None if jobs else _plan_search(hydra_cfg, target, cfgs[0])
     launcher = launcher_choice(hydra_overrides)
     slots: list[_slots.Slot] = []
     if launcher not in SCHEDULED:  # a scheduler's jobs are checked where they run
@@ -123,9 +167,39 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None) ->
         threads = determinism.resolve_threads(cfgs[0].determinism.intra_op_threads, len(cores))
         need_gpus = any(gpu_request.wants_docker_gpus(c) for c in cfgs)
         slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores, threads or 1, need_gpus)
-    seeds = [planned_seed(c) for c in cfgs]
+    seeds = [planned_seed(c) for c in cfgs] if jobs else []
     root = Path(str(cfgs[0].store.root)).absolute()
-    return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds)
+    return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds, search, config_dir)
+
+
+def _sweeper_params(hydra_cfg) -> list:
+    """The search space given in the sweeper's config (``hydra.sweeper.params``), parsed."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.select(hydra_cfg, "sweeper.params")
+    if not params:
+        return []
+    lines = [f"{k}={v}" for k, v in OmegaConf.to_container(params).items()]
+    return OverridesParser.create().parse_overrides(lines)
+
+
+def _plan_search(hydra_cfg, target: str, cfg) -> _search.Search:
+    """The optimizing sweeper's plan; the sweep's seed is the jobs' seed (drawn when there is none)."""
+    from omegaconf import OmegaConf
+
+    from launcher.run import determinism
+
+    objective = str(_select(cfg, "sweep.objective") or "")
+    if not objective:
+        raise ConfigError("an optimizing sweeper needs sweep.objective: the final metric it optimizes")
+    if cfg.train.name == "mnist" and objective not in _search.MNIST_METRICS:
+        raise ConfigError(f"sweep.objective={objective!r} is not a metric of train=mnist; "
+                          f"choose one of {', '.join(_search.MNIST_METRICS)}")  # fmt: skip
+    seed = planned_seed(cfg)
+    seed = determinism.draw_seed() if seed is None else int(seed)
+    sweeper = OmegaConf.to_container(hydra_cfg.sweeper, resolve=True, enum_to_str=True)
+    return _search.plan(sweeper, target, seed, str(cfg.determinism.level), objective)
 
 
 def _select(cfg, dotted: str) -> object:
@@ -148,24 +222,36 @@ def hydra_quote(value: str) -> str:
 
 def hydra_argv(plan: SweepPlan, overrides: list[str], sweep_dir: Path) -> list[str]:
     """The command line Hydra's multirun gets: the user's overrides, then the sweep's own."""
-    argv = ["launch", "--multirun", *overrides, f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"]
+    argv = ["launch", "--multirun"]
+    if plan.config_dir:
+        argv += ["--config-dir", plan.config_dir]
+    argv += [*overrides, f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"]
+    if plan.search and plan.search.seed_override:
+        argv.append(plan.search.seed_override)
     if plan.launcher == "joblib":
-        argv.append(f"hydra.launcher.n_jobs={max(1, min(len(plan.slots), len(plan.jobs)))}")
+        argv.append(f"hydra.launcher.n_jobs={max(1, min(len(plan.slots), plan.concurrency))}")
     return argv
 
 
 # ---------------------------------------------------------------- run
-def run_multirun(overrides: list[str]) -> int:
+def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
     """Run a sweep: 0 when every job completed, 1 otherwise, 130 after Ctrl-C."""
-    plan = prepare(overrides)
+    from launcher.record.environment import allowed_env
+
+    launch_env = allowed_env(os.environ)  # before any plugin is imported
+    plan = prepare(overrides, config_dir=config_dir)
     sweep_dir = runs.create(plan.store_root / "sweeps")
-    runs.write_json(sweep_dir / SWEEP, sweep_meta(plan, overrides))
+    runs.write_json(sweep_dir / SWEEP, sweep_meta(plan, overrides, launch_env))
     (sweep_dir / JOBS).mkdir()
     for num, (job_overrides, seed) in enumerate(zip(plan.jobs, plan.seeds, strict=True)):
         runs.write_json(job_path(sweep_dir, num), pending_record(num, job_overrides, seed))
     slots_text = ", ".join(s.device for s in plan.slots) or "allocated by the scheduler"
-    print(f"[sweep] {sweep_dir}: {len(plan.jobs)} jobs, launcher {plan.launcher}, "
-          f"slots: {slots_text}", flush=True)  # fmt: skip
+    jobs_text = f"{len(plan.jobs)} jobs" if plan.search is None else _search_text(plan.search)
+    print(f"[sweep] {sweep_dir}: {jobs_text}, launcher {plan.launcher}, slots: {slots_text}", flush=True)
+    if plan.search is not None:
+        mark = "reproducible" if plan.search.reproducible else "NOT REPRODUCIBLE"
+        print(f"[sweep] {mark}: {plan.search.note}", flush=True)
+        _quiet_optuna()
     try:
         with _stop_on_ctrl_c(sweep_dir):
             _hydra_multirun(hydra_argv(plan, overrides, sweep_dir))
@@ -182,43 +268,61 @@ def run_multirun(overrides: list[str]) -> int:
     return 0 if summary["ok"] else 1
 
 
+def _quiet_optuna() -> None:
+    """Optuna's INFO lines (a study created, ...) say nothing the sweep's own lines do not."""
+    try:
+        import optuna
+    except ImportError:
+        return
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
 def _hydra_multirun(argv: list[str]) -> None:
     """Hydra's own ``--multirun`` over ``argv``, raising its errors instead of exiting."""
-    import hydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from launcher.run.config import hydra_main
 
-    from launcher.run.config import hydra_message
-
-    saved_argv, saved_full = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
-    sys.argv, os.environ["HYDRA_FULL_ERROR"] = argv, "1"  # raise, never print and sys.exit
-    try:
-        hydra.main(config_path="pkg://launcher.configs", config_name="launch", version_base=None)(
-            _task
-        )()
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(hydra_message(exc)) from None
-    finally:
-        sys.argv = saved_argv
-        if saved_full is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = saved_full
+    hydra_main(argv, _task)
 
 
-def sweep_meta(plan: SweepPlan, overrides: list[str]) -> dict:
+def _search_text(search: _search.Search) -> str:
+    trials = f"{search.trials} trial{'s' if search.trials != 1 else ''}" if search.trials else "trials"
+    at_once = min(search.batch or 0, search.trials or search.batch or 0)
+    batch = f" ({at_once} at a time)" if at_once > 1 else ""
+    return f"{trials}{batch} proposed by {search.sweeper} ({search.sampler or 'its sampler'}), {search.direction} " \
+           f"{search.objective}"  # fmt: skip
+
+
+def restore_launch_env(launch_env: dict[str, str] | None) -> None:
+    """In a worker, before its job: the recorded (allowlisted) variables as they were when
+    ``launch`` started. What the sweep's own imports set since (``import optuna`` imports
+    scikit-learn where installed, which sets KMP_DUPLICATE_LIB_OK) must not reach a job's
+    recorded environment: a replay of the job, outside any sweep, would not have it."""
+    from launcher.record.environment import allowed_env
+
+    if launch_env is None:
+        return
+    for name in allowed_env(os.environ):
+        if name not in launch_env:
+            del os.environ[name]
+    os.environ.update(launch_env)
+
+
+def sweep_meta(plan: SweepPlan, overrides: list[str], launch_env: dict[str, str] | None = None) -> dict:
     """``sweep.json``: what every worker needs to know, and what a reader wants to see."""
     return {
         "schema": 1,
         "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "overrides": list(overrides),
         "launcher": plan.launcher,
-        "jobs": len(plan.jobs),
+        "jobs": len(plan.jobs) if plan.search is None else plan.search.trials,
         "swept": list(plan.swept),
         "slots": [s.to_dict() for s in plan.slots],
         "store_root": str(plan.store_root),
         "cwd": os.getcwd(),
         "worker_env": {k: os.environ[k] for k in WORKER_ENV if k in os.environ},
+        "launch_env": launch_env,  # the recorded variables as launch started: no secrets (the allowlist)
+        "config_dir": plan.config_dir,
+        "search": plan.search.to_dict() if plan.search else None,  # the sampler's seed, and if reproducible
     }
 
 
@@ -242,7 +346,10 @@ def _task(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()
-    return run_job(cfg, Path(str(hc.sweep.dir)), int(hc.job.num), list(hc.overrides.task))
+    record = run_job(cfg, Path(str(hc.sweep.dir)), int(hc.job.num), list(hc.overrides.task))
+    # What an optimizing sweeper is told (a basic sweeper ignores it): the objective, or
+    # None for a job that did not complete, which the sweeper marks failed.
+    return _search.objective_value(record, str(_select(cfg, "sweep.objective") or ""))
 
 
 def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
@@ -250,9 +357,15 @@ def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
     meta = runs.read_json(sweep_dir / SWEEP)
     record = pending_record(num, overrides, planned_seed(cfg))
     try:
+        if meta.get("config_dir"):  # name the user's config files this job was composed from
+            from launcher.run.config import with_config_files
+
+            cfg = with_config_files(cfg, overrides, meta["config_dir"])
         for name in WORKER_ENV:  # the job starts with launch's environment, not the worker's
             os.environ.pop(name, None)
         os.environ.update(meta.get("worker_env", {}))
+        if meta.get("launcher") not in SCHEDULED:  # a cluster node's environment is its own
+            restore_launch_env(meta.get("launch_env"))
         with _outlive_ctrl_c():
             line = _run_in_slot(cfg, sweep_dir, meta, record)
     except Exception as exc:  # one failed job never stops the others
@@ -358,8 +471,18 @@ def finalize(sweep_dir: Path) -> dict:
     if (sweep_dir / SUMMARY).exists():
         return runs.read_json(sweep_dir / SUMMARY)
     shutil.rmtree(sweep_dir / SLOTS, ignore_errors=True)  # every job has ended: locks unused
-    summary = sweep_report.summarize(read_records(sweep_dir))
+    meta = runs.read_json(sweep_dir / SWEEP) if (sweep_dir / SWEEP).exists() else {}
+    records = read_records(sweep_dir)
+    summary = sweep_report.summarize(records)
     summary["sweep_dir"] = str(sweep_dir)
+    summary["swept"] = meta.get("swept", [])
+    search = meta.get("search")
+    if search:
+        summary["search"] = {
+            "sweeper": search["sweeper"], "sampler": search["sampler"], "seed": search["seed"],
+            "reproducible": search["reproducible"], "note": search["note"],
+            "best": _search.best(records, search["objective"], search["direction"]),
+        }  # fmt: skip
     runs.write_json(sweep_dir / SUMMARY, summary)
     print(sweep_report.render(summary), flush=True)
     return summary

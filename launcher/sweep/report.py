@@ -48,16 +48,20 @@ def _row(r: dict) -> dict:
 
 
 def render(summary: dict) -> str:
-    """The table printed at the end of a sweep."""
+    """The table printed at the end of a sweep: a column per swept key besides the seed;
+    for an optimizing sweeper, the best trial and whether the search is reproducible."""
     names = list(summary["metrics"])
-    head = ["job", "seed", "status", *names, "weights_sha256"]
+    swept = [k for k in summary.get("swept", []) if k.lstrip("+~") != "seed"]
+    head = ["job", "seed", *swept, "status", *names, "weights_sha256"]
     rows = []
     for r in summary["jobs"]:
         values = [_num(r["final_metrics"].get(n)) for n in names]
+        chosen = [swept_value(r.get("overrides") or [], k) for k in swept]
         last = (r["weights_sha256"] or "")[:HASH_CHARS] or _short(r["error"] or "")
-        rows.append([f"{r['num']:03d}", _text(r["seed"]), r["status"], *values, last])
+        rows.append([f"{r['num']:03d}", _text(r["seed"]), *chosen, r["status"], *values, last])
+    blank = [""] * len(swept)
     for stat in ("mean", "std", "min", "max") if names else ():
-        rows.append([stat, "", "", *[_num(summary["metrics"][n][stat]) for n in names], ""])
+        rows.append([stat, "", *blank, "", *[_num(summary["metrics"][n][stat]) for n in names], ""])
     total = len(summary["jobs"])
     complete = summary["counts"].get("complete", 0)
     lines = _table(head, rows)
@@ -65,7 +69,23 @@ def render(summary: dict) -> str:
         f"{complete} of {total} jobs complete; {summary['distinct_weights']} distinct weight "
         f"hash(es); summary: {Path(summary.get('sweep_dir', '.')) / 'summary.json'}"
     )
+    search = summary.get("search")
+    if search:
+        found = search.get("best")
+        if found:
+            lines.append(f"best: job {found['num']:03d} ({found['objective']}={found['value']:.4f})")
+        mark = "reproducible" if search["reproducible"] else "NOT REPRODUCIBLE"
+        lines.append(f"{mark}: {search['note']}")
     return "\n".join(lines)
+
+
+def swept_value(overrides: list[str], key: str) -> str:
+    """The value a job's overrides give ``key`` (``+seed``, ``train.learning_rate``), or ''."""
+    for line in overrides:
+        name, _, value = line.partition("=")
+        if name.lstrip("+~") == key.lstrip("+~"):
+            return _short(value, 24)
+    return ""
 
 
 def verdict(record: dict, name: str, detail: str, new_run: Path | None = None) -> dict:

@@ -165,6 +165,7 @@ def test_a_failing_script_marks_the_run_failed_never_complete(launch, store, tmp
     "overrides,message",
     [
         (["train.data=/no/such.npz"], "does not exist"),
+        (["train.data=/etc/passwd"], "/etc/passwd is not an .npz file (not a zip archive)"),
         (["train.epochs=0"], "train.epochs must be a positive integer"),
         (["train.nope=1"], "Could not override 'train.nope'"),
         (["store.root=/proc/no-store"], "cannot create store"),
@@ -179,11 +180,15 @@ def test_bad_input_is_one_line_without_a_run(launch, tmp_path, overrides, messag
 
 
 def test_data_that_is_not_mnist_fails_the_run_cleanly(launch, store, tmp_path):
+    # MNIST's layout, so the launcher's check passes; the job's check of every value does not.
+    import numpy as np
+
     bad = tmp_path / "bad.npz"
-    bad.write_bytes(b"not an npz")
+    np.savez(bad, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.full(4, 11, np.uint8),
+             x_test=np.zeros((2, 28, 28), np.uint8), y_test=np.zeros(2, np.uint8))  # fmt: skip
     done = launch(f"train.data={bad}", f"store.root={store}", *QUICK)
     assert done.returncode == 1
-    assert "is not a readable .npz file" in done.stdout + done.stderr
+    assert "y_train must hold integer labels 0..9" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     run = _runs(store)[-1]
     assert _json(run / "status.json")["state"] == "failed" and not (run / "manifest.json").exists()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
+
 pytestmark = pytest.mark.slow
 
 ARGS = ("train=mnist", "determinism=strict", "train.epochs=3", "train.batch_size=50")
@@ -23,6 +25,7 @@ def _start(store: Path, npz: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "launcher", *ARGS, f"train.data={npz}", f"store.root={store}"],
         cwd=store, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
     )  # fmt: skip
 
 

@@ -66,8 +66,12 @@ def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_
 
 
 def test_a_failed_job_shows_as_failed_and_the_others_complete(launch, weird_dir, mnist_npz):
+    import numpy as np
+
+    # MNIST's layout (the launcher's check passes), labels out of range (the job's check fails).
     bad = weird_dir.parent / "broken.npz"
-    bad.write_bytes(b"not an npz file")
+    np.savez(bad, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.full(4, 11, np.uint8),
+             x_test=np.zeros((2, 28, 28), np.uint8), y_test=np.zeros(2, np.uint8))  # fmt: skip
     store = weird_dir  # spaces, quotes and a dollar sign in the store and sweep paths
     done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=1", f"train.data={mnist_npz},{bad}")
     assert done.returncode == 1, done.stderr[-3000:]
@@ -84,6 +88,7 @@ def test_a_failed_job_shows_as_failed_and_the_others_complete(launch, weird_dir,
         (["+seed=range(0)"], "yields no values"),
         (["+seed=1,x"], "seed must be an integer"),
         (["+seed=1,2", "runtime.slots=64"], "runtime.slots=64 but this machine has"),
+        (["+seed=1,2", "train.data=/etc/passwd"], "/etc/passwd is not an .npz file"),
     ],
 )
 def test_bad_input_fails_before_any_job(launch, store, mnist_npz, overrides, message):

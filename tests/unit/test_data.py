@@ -37,7 +37,7 @@ def test_missing_path():
 def test_not_an_npz(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_text("hello")
-    with pytest.raises(DataError, match="not a readable .npz"):
+    with pytest.raises(DataError, match="is not an .npz file"):
         data.load(str(bad))
 
 
@@ -66,3 +66,123 @@ def test_idx_directory_with_a_truncated_file(tmp_path, mnist_idx_dir):
     (tmp_path / "train-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(DataError, match="no train-labels-idx1-ubyte"):
         data.load(str(tmp_path))
+
+
+# ---------------------------------------------------------------- the launcher's check (issue 13)
+def test_check_accepts_every_good_source(mnist_npz, mnist_idx_dir):
+    for spec in ("sample", str(mnist_npz), str(mnist_idx_dir)):
+        data.check(spec)
+
+
+def test_a_file_that_is_not_an_npz_is_refused_without_pickle_advice():
+    with pytest.raises(DataError) as info:
+        data.check("/etc/passwd")
+    assert str(info.value).startswith("/etc/passwd is not an .npz file (not a zip archive)")
+    assert "pickle" not in str(info.value)
+
+
+class _Trap:
+    """Unpickling this creates ``path``: proof that a pickle was loaded."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_an_npz_of_python_objects_is_refused_and_never_unpickled(tmp_path):
+    marker = tmp_path / "unpickled"
+    path = tmp_path / "objects.npz"
+    trap = np.empty(1, dtype=object)
+    trap[0] = _Trap(marker)
+    np.savez(path, x_train=trap, y_train=np.zeros(1, np.uint8), x_test=np.zeros((1, 28, 28), np.uint8),
+             y_test=np.zeros(1, np.uint8))  # fmt: skip
+    for call in (data.check, data.load):
+        with pytest.raises(DataError, match="x_train holds Python objects"):
+            call(str(path))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "arrays,message",
+    [
+        ({"a": np.zeros(3)}, r"missing x_train, y_train, x_test, y_test \(it holds a\)"),
+        ({"x_train": np.zeros((4, 32, 32), np.uint8), "y_train": np.zeros(4, np.uint8),
+          "x_test": np.zeros((2, 28, 28), np.uint8), "y_test": np.zeros(2, np.uint8)},
+         r"x_train has shape \(4, 32, 32\), expected \(N, 28, 28\)"),
+        ({"x_train": np.zeros((4, 28, 28), np.uint8), "y_train": np.zeros(3, np.uint8),
+          "x_test": np.zeros((2, 28, 28), np.uint8), "y_test": np.zeros(2, np.uint8)},
+         "x_train holds 4 images but y_train holds 3 labels"),
+        ({"x_train": np.zeros((0, 28, 28), np.uint8), "y_train": np.zeros(0, np.uint8),
+          "x_test": np.zeros((2, 28, 28), np.uint8), "y_test": np.zeros(2, np.uint8)}, "x_train is empty"),
+        ({"x_train": np.zeros((4, 28, 28), np.float32), "y_train": np.zeros(4, np.uint8),
+          "x_test": np.zeros((2, 28, 28), np.uint8), "y_test": np.zeros(2, np.uint8)}, "pixel values 0..255"),
+    ],
+)  # fmt: skip
+def test_an_npz_of_the_wrong_layout_is_refused_by_its_headers(tmp_path, arrays, message):
+    path = tmp_path / "wrong.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(DataError, match=message):
+        data.check(str(path))
+
+
+def test_an_empty_idx_directory_is_refused(tmp_path):
+    with pytest.raises(DataError, match="holds no MNIST IDX files"):
+        data.check(str(tmp_path))
+
+
+def _copy_idx(src, dst):
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+
+
+def test_an_idx_directory_whose_images_and_labels_disagree_is_refused(tmp_path, mnist_idx_dir):
+    _copy_idx(mnist_idx_dir, tmp_path)
+    raw = gzip.decompress((tmp_path / "train-labels-idx1-ubyte.gz").read_bytes())
+    fewer = raw[:4] + (100).to_bytes(4, "big") + raw[8:108]  # 100 labels, said and held
+    (tmp_path / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(fewer))
+    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz holds 200 images but "
+                                        "train-labels-idx1-ubyte.gz holds 100 labels"):  # fmt: skip
+        data.check(str(tmp_path))
+
+
+def test_a_truncated_idx_file_is_seen_from_its_size(tmp_path, mnist_idx_dir):
+    _copy_idx(mnist_idx_dir, tmp_path)
+    raw = gzip.decompress((tmp_path / "t10k-images-idx3-ubyte.gz").read_bytes())
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(raw[:-100]))
+    with pytest.raises(DataError, match="header says"):
+        data.check(str(tmp_path))
+
+
+@pytest.fixture
+def no_full_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "keras_cache", lambda: [tmp_path / "keras" / "datasets" / "mnist.npz"])
+    data._check_full.cache_clear()
+    yield tmp_path / "keras" / "datasets" / "mnist.npz"
+    data._check_full.cache_clear()
+
+
+def test_full_without_network_names_the_reason(no_full_cache, monkeypatch):
+    monkeypatch.setattr(data, "_unreachable", lambda url: "[Errno -2] Name or service not known")
+    with pytest.raises(DataError) as info:
+        data.check("full")
+    assert "storage.googleapis.com cannot be reached ([Errno -2] Name or service not known)" in str(info.value)
+    assert "train.data=sample" in str(info.value)
+
+
+def test_full_in_the_keras_cache_needs_no_network(no_full_cache, monkeypatch):
+    no_full_cache.parent.mkdir(parents=True)
+    no_full_cache.write_bytes(b"pretend mnist")
+    monkeypatch.setattr(data, "KERAS_MNIST_SHA256", data._sha256(no_full_cache))
+    monkeypatch.setattr(data, "_unreachable", lambda url: pytest.fail("the network was asked"))
+    data.check("full")
+
+
+def test_full_in_a_container_is_refused_it_has_no_network(no_full_cache):
+    with pytest.raises(DataError, match="container has no network"):
+        data.check("full", in_container=True)
+
+
+def test_unreachable_says_why_a_server_cannot_be_reached():
+    assert "refused" in data._unreachable("http://127.0.0.1:9/mnist.npz").lower()

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-import launcher
+import launcher.verdict
 from launcher.cli import main as cli
 from launcher.errors import ConfigError, NotComparable
-from launcher.record import runs
+from launcher.record import environment, runs
 from launcher.run.job import Outcome
 from launcher.sweep import multirun as sweep
 from launcher.sweep import report as sweep_report
@@ -120,7 +120,7 @@ def test_expand_follows_hydras_job_order_and_separates_hydra_overrides():
     [
         ("+seed=range(0)", r"\+seed=range\(0\) yields no values"),
         ("+seed=range(5,1)", "yields no values"),
-        ("+seed=interval(0,1)", "only lists, range"),
+        ("+seed=interval(0,1)", r"interval\(\) needs a search: hydra/sweeper=optuna"),
         ("+seed=[1,", "mismatched input|no viable|extraneous|missing"),
     ],
 )
@@ -264,6 +264,25 @@ def test_run_job_runs_in_a_slot_and_records_the_outcome(tmp_path, monkeypatch):
     assert json.loads((d / "jobs" / "007.json").read_text()) == record
 
 
+@pytest.mark.parametrize("launcher_name,restored", [("joblib", True), ("submitit_slurm", False)])
+def test_what_the_sweeps_own_imports_set_never_reaches_a_job(tmp_path, monkeypatch, launcher_name, restored):
+    # `import optuna` imports scikit-learn where it is installed, which sets KMP_DUPLICATE_LIB_OK.
+    fake = FakeJob()
+    monkeypatch.setattr("launcher.run.job.run", fake.run)
+    monkeypatch.setenv("KMP_AFFINITY", "compact")
+    monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
+    launch_env = environment.allowed_env(__import__("os").environ)
+    monkeypatch.setenv("KMP_DUPLICATE_LIB_OK", "True")  # set after launch started
+    monkeypatch.setenv("KMP_AFFINITY", "scatter")  # changed after launch started
+    d = _sweep_dir(tmp_path, [], launch_env=launch_env, launcher=launcher_name)
+    sweep.run_job(OmegaConf.create({"seed": 0}), d, 0, ["+seed=0"])
+    env = fake.calls[0]["env"]
+    if restored:
+        assert "KMP_DUPLICATE_LIB_OK" not in env and env["KMP_AFFINITY"] == "compact"
+    else:  # a cluster node's environment is its own
+        assert env["KMP_DUPLICATE_LIB_OK"] == "True" and env["KMP_AFFINITY"] == "scatter"
+
+
 def test_a_gpu_slot_sets_cuda_visible_devices(tmp_path, monkeypatch):
     fake = FakeJob()
     monkeypatch.setattr("launcher.run.job.run", fake.run)
@@ -377,7 +396,8 @@ def fake_replay(monkeypatch):
     def install(verdicts):
         fake = FakeReplay(verdicts)
         monkeypatch.setitem(sys.modules, "launcher.verdict.replay", fake)
-        monkeypatch.setattr(launcher, "replay", fake, raising=False)
+        # `from launcher.verdict import replay` reads the package attribute once the real module was imported.
+        monkeypatch.setattr(launcher.verdict, "replay", fake, raising=False)
         return fake
 
     return install

@@ -45,6 +45,16 @@ def build_model(keras, learning_rate: float, jit_compile):
     return model
 
 
+def _stop_after_one_epoch(keras):
+    """A callback that ends ``fit`` after the epoch it started with."""
+
+    class OneEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs=None) -> None:
+            self.model.stop_training = True
+
+    return OneEpoch()
+
+
 def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
     """The example order of ``epoch``: a permutation that depends on nothing else."""
     return np.random.default_rng([seed, epoch]).permutation(n)
@@ -97,6 +107,7 @@ def run(ctx: TaskContext) -> dict:
         print(f"[launch] resumed from {ctx.resume['checkpoint']}: continuing after epoch {first_epoch}", flush=True)
 
     recorder = trace.keras_callback(ctx.run_dir, ctx.trace_every)
+    one_epoch = _stop_after_one_epoch(keras)
     setup_s = time.perf_counter() - started
     epoch_times: list[float] = []
     trace_times: list[float] = []
@@ -110,11 +121,11 @@ def run(ctx: TaskContext) -> dict:
         fit = model.fit(
             ds,
             validation_data=val,
-            epochs=epoch + 1,
+            epochs=int(train.epochs),  # so Keras' progress says "Epoch N/total"
             initial_epoch=epoch,
             verbose=1 if ctx.progress else 2,
             shuffle=False,  # the order comes from epoch_order(), not from Keras
-            callbacks=[recorder],
+            callbacks=[recorder, one_epoch],  # one epoch per fit: its data is this epoch's order
         )
         trace_times.append(getattr(recorder, "seconds", 0.0) - traced)
         history = {k: float(v[-1]) for k, v in sorted(fit.history.items())}

@@ -1,0 +1,95 @@
+"""Errors that teach (issue 13): the exact cases, as `launch` prints them, exit 2, nothing written."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from launcher.cli import main as cli
+from launcher.run import job
+
+
+def _launch(capsys, *args: str) -> tuple[int, list[str]]:
+    code = cli.main(list(args))
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["train=mnsit"], "launch: error: Could not find 'train/mnsit'. "
+                          "Available options in 'train': custom mnist script (did you mean train=mnist?)"),
+        (["determinism=maybe"], "launch: error: Could not find 'determinism/maybe'. "
+                                "Available options in 'determinism': off seeded strict"),
+        (["seed=7"], "launch: error: Could not override 'seed': no such key in the config; to add it, use +seed=7"),
+        (["train.epoch=3"], "launch: error: Could not override 'train.epoch': no such key in the config; "
+                            "did you mean train.epochs? (to add a new key, use +train.epoch=3)"),
+        (["train=script", "train.scrip=x.py"], "launch: error: Could not override 'train.scrip': no such key in the "
+                                               "config; did you mean train.script? (to add a new key, use "
+                                               "+train.scrip=x.py)"),
+        (["train.nope=1"], "launch: error: Could not override 'train.nope': no such key in the config; "
+                           "to add it, use +train.nope=1"),
+        (["train.epochs=a=b"], "launch: error: Error parsing override 'train.epochs=a=b': mismatched input '=' "
+                               "expecting <EOF> (quote values with quotes or special characters: key='it\\'s')"),
+    ],
+)  # fmt: skip
+def test_config_errors_keep_what_hydra_knows_and_add_the_fix(capsys, tmp_path, args, expected):
+    code, err = _launch(capsys, f"store.root={tmp_path}", *args)
+    assert code == 2
+    assert err == [expected]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_full_hydra_message_with_launch_full_error(capsys, monkeypatch):
+    monkeypatch.setenv("LAUNCH_FULL_ERROR", "1")
+    code, err = _launch(capsys, "train=mnsit")
+    assert code == 2 and err[0].startswith("launch: error: Could not find 'train/mnsit'")
+    assert "Config search path:" in err  # Hydra's own message follows, whole
+
+
+@pytest.mark.parametrize(
+    "args,first",
+    [
+        (["list"], "launch: error: 'list' is neither a subcommand nor an override (KEY=VALUE)"),
+        (["run"], "launch: error: 'run' is neither a subcommand nor an override (KEY=VALUE); "
+                  "did you mean launch runs?"),
+        (["foo"], "launch: error: 'foo' is neither a subcommand nor an override (KEY=VALUE)"),
+        (["train.epochs=3", "foo"], "launch: error: 'foo' is neither a subcommand nor an override (KEY=VALUE)"),
+        (["-m", "+seed=1,2", "foo"], "launch: error: 'foo' is neither a subcommand nor an override (KEY=VALUE)"),
+    ],
+)  # fmt: skip
+def test_a_bare_word_lists_the_subcommands(capsys, args, first):
+    code, err = _launch(capsys, *args)
+    assert code == 2
+    assert err == [first, f"subcommands: {' '.join(cli.COMMANDS)}; see launch --help"]
+    assert "Error parsing override" not in "\n".join(err)
+
+
+def test_a_missing_argument_shows_the_usage_line_not_argparse_field_names(capsys):
+    code, err = _launch(capsys, "compare", "runs/a")
+    assert code == 2
+    assert err[0] == "launch: error: launch compare: the following arguments are required: RUN_B"
+    assert err[1].startswith("usage: launch compare [-h] [--force]") and err[1].endswith(" RUN_A RUN_B")
+    assert len(err) == 2
+    for args in (["replay"], ["resume"], ["sweep", "verify"]):
+        _, err = _launch(capsys, *args)
+        assert len(err) == 2 and err[1].startswith(f"usage: launch {args[0]}"), err
+        assert err[0].endswith(("RUN", "SWEEP_DIR")), err  # the metavar, never the argparse field name
+
+
+@pytest.mark.parametrize("data", ["/etc/passwd", "wrong.npz", "empty-dir"])
+def test_bad_data_is_one_line_exit_2_and_no_run(capsys, tmp_path, data):
+    np.savez(tmp_path / "wrong.npz", a=np.zeros(3))
+    (tmp_path / "empty-dir").mkdir()
+    store = tmp_path / "store"
+    code, err = _launch(capsys, f"store.root={store}", f"train.data={tmp_path / data if data[0] != '/' else data}")
+    assert code == 2 and len(err) == 1 and err[0].startswith("launch: error: ")
+    assert "pickle" not in err[0] and "Traceback" not in err[0]
+    assert not store.exists()
+
+
+def test_a_run_without_metrics_ends_with_single_spaces():
+    outcome = job.Outcome(Path("runs/x"), "complete", 0, result={"final_metrics": {}, "weights_sha256": None})
+    assert job.summary_line(outcome) == "[launch] run runs/x complete; seed=0 weights_sha256=(no model recorded)"
+    outcome.result["final_metrics"] = {"loss": 0.5}
+    assert job.summary_line(outcome).endswith("seed=0 loss=0.5000 weights_sha256=(no model recorded)")
