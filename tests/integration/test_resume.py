@@ -71,6 +71,9 @@ def uninterrupted(launch, tmp_path, mnist_npz) -> dict:
 def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, uninterrupted):
     run = _kill_after_checkpoint(store, mnist_npz, 1)
     assert json.loads((run / "status.json").read_text())["state"] == "running"
+    deadline = time.monotonic() + 10  # a killed process with a large address space takes a moment to go
+    while _processes_mentioning(run) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not _processes_mentioning(run), "the job process outlived its killed launcher"
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
