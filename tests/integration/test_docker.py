@@ -158,12 +158,12 @@ def test_compare_docker_with_local_is_refused(docker_pair, project, docker_store
 
 @pytest.mark.slow
 def test_ensure_image_for_run_checks_the_packages(docker_pair, tmp_path):
-    from launcher.docker import imagebuild
+    from launcher.docker import runtime
     from launcher.errors import PackagesMismatch
 
     (a, _), _ = docker_pair
     recorded = _json(a / "container.json")
-    assert imagebuild.ensure_image_for_run(a) == recorded["image_id"]
+    assert runtime.ensure_image_for_run(a) == recorded["image_id"]
     # A copy whose image is gone and whose packages differ: the rebuild check refuses.
     copy = tmp_path / a.name
     shutil.copytree(a, copy)
@@ -172,7 +172,7 @@ def test_ensure_image_for_run_checks_the_packages(docker_pair, tmp_path):
     forged = {**recorded, "image_id": "sha256:" + "0" * 64, "packages_sha256": "f" * 64}
     (copy / "container.json").write_text(json.dumps(forged))
     with pytest.raises(PackagesMismatch, match="ffffffffffffffff"):
-        imagebuild.ensure_image_for_run(copy)
+        runtime.ensure_image_for_run(copy)
 
 
 @pytest.mark.slow
