@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK
+from tests.conftest import QUICK, q, run_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -102,6 +102,34 @@ def test_tampered_or_incomplete_runs_are_refused_and_not_modified(launch, two_th
 
     assert launch("compare", a, tmp_path / "nope").returncode == 2
     assert "not a run directory" in launch("compare", a, tmp_path).stderr
+
+
+HIDDEN_STATE = "import launcher\n(launcher.output_dir() / '.state').write_text('step=3\\n')\n"
+
+
+def test_a_changed_or_added_hidden_file_is_refused_by_compare_replay_and_resume(launch, store, tmp_path):
+    script = tmp_path / "hidden_state.py"  # a job that keeps its own state in a hidden file
+    script.write_text(HIDDEN_STATE)
+    done = launch("train=script", f"train.script={q(script)}", f"store.root={q(store)}")
+    run = run_dir_of(done)
+    assert "outputs/.state" in json.loads((run / "manifest.json").read_text())["files"]
+    same = launch("compare", run, run)
+    assert same.returncode == 0 and same.stdout.startswith("IDENTICAL: 1 output file"), same.stdout + same.stderr
+    state = run / "outputs" / ".state"
+    (run / "outputs").chmod(0o755)
+    state.chmod(0o644)
+    state.write_text("step=4\n")
+    refusal = f"launch: error: run {run.name} was modified: outputs/.state changed after sealing"
+    for argv in (("compare", run, run), ("replay", run), ("resume", run)):
+        refused = launch(*argv)
+        assert refused.returncode == 4 and refused.stderr.strip() == refusal, (argv, refused.stdout, refused.stderr)
+    state.write_text("step=3\n")  # as sealed again; now a file appears
+    run.chmod(0o755)
+    (run / ".added").write_text("")
+    for argv in (("compare", run, run), ("replay", run), ("resume", run)):
+        refused = launch(*argv)
+        assert refused.returncode == 4 and ".added was added after sealing" in refused.stderr, (argv, refused.stderr)
+    assert len([p for p in store.iterdir() if p.is_dir()]) == 1  # nothing ran
 
 
 def test_a_fingerprint_schema_this_version_cannot_read(launch, two_threads_runs):
