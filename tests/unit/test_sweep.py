@@ -170,11 +170,21 @@ def test_bad_input_is_one_line_before_any_job(overrides, message, store):
     assert "\n" not in str(info.value)
 
 
+def too_many_slots() -> int:
+    """A slot count this machine cannot give, whatever it has: more than its cores and GPUs together."""
+    import os
+
+    from launcher.record import probes
+
+    return len(os.sched_getaffinity(0)) + len(probes.hardware()["gpus"]) + 1
+
+
 def test_cli_reports_bad_sweeps_with_exit_2_and_creates_nothing(store, capsys):
     assert cli.main(["-m", "+seed=range(0)", _store_arg(store)]) == 2
-    assert cli.main(["-m", "+seed=1,2", "runtime.slots=99", _store_arg(store)]) == 2
+    assert cli.main(["-m", "+seed=1,2", f"runtime.slots={too_many_slots()}", _store_arg(store)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("launch: error: ") for line in err)
+    assert f"runtime.slots={too_many_slots()} but this machine has" in err[1]
     assert list(store.iterdir()) == []
 
 
@@ -315,13 +325,17 @@ def test_first_ctrl_c_asks_to_stop_the_second_aborts(tmp_path, capsys):
     import os
     import signal
 
-    with pytest.raises(KeyboardInterrupt), sweep._stop_on_ctrl_c(tmp_path):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.1)
-        assert (tmp_path / sweep.STOP).exists()
-        assert "queued jobs will not start" in capsys.readouterr().err
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(1)
+    try:
+        with sweep._stop_on_ctrl_c(tmp_path):
+            os.kill(os.getpid(), signal.SIGINT)  # the first: no KeyboardInterrupt, a STOP file
+            time.sleep(0.1)
+            assert (tmp_path / sweep.STOP).exists()
+            assert "queued jobs will not start" in capsys.readouterr().err
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)  # the second aborts
+                time.sleep(1)
+    except KeyboardInterrupt:
+        pytest.fail("the first Ctrl-C raised KeyboardInterrupt: it must only ask the sweep to stop")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
