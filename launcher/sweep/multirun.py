@@ -413,6 +413,9 @@ def _outlive_ctrl_c() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    if getattr(signal.getsignal(signal.SIGINT), "stops_the_sweep", False):
+        yield  # one slot: joblib runs the job in `launch` itself, whose Ctrl-C must still stop the sweep
+        return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
         yield
@@ -435,6 +438,7 @@ def _stop_on_ctrl_c(sweep_dir: Path) -> Iterator[None]:
         print("[sweep] interrupted: running jobs stop, queued jobs will not start "
               "(Ctrl-C again to abort)", file=sys.stderr, flush=True)  # fmt: skip
 
+    stop.stops_the_sweep = True  # type: ignore[attr-defined]
     previous = signal.signal(signal.SIGINT, stop)
     try:
         yield
