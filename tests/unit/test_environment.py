@@ -47,7 +47,8 @@ def test_every_deny_pattern_has_an_example():
 @pytest.mark.parametrize("pattern", list(DENIED))
 def test_terraforms_variables_never_enter(pattern):
     name = DENIED[pattern]
-    assert environment.allowed_env({name: "x", name.lower(): "x", "TF_LOG": "x"}) == {}
+    env = {name: "x", name.lower(): "x", "TF_LOG": "x", "TF_DETERMINISTIC_OPS": "1"}  # a denied name ends no scan
+    assert environment.allowed_env(env) == {"TF_DETERMINISTIC_OPS": "1"}
 
 
 ALLOWED = {  # an example name for every ENV_ALLOW pattern: recorded

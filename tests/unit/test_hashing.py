@@ -134,6 +134,7 @@ def test_tree_digest_hashes_every_file_hidden_and_nested_by_relative_path(tmp_pa
 
 def test_source_files_and_version(tmp_path):
     for name, data in {"a.py": b"A", "sub/b.py": b"B", "sub/__pycache__/b.cpython-311.pyc": b"c",
+                       "sub/__pycache__/stale.txt": b"s",
                        "c.pyc": b"c", "d.pyo": b"d", "data/x.npz": b"X"}.items():  # fmt: skip
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)

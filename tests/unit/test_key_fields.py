@@ -172,3 +172,10 @@ def test_nested_differences_expand_dicts_only():
     out = []
     key._diff("f", {"a": 1}, "x", out)
     assert out == [("f", {"a": 1}, "x")]
+
+
+def test_old_runs_have_a_key_hash_too():
+    old = _fp()
+    old["schema"] = 1
+    digest = key.key_sha256(old)  # Unknown fields are hashed by their text: `launch runs` can list old runs
+    assert len(digest) == 64 and digest != key.key_sha256(_fp())

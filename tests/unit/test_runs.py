@@ -91,6 +91,16 @@ def test_an_unsealed_run_is_incomplete(tmp_path):
         runs.verify_seal(run_dir)
 
 
+@pytest.mark.parametrize("state, hint", [("failed", ""), ("interrupted", "; `launch resume {run_dir}` continues it")])
+def test_an_unsealed_run_says_its_state_and_whether_resume_continues_it(tmp_path, state, hint):
+    run_dir = _make_run(tmp_path)
+    runs.set_status(run_dir, state)
+    with pytest.raises(SealError) as info:
+        runs.verify_seal(run_dir)
+    assert str(info.value) == f"run {run_dir.name} is not complete (state: {state}; no manifest.json)" + hint.format(
+        run_dir=run_dir)  # fmt: skip
+
+
 def test_not_a_run(tmp_path):
     with pytest.raises(RunNotFound, match="does not exist"):
         runs.verify_seal(tmp_path / "missing")
@@ -165,8 +175,16 @@ def test_a_removed_hidden_file_is_refused(tmp_path):
     runs.seal(run_dir)
     (run_dir / "outputs").chmod(0o755)
     (run_dir / "outputs" / ".state").unlink()
-    with pytest.raises(SealError, match=r"outputs/\.state is missing"):
+    with pytest.raises(SealError, match=r"outputs/\.state is missing") as info:
         runs.verify_seal(run_dir)
+    assert info.value.path == "outputs/.state"
+
+
+def test_a_run_whose_reserve_was_freed_seals(tmp_path):
+    run_dir = _make_run(tmp_path)
+    (run_dir / runs.RESERVE).unlink()  # freed on a full disk (set_status), or never made
+    assert ".reserve" not in runs.seal(run_dir)["files"]
+    assert runs.verify_seal(run_dir) == run_dir
 
 
 def test_a_manifest_without_a_file_table_is_refused(tmp_path):
@@ -177,3 +195,14 @@ def test_a_manifest_without_a_file_table_is_refused(tmp_path):
         with pytest.raises(SealError, match="unknown schema") as info:
             runs.verify_seal(run_dir)
         assert info.value.path == "manifest.json"
+
+
+def test_the_manifest_format_is_schema_1_stored_runs_keep_verifying(tmp_path):
+    run_dir = _make_run(tmp_path)
+    manifest = runs.seal(run_dir)
+    assert manifest["schema"] == 1 and set(manifest) == {"schema", "files"}
+    assert json.loads((run_dir / "manifest.json").read_text()) == manifest
+    files = {name: runs.file_sha256(run_dir / name) for name in ("config.yaml", "outputs/model.bin", "result.json",
+                                                                  "status.json")}  # fmt: skip
+    _tamper(run_dir / "manifest.json", json.dumps({"schema": 1, "files": files}).encode())  # as a stored run has it
+    assert runs.verify_seal(run_dir) == run_dir
