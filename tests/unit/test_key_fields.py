@@ -57,6 +57,7 @@ IN_KEY = {  # key field -> (change, the differences it must produce as (field, a
     "environment": (_set("environment/TF_ENABLE_ONEDNN_OPTS", "1"), [("environment.TF_ENABLE_ONEDNN_OPTS", None, "1")]),
     "determinism": (_set("determinism/intra_op_threads", 2), [("determinism.intra_op_threads", 1, 2)]),
     "config_sha256": (_set("config_sha256", "c2"), [("config_sha256", "c", "c2")]),
+    "config_files": (_set("config_files", {"conf/train.yaml": "f1"}), [("config_files.conf/train.yaml", None, "f1")]),
     "code.launcher_version": (_set("code/launcher_version", "0.1.0+src.def"),
                               [("code.launcher_version", "0.1.0+src.abc", "0.1.0+src.def")]),
     "code.script_sha256": (_set("code/script_sha256", "s1"), [("code.script_sha256", None, "s1")]),
@@ -160,6 +161,7 @@ def test_missing_optional_sections_read_as_empty_not_as_errors():
     assert got["data"] == {} and got["code.modules"] == {} and got["software.tensorflow"] is None
     assert got["software.os"] == [None, None] and got["software.container"] is None
     assert got["code.script_sha256"] is None
+    assert got["config_files"] == {}  # runs from before --config-dir used none
 
 
 def test_nested_differences_expand_dicts_only():
