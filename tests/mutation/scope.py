@@ -12,12 +12,14 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "launcher.run.trace": ("x_point", "x_first_divergence", "x__differing_layers", "x_describe"),  # the locator
 }
 
-# The unit tests mutants are judged by. Left out: a test that starts `launch` as a subprocess (mutmut's
-# trampolines would run outside mutants/), and two whose fake replay module only works when
+# The unit tests mutants are judged by (keep in step with pyproject.toml [tool.mutmut]). Left out: two
+# tests that start the launcher in a subprocess in another directory (mutmut's trampolines would look for
+# their config there), and two whose fake replay module only works when
 # launcher.verdict.replay was not imported before them (mutmut orders tests by duration). None of
 # them tests a module above.
 DESELECT = (
     "tests/unit/test_index.py::test_launch_runs_shows_abandoned_and_rebuilds_on_demand",
+    "tests/unit/test_hydra.py::test_a_missing_sweeper_plugin_names_the_extra_that_installs_it",
     "tests/unit/test_sweep.py::test_verify_counts_reproduced_jobs",
     "tests/unit/test_sweep.py::test_verify_exit_codes",
 )
