@@ -252,7 +252,7 @@ def _start_sleeper(project: Path, store: Path) -> tuple[subprocess.Popen, Path]:
             f"train.script={q(script)}", f"store.root={q(store)}"]  # fmt: skip
     launcher = subprocess.Popen(
         argv, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)},  # the tree under test
     )  # fmt: skip
     for line in launcher.stdout:  # the job is running once the script says so
         if line.strip() == "ready":
