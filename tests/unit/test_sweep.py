@@ -241,8 +241,8 @@ class FakeJob:
         self.calls: list[dict] = []
         self.status, self.error = status, error
 
-    def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env):
-        self.calls.append(dict(store_root=store_root, cwd=cwd, cpus=cpus, echo=echo,
+    def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env, track):
+        self.calls.append(dict(store_root=store_root, cwd=cwd, cpus=cpus, echo=echo, track=track,
                                extra_env=extra_env, env=dict(__import__("os").environ)))  # fmt: skip
         if self.error:
             raise self.error
@@ -270,6 +270,7 @@ def test_run_job_runs_in_a_slot_and_records_the_outcome(tmp_path, monkeypatch):
     assert record["weights_sha256"] == "ab" * 32 and record["final_metrics"] == {"loss": 0.5}
     (call,) = fake.calls
     assert call["cpus"] == frozenset({0}) and call["echo"] is False and call["extra_env"] == {}
+    assert call["track"] is False  # MLflow: the sweep logs its jobs as its children, at the end
     assert "OMP_NUM_THREADS" not in call["env"]  # launch's environment, not the worker's
     assert json.loads((d / "jobs" / "007.json").read_text()) == record
 
