@@ -38,8 +38,11 @@ DB = "mlflow.db"
 ARTIFACTS = "mlartifacts"
 ARTIFACT_FILES = ("fingerprint.json", "config.yaml", "result.json")
 TAG = "launch."
-# MLflow's HTTP client retries for minutes by default; a launcher must not hang on a dead server.
-HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# MLflow's HTTP client retries for minutes by default: a launcher must not hang on a dead server.
+# Its usage telemetry (a background thread posting to MLflow's servers) is not something a run
+# asked for. The user's own settings of these variables win.
+MLFLOW_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+              "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
 QUIET_LOGGERS = ("mlflow", "alembic", "urllib3", "sqlalchemy", "git")
 STATUS = {"complete": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 BATCH = 100  # MLflow's limit on params (and tags) per log_batch call
@@ -273,12 +276,14 @@ def _with_client(where: Target, action: Callable[[object], T]) -> T | None:
     """``action(client)`` with an MlflowClient for ``where``, quiet and quick to give up.
 
     Any failure (mlflow missing, the server down, a locked database) becomes one warning
-    line and None: tracking must never fail a run.
+    line and None: tracking must never fail a run. The process environment is restored
+    afterwards, whatever MLflow or the libraries it imports set in it: a later job of this
+    process (a sweep's replays, an audit's trials) inherits it, and it is part of their key.
     """
-    saved_env = {k: os.environ.get(k) for k in HTTP_ENV}
+    saved_env = dict(os.environ)
     saved_levels: dict[str, int] = {}
-    for k, v in HTTP_ENV.items():
-        os.environ.setdefault(k, v)  # a user's own setting wins
+    for k, v in MLFLOW_ENV.items():
+        os.environ.setdefault(k, v)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -294,11 +299,9 @@ def _with_client(where: Target, action: Callable[[object], T]) -> T | None:
         warn(where, exc)
         return None
     finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        for k in set(os.environ) - set(saved_env):
+            del os.environ[k]
+        os.environ.update(saved_env)
         for name, level in saved_levels.items():
             logging.getLogger(name).setLevel(level)
 

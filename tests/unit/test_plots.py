@@ -17,16 +17,20 @@ from launcher.verdict import plots
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def point(step: int, loss: float | None, weights: str = "w", layers=(("conv1", "a"), ("dense", "b")), epoch=1):
+LAYERS = (("conv1", "a"), ("conv2", "b"), ("dense", "c"))
+
+
+def point(step: int, loss: float | None, weights: str = "w", layers=LAYERS, epoch=1):
     return {"step": step, "epoch": epoch, "loss": loss, "weights": f"{weights}{step}",
             "layers": [list(x) for x in layers]}  # fmt: skip
 
 
 def split_traces() -> tuple[list[dict], list[dict]]:
-    """Equal through step 10; at step 20 the dense layer differs (and, later, the loss)."""
+    """Equal through step 10; at step 20 conv2 and dense differ (and, later, the loss)."""
+    split = (("conv1", "a"), ("conv2", "X"), ("dense", "Y"))
     a = [point(0, None), point(10, 2.0), point(20, 1.5), point(30, 1.25)]
-    b = [point(0, None), point(10, 2.0), point(20, 1.5, layers=(("conv1", "a"), ("dense", "X")), weights="v"),
-         point(30, 1.0, layers=(("conv1", "Y"), ("dense", "X")), weights="v")]  # fmt: skip
+    b = [point(0, None), point(10, 2.0), point(20, 1.5, layers=split, weights="v"),
+         point(30, 1.0, layers=split, weights="v")]  # fmt: skip
     return a, b
 
 
@@ -42,8 +46,8 @@ def test_comparison_marks_the_last_equal_and_first_differing_step_and_names_the_
     p = plots.comparison(a, b, "A run-a", "B run-b")
     assert (p.a.x, p.a.y) == ([10, 20, 30], [2.0, 1.5, 1.25])  # step 0 has no loss
     assert p.last_equal_step == 10 and p.first_split_step == 20
-    assert p.split_note == "first differing layer: dense"
-    assert p.title == "first differing step 20 (epoch 1); first differing layer: dense"
+    assert p.split_note == "first differing layer: conv2"  # in model order, of conv2 and dense
+    assert p.title == "first differing step 20 (epoch 1); first differing layer: conv2"
     assert (p.difference.x, p.difference.y) == ([30], [0.25])  # only where the losses differ
     assert p.equal_at == [0, 10] and p.differ_at == [20, 30]
 

@@ -168,6 +168,25 @@ def test_a_dead_server_is_one_warning_quickly_and_the_run_is_untouched(tmp_path,
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # restored: later jobs do not inherit it
 
 
+def test_the_process_environment_is_left_as_it_was(store, monkeypatch):
+    root, cfg = store
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")  # a user's own setting: used, and kept
+    monkeypatch.setenv("KMP_INIT_AT_FORK", "TRUE")
+    before = dict(os.environ)
+    seen = {}
+
+    def spy(client):
+        seen.update({k: os.environ.get(k) for k in tracking.MLFLOW_ENV})
+        os.environ["KMP_DUPLICATE_LIB_OK"] = "True"  # as sklearn does on import
+        os.environ["KMP_INIT_AT_FORK"] = "FALSE"  # as joblib does
+        return "ok"
+
+    assert tracking._with_client(tracking.target(cfg, root), spy) == "ok"
+    assert seen == {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
+                    "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+    assert dict(os.environ) == before
+
+
 def test_a_sweep_is_a_parent_with_its_jobs_as_children_and_verdicts_are_tags(store):
     root, cfg = store
     a = sealed_run(root, {**cfg, "seed": 1}, name="20261123-101500-000004")
