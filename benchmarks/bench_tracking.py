@@ -9,6 +9,9 @@
    - ``+ tracking=mlflow``: also logged to MLflow (SQLite in the store) after sealing.
    Printed: median wall seconds and the ratios to ``tensorboard off``, and whether all gave
    the same weights (neither may change a bit: the job process is never touched).
+3. What ``tracking=mlflow`` adds after the seal, alone: ``tracking.log_run`` of a sealed run
+   in a fresh process (mlflow's import included), into a new store (the database is
+   created) and into a store that has one.
 
     python benchmarks/bench_tracking.py [N] [EPOCHS]
 """
@@ -67,6 +70,34 @@ def writer_cost(tmp: Path) -> tuple[float, float, int]:
     return statistics.median(rewrite), statistics.median(poll), log.path.stat().st_size
 
 
+LOG_RUN = """
+import sys, time
+sys.path.insert(0, {root!r})
+from launcher.record import tracking
+started = time.perf_counter()
+assert tracking.log_run(sys.argv[1])
+print(time.perf_counter() - started)
+"""
+
+
+def log_run_cost(run: Path, tmp: Path) -> tuple[float, float]:
+    """Median seconds of log_run in a fresh process: into a new database, and into an existing one."""
+    import shutil
+    import subprocess
+
+    fresh, existing = [], []
+    for i in range(N):
+        store = tmp / f"log-store-{i}"
+        store.mkdir()
+        copy = store / run.name
+        shutil.copytree(run, copy)
+        for times in (fresh, existing):
+            done = subprocess.run([sys.executable, "-c", LOG_RUN.format(root=str(ROOT)), str(copy)],
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            times.append(float(done.stdout.strip().splitlines()[-1]))
+    return statistics.median(fresh), statistics.median(existing)
+
+
 def main() -> None:
     modes = {"tensorboard off": ("off", ()), "tensorboard on": ("on", ()),
              "+ tracking=mlflow": ("on", ("tracking=mlflow",))}  # fmt: skip
@@ -87,11 +118,16 @@ def main() -> None:
                 walls[mode].append(wall)
                 weights[mode].add(json.loads((run / "result.json").read_text())["weights_sha256"])
                 assert (run / "tensorboard").is_dir() == (tb == "on")
-    base = statistics.median(walls["tensorboard off"])
-    print(f"whole launch, mnist sample, {EPOCHS} epochs, N={N} interleaved (median wall s, ratio to off):")
-    for mode in modes:
-        med = statistics.median(walls[mode])
-        print(f"  {mode:<18} {med:7.2f} s  {med / base:5.3f}x   runs: {', '.join(f'{w:.2f}' for w in walls[mode])}")
+                tracked_run = run
+        base = statistics.median(walls["tensorboard off"])
+        print(f"whole launch, mnist sample, {EPOCHS} epochs, N={N} interleaved (median wall s, ratio to off):")
+        for mode in modes:
+            med = statistics.median(walls[mode])
+            runs = ", ".join(f"{w:.2f}" for w in walls[mode])
+            print(f"  {mode:<18} {med:7.2f} s  {med / base:5.3f}x   runs: {runs}")
+        fresh, existing = log_run_cost(tracked_run, Path(tmp))  # the last run of "+ tracking=mlflow"
+        print(f"tracking.log_run alone, fresh process (N={N}, median): {fresh:.2f} s into a new database, "
+              f"{existing:.2f} s into an existing one")  # fmt: skip
     same = len(set().union(*weights.values())) == 1
     print(f"same weights in every mode: {same}")
     if not same:

@@ -9,6 +9,7 @@ import os
 import struct
 from pathlib import Path
 
+import mlflow  # a test dependency (pip install -e '.[test]'), like tensorboard and matplotlib
 import pytest
 
 from launcher.record import key, runs, tbevents
@@ -16,8 +17,6 @@ from launcher.sweep.multirun import hydra_quote
 from tests.conftest import QUICK, q, run_dir_of
 
 pytestmark = pytest.mark.slow
-mlflow = pytest.importorskip("mlflow", reason="pip install -e '.[test]' (the mlflow extra)")
-pytest.importorskip("tensorboard", reason="pip install -e '.[test]' (TensorBoard's reader)")
 
 TWO_EPOCHS = ("train.epochs=2", "train.batch_size=100")
 SCRIPTS = Path(__file__).parent / "scripts"

@@ -79,7 +79,6 @@ def test_spread_per_metric_over_jobs_and_epochs():
 
 # ---------------------------------------------------------------- drawing
 def test_the_comparison_and_the_sweep_are_drawn_as_pngs(tmp_path):
-    pytest.importorskip("matplotlib")
     a, b = split_traces()
     plots.draw_comparison(plots.comparison(a, b), tmp_path / "split.png")
     plots.draw_comparison(plots.comparison(a, a), tmp_path / "same.png")
@@ -110,7 +109,6 @@ def test_sweep_plot_command_line_errors(tmp_path, capsys):
 
 
 def test_sweep_plot_reads_the_jobs_metrics(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     sweep = tmp_path / "sweeps" / "s"
     (sweep / "jobs").mkdir(parents=True)
     (sweep / "sweep.json").write_text(json.dumps({"swept": ["+seed"]}))

@@ -15,8 +15,6 @@ import pytest
 
 from launcher.record import tbevents
 
-pytest.importorskip("tensorboard", reason="TensorBoard's reader checks the format: pip install -e '.[test]'")
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _tensorboard_without_tensorflow():

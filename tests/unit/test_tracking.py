@@ -43,7 +43,6 @@ def sealed_run(store: Path, cfg: dict = CFG, status: str = "complete", name: str
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> Path:
     """One store (one MLflow database: creating one takes seconds) for the tests that log."""
-    pytest.importorskip("mlflow", reason="tracking=mlflow is tested with mlflow: pip install -e '.[test]'")
     return tmp_path_factory.mktemp("store")
 
 
@@ -153,7 +152,6 @@ def test_no_tracking_configured_means_no_mlflow_at_all(tmp_path):
 
 
 def test_a_dead_server_is_one_warning_quickly_and_the_run_is_untouched(tmp_path, capsys):
-    pytest.importorskip("mlflow")
     down = {**CFG, "tracking": {"name": "mlflow", "uri": "http://127.0.0.1:9", "experiment": None}}
     run = sealed_run(tmp_path, cfg=down)
     manifest = (run / runs.MANIFEST).read_bytes()
