@@ -167,7 +167,7 @@ class EventLog:
             for line in self._new_lines(name):
                 try:
                     item = convert(json.loads(line))
-                except (ValueError, AttributeError):
+                except (ValueError, TypeError, AttributeError):
                     continue  # a line that does not parse (a crash tore it) is skipped, never fatal
                 if item and item[1]:
                     out.append(record(event(now, item[0], scalars=_float32_safe(item[1]))))
@@ -195,7 +195,7 @@ def follow(run_dir: Path, poll_s: float = POLL_S) -> Iterator[None]:
     log = EventLog(run_dir)
     try:
         log.start()
-    except Exception as exc:  # noqa: BLE001 - an event file must never cost a run
+    except Exception as exc:  # an event file must never cost a run
         _warn(exc)
         yield
         return
@@ -205,7 +205,7 @@ def follow(run_dir: Path, poll_s: float = POLL_S) -> Iterator[None]:
         while not stop.wait(poll_s):
             try:
                 log.sync()
-            except Exception:  # noqa: BLE001 - the final catch-up reports a lasting problem
+            except Exception:  # the final catch-up reports a lasting problem
                 pass
 
     thread = threading.Thread(target=loop, name="launch-tensorboard", daemon=True)
@@ -217,13 +217,13 @@ def follow(run_dir: Path, poll_s: float = POLL_S) -> Iterator[None]:
         thread.join()
         try:
             log.sync()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             _warn(exc)
 
 
-def _warn(exc: BaseException) -> None:
+def _warn(exc: BaseException, what: str = "TensorBoard event file not written") -> None:
     reason = " ".join(str(exc).split()) or type(exc).__name__
-    print(f"[launch] warning: TensorBoard event file not written: {reason}", file=sys.stderr, flush=True)
+    print(f"[launch] warning: {what}: {reason}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- a sweep's view
@@ -247,4 +247,4 @@ def link_sweep_job(sweep_dir: Path, num: int, label: str, run_dir: Path) -> None
             link.unlink()
         link.symlink_to(os.path.relpath(target.resolve(), link.parent.resolve()), target_is_directory=True)
     except OSError as exc:
-        _warn(exc)
+        _warn(exc, "TensorBoard link of the sweep job not made")

@@ -20,6 +20,7 @@ The default tracking URI is a SQLite database in the store, ``sqlite:///<store>/
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
@@ -33,7 +34,6 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
-NAMES = ("none", "mlflow")
 DB = "mlflow.db"
 ARTIFACTS = "mlartifacts"
 ARTIFACT_FILES = ("fingerprint.json", "config.yaml", "result.json")
@@ -94,8 +94,13 @@ def epoch_metrics(lines: list[dict]) -> list[tuple[str, float, int]]:
             continue
         for name, value in sorted(line.items()):
             if name != "epoch" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                out.append((name, float(value), epoch))
+                out.append((metric_name(name), float(value), epoch))
     return out
+
+
+def metric_name(name: str) -> str:
+    """``name`` with the characters MLflow refuses in a metric name replaced by ``_`` ("f1@0.5" -> "f1_0.5")."""
+    return re.sub(r"[^\w\-. /:]", "_", name)
 
 
 def run_tags(run_dir: Path, cfg: dict, fp: dict | None, result: dict, status: dict, key_sha256: str | None) -> dict:
@@ -251,10 +256,11 @@ def _log_run(client, where: Target, run_dir: Path, cfg: dict, parent: str | None
             if (run_dir / name).is_file():
                 client.log_artifact(rid, str(run_dir / name))
         client.set_terminated(rid, STATUS.get(status.get("state"), "FAILED"), _now_ms())
+        return rid
     except Exception:
-        client.set_terminated(rid, "FAILED", _now_ms())
+        with contextlib.suppress(Exception):  # not left RUNNING, if MLflow still answers
+            client.set_terminated(rid, "FAILED", _now_ms())
         raise
-    return rid
 
 
 def _find(client, where: Target, tag: str, value: str, kind: str | None = None) -> list:

@@ -26,6 +26,7 @@ USER_PROVIDER = "command-line"  # the search-path provider Hydra names a --confi
 
 TASKS = ("mnist", "custom", "script")
 RUNTIMES = ("local", "docker")
+TRACKERS = ("none", "mlflow")  # the tracking config group (launcher.record.tracking)
 # Fields that cannot change a result: left out of the config hash (dotted paths).
 NOT_IN_HASH = (
     "store",  # where runs are written
@@ -128,8 +129,8 @@ def validate(cfg: DictConfig) -> None:
         if not os.path.isfile(str(train.script)):
             raise ConfigError(f"train.script {train.script!r} is not a file")
     tracking = cfg.get("tracking")
-    if tracking is not None and tracking.get("name") not in ("none", "mlflow"):
-        raise ConfigError(f"tracking={tracking.get('name')!r} is unknown; choose one of none, mlflow")
+    if tracking is not None and tracking.get("name") not in TRACKERS:
+        raise ConfigError(f"tracking={tracking.get('name')!r} is unknown; choose one of {', '.join(TRACKERS)}")
     if not str(cfg.store.root):
         raise ConfigError("store.root must be a directory path")
 

@@ -81,6 +81,8 @@ def test_params_metrics_and_tags_of_a_run():
     assert tracking.params({"a": {"b": [1, 2]}, "c": {}}) == {"a.b": "[1, 2]", "c": "{}"}
     lines = [{"epoch": 1, "loss": 2.0, "ok": True, "note": "x"}, {"epoch": 2, "loss": 1.5}, {"loss": 9.0}]
     assert tracking.epoch_metrics(lines) == [("loss", 2.0, 1), ("loss", 1.5, 2)]
+    assert tracking.epoch_metrics([{"epoch": 1, "f1@0.5": 0.5, "val/loss": 1.0}]) == [
+        ("f1_0.5", 0.5, 1), ("val/loss", 1.0, 1)]  # fmt: skip
     tags = tracking.run_tags(Path("/s/20261123-101500-aaaaaa"), CFG, {"config_sha256": "c" * 64},
                              {"weights_sha256": "ab" * 32}, {"state": "complete"}, "k" * 64)  # fmt: skip
     assert tags["launch.run_id"] == "20261123-101500-aaaaaa" and tags["mlflow.runName"] == "20261123-101500-aaaaaa"
