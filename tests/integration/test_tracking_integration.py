@@ -9,7 +9,6 @@ import os
 import struct
 from pathlib import Path
 
-import mlflow  # a test dependency (pip install -e '.[test]'), like tensorboard and matplotlib
 import pytest
 
 from launcher.record import key, runs, tbevents
@@ -31,8 +30,17 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def client_of(store: Path):
+    """An MlflowClient on the store's database. mlflow (a test dependency, like tensorboard and
+    matplotlib) is imported here, not at collection: its imports set variables that every later
+    launch of the test session would inherit (the autouse fixture below undoes them per test)."""
+    import mlflow
+
+    return mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+
+
 def mlflow_runs(store: Path) -> list:
-    client = mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    client = client_of(store)
     exps = [e.experiment_id for e in client.search_experiments()]
     return client.search_runs(exps, max_results=1000)
 
@@ -76,7 +84,7 @@ def test_a_tracked_run_is_one_mlflow_run_and_tensorboard_events_in_the_run(three
     store, done = three_runs
     run = run_dir_of(done["tracked"])
     (r,) = [r for r in mlflow_runs(store) if "launch.replay_of" not in r.data.tags]  # one run (and a replay's)
-    client = mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    client = client_of(store)
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
         history = client.get_metric_history(r.info.run_id, name)
