@@ -19,8 +19,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--migration", action="store_true",
                    help="a TF2 port against its TF1 model: every variable and step's loss within --tolerance")
     p.add_argument("--mapping", metavar="FILE", help="--migration: a JSON list of [name_a, name_b] variable pairs")
+    p.add_argument("--plot", metavar="FILE.png", type=Path,
+                   help="draw both runs' traced loss by step and where they split (needs matplotlib)")  # fmt: skip
     args = p.parse_args(argv)
     tolerance = compare.parse_tolerance(args.tolerance) if args.tolerance else None
+    if args.plot:
+        from launcher.verdict import plots
+
+        if args.migration:
+            raise ConfigError("--plot draws where two runs' bits split; it does not apply to --migration")
+        plots.check_available()
     if args.migration or args.mapping:
         from launcher.verdict import migration
 
@@ -34,4 +42,10 @@ def main(argv: list[str]) -> int:
     if Path(args.run_a).resolve() == Path(args.run_b).resolve():
         print(f"note: both arguments are the same run ({args.run_a}): a run is always identical to itself; "
               "compare it with another run, or replay it (launch replay RUN)")  # fmt: skip
+    if args.plot:
+        from launcher.run import trace
+
+        a, b = Path(args.run_a), Path(args.run_b)
+        plots.draw_comparison(plots.comparison(trace.read(a), trace.read(b), f"A {a.name}", f"B {b.name}"), args.plot)
+        print(f"plot: {args.plot}")
     return result.exit_code

@@ -23,12 +23,12 @@ from launcher.errors import LauncherError
 
 # name -> ("module:function", help). A static table: no registration by import.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compare": ("launcher.cli.compare:main", "RUN_A RUN_B [--force] [--tolerance RTOL,ATOL]: bitwise verdict"),
+    "compare": ("launcher.cli.compare:main", "RUN_A RUN_B [--force] [--tolerance RTOL,ATOL] [--plot PNG]: verdict"),
     "replay": ("launcher.cli.replay:main", "RUN [--allow-mismatch]: rerun a stored run, say if it reproduced"),
     "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
     "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--rebuild]: list runs"),
     "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
-    "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR: replay every job of a sweep"),
+    "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR | plot SWEEP_DIR PNG: replay every job | draw the spread"),
     "image": ("launcher.cli.image:image_command", "build|list|prune|bootstrap-base [OVERRIDES]: images"),
     "lock": ("launcher.cli.image:lock_command", "image=NAME [--host]: pin an image's packages (pip-compile)"),
 }  # fmt: skip
@@ -153,7 +153,7 @@ def usage() -> str:
     lines += [
         "",
         "config groups: train=mnist|custom|script  determinism=off|seeded|strict  runtime=local|docker",
-        "  image=tf-cpu|tf-gpu (runtime=docker)",
+        "  image=tf-cpu|tf-gpu (runtime=docker)  tracking=none|mlflow (docs/tracking.md)",
         "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
         "  determinism.trace_every=N (steps between trace points; 0 = none)",

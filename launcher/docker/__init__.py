@@ -2,9 +2,10 @@
 
 Owns image specs and Dockerfile rendering (``images``, pure), container arguments
 (``container_spec``, pure), every call to the Docker daemon (``containers``, the
-only module that imports the Docker SDK), making or reusing an image and running a
-job in it (``imagebuild``), the local base image and ``launch lock``
-(``baseimage``), and the installed-tree hash computed inside images (``treehash``).
+only module that imports the Docker SDK), making or reusing an image
+(``imagebuild``), running a job in a container of its run's image (``runtime``), the
+local base image and ``launch lock`` (``baseimage``), the GPU capability of a daemon
+(``gpus``), and the installed-tree hash computed inside images (``treehash``).
 
 May import ``launcher.record`` (run directories, the environment allowlist),
 ``launcher.errors`` and ``launcher.proc``; never ``run``, ``verdict``, ``sweep`` or

@@ -5,8 +5,9 @@ A run directory is ``<store>/<YYYYMMDD-HHMMSS>-<6 hex>``, created with an exclus
 never collide. Every file is written atomically (temporary file, fsync, rename).
 
 A run is *complete* only when ``manifest.json`` exists: it lists the sha256 of every
-other file and is written last, after which all files are made read-only. A run
-without a manifest is running, failed or interrupted, never complete.
+other file below the run directory, hidden files included, and is written last, after
+which all files are made read-only. A run without a manifest is running, failed or
+interrupted, never complete.
 
 A ``running`` run names its owner in ``status.json``: the launcher's pid, that
 process's start time and the host. A reader on that host whose owner is gone sees
@@ -14,7 +15,8 @@ the run as ``abandoned`` (``effective_status``); on another host it cannot tell,
 says ``running`` (a job of a shared store running elsewhere is not misjudged).
 
 Each run directory holds a small ``.reserve`` file while it is not sealed: when the
-store's disk is full, ``set_status`` frees it so a run can still say how it ended.
+store's disk is full, ``set_status`` frees it so a run can still say how it ended. The
+seal deletes it before listing the files, so a sealed run has none.
 """
 
 from __future__ import annotations
@@ -188,15 +190,18 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def _files(run_dir: Path) -> list[str]:
-    return sorted(
-        p.relative_to(run_dir).as_posix()
-        for p in run_dir.rglob("*")
-        if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
-    )
+    """Every file below ``run_dir``, hidden ones included, but the manifest itself (it cannot hold
+    its own hash). Nothing else is left out: a hidden file is as much a part of the run as any other."""
+    names = (p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
+    return sorted(name for name in names if name != MANIFEST)
 
 
 def seal(run_dir: Path) -> dict:
-    """Mark ``run_dir`` complete: write the manifest last, then make every file read-only."""
+    """Mark ``run_dir`` complete: write the manifest last, then make every file read-only.
+
+    The manifest lists every file (``_files``). The disk-full reserve is deleted first: it
+    only exists so an unsealed run can still record how it ended, and a sealed run needs none.
+    """
     set_status(run_dir, "complete")
     (run_dir / RESERVE).unlink(missing_ok=True)
     manifest = {

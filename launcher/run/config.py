@@ -26,6 +26,7 @@ USER_PROVIDER = "command-line"  # the search-path provider Hydra names a --confi
 
 TASKS = ("mnist", "custom", "script")
 RUNTIMES = ("local", "docker")
+TRACKERS = ("none", "mlflow")  # the tracking config group (launcher.record.tracking)
 # Fields that cannot change a result: left out of the config hash (dotted paths).
 NOT_IN_HASH = (
     "store",  # where runs are written
@@ -35,6 +36,7 @@ NOT_IN_HASH = (
     "determinism.trace_every",  # the trace reads weights, never changes them
     "train.observe",  # observation reads weights, never changes them (tested bit for bit)
     "train.save_weights",  # a copy of the final weights, written after training
+    "tracking",  # MLflow logging reads the sealed run, after it ended (tested bit for bit)
 )
 # Hydra plugins the launcher works with, by the config they add: the extra that installs them.
 PLUGIN_EXTRAS = {
@@ -126,6 +128,9 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError("train=script needs train.script=path/to/train.py")
         if not os.path.isfile(str(train.script)):
             raise ConfigError(f"train.script {train.script!r} is not a file")
+    tracking = cfg.get("tracking")
+    if tracking is not None and tracking.get("name") not in TRACKERS:
+        raise ConfigError(f"tracking={tracking.get('name')!r} is unknown; choose one of {', '.join(TRACKERS)}")
     if not str(cfg.store.root):
         raise ConfigError("store.root must be a directory path")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import LauncherError
-from launcher.record import fingerprint, index, key, runs
+from launcher.record import fingerprint, index, key, runs, tbevents, tracking
 from launcher.run import config, determinism, gpus, runtime
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 
@@ -65,8 +65,14 @@ def execute(
     replay_of: str | None = None,
     replay_notes: dict | None = None,
     resume: dict | None = None,
+    track: bool = True,
 ) -> Outcome:
-    """Run the prepared job in ``run_dir`` to its end and record how it ended."""
+    """Run the prepared job in ``run_dir`` to its end and record how it ended.
+
+    The run's TensorBoard events follow the job live and are sealed with it; MLflow
+    (``tracking=mlflow``) hears of the run after it ended, unless ``track`` is false
+    (a sweep logs its jobs itself, as children of the sweep).
+    """
     cwd = cwd or os.getcwd()
     plan, env, fp = launch_fingerprint(resolved, cwd, extra_env)
     runs.write_json(run_dir / FINGERPRINT, fp)
@@ -84,11 +90,15 @@ def execute(
     row = _row(run_dir, resolved, "running", replay_of=replay_of)
     index.record(run_dir.parent, row)
     job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=cpus, echo=echo)
-    try:
-        returncode = runtime.get(str(resolved.runtime.name)).run(job)
-    except KeyboardInterrupt:
-        returncode = 130
-    return finish(run_dir, resolved, fp, returncode, row)
+    with tbevents.follow(run_dir):
+        try:
+            returncode = runtime.get(str(resolved.runtime.name)).run(job)
+        except KeyboardInterrupt:
+            returncode = 130
+    outcome = finish(run_dir, resolved, fp, returncode, row)
+    if track:
+        tracking.log_run(run_dir, resolved)
+    return outcome
 
 
 def launch_fingerprint(

@@ -39,6 +39,7 @@ def _alive(pid: object) -> bool:
 def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
     """The checkpoint to resume from, its epoch and fallback notes; or ResumeError saying why not."""
     if (run_dir / runs.MANIFEST).exists():
+        runs.verify_seal(run_dir)  # a sealed run that was changed is refused as such (SealError, exit 4)
         raise ResumeError(f"run {run_dir.name} is complete; nothing to resume (use launch replay to rerun it)")
     status = runs.status(run_dir)
     owner: list[str] = []

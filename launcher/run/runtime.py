@@ -70,7 +70,7 @@ def get(name: str) -> Runtime:
     if name == "local":
         return LocalRuntime()
     if name == "docker":
-        from launcher.docker.imagebuild import DockerRuntime
+        from launcher.docker.runtime import DockerRuntime
 
         return DockerRuntime()
     raise ConfigError(f"runtime={name!r} is unknown; choose local or docker")

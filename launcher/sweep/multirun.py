@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ConfigError, LauncherError
-from launcher.record import runs
+from launcher.record import runs, tbevents, tracking
 from launcher.sweep import search as _search
 from launcher.sweep import slots as _slots
 
@@ -153,7 +153,8 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
             what = f"job {num}" if jobs else "the search space at"
             raise ConfigError(f"{what} ({label(job_overrides, swept)}): {exc}") from None
         cfgs.append(cfg)
-    for name in ("store.root", "runtime.slots", "runtime.name", "determinism.intra_op_threads"):
+    for name in ("store.root", "runtime.slots", "runtime.name", "determinism.intra_op_threads",
+                 "tracking.name", "tracking.uri", "tracking.experiment"):  # fmt: skip
         if len({str(_select(c, name)) for c in cfgs}) > 1:
             raise ConfigError(f"{name} cannot be swept: one sweep has one value")
     search = None if jobs else _plan_search(hydra_cfg, target, cfgs[0])
@@ -397,7 +398,9 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
             cpus=slot.cpus if slot else None,
             echo=False,
             extra_env=dict(slot.env) if slot else None,
+            track=False,  # MLflow: the sweep logs its jobs as children at the end (finalize)
         )
+    tbevents.link_sweep_job(sweep_dir, record["num"], label(record["overrides"], meta["swept"]), outcome.run_dir)
     record.update(
         status=outcome.status, seed=outcome.seed, run_dir=str(outcome.run_dir),
         final_metrics=outcome.result.get("final_metrics", {}),
@@ -412,6 +415,9 @@ def _outlive_ctrl_c() -> Iterator[None]:
     as ``interrupted``; the worker must live on to record that, not die with it."""
     if threading.current_thread() is not threading.main_thread():
         yield
+        return
+    if getattr(signal.getsignal(signal.SIGINT), "stops_the_sweep", False):
+        yield  # one slot: joblib runs the job in `launch` itself, whose Ctrl-C must still stop the sweep
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
@@ -435,6 +441,7 @@ def _stop_on_ctrl_c(sweep_dir: Path) -> Iterator[None]:
         print("[sweep] interrupted: running jobs stop, queued jobs will not start "
               "(Ctrl-C again to abort)", file=sys.stderr, flush=True)  # fmt: skip
 
+    stop.stops_the_sweep = True  # type: ignore[attr-defined]
     previous = signal.signal(signal.SIGINT, stop)
     try:
         yield
@@ -485,6 +492,7 @@ def finalize(sweep_dir: Path) -> dict:
         }  # fmt: skip
     runs.write_json(sweep_dir / SUMMARY, summary)
     print(sweep_report.render(summary), flush=True)
+    tracking.log_sweep(sweep_dir, summary, meta)
     return summary
 
 
@@ -513,4 +521,6 @@ def verify(sweep_dir: Path, allow_mismatch: bool = False) -> int:
     (sweep_dir / "verify").mkdir(exist_ok=True)
     runs.write_json(sweep_dir / "verify" / f"{stamp}.json", report)
     print(sweep_report.render_verification(report), flush=True)
+    judged = next((Path(r["original"]) for r in results if r.get("original")), None)
+    tracking.tag_sweep(sweep_dir, judged, {"verify": f"{report['reproduced']} of {report['total']} jobs reproduced"})
     return report["exit_code"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from launcher.errors import NotComparable
-from launcher.record import runs
+from launcher.record import runs, tracking
 from launcher.run import gpus, job, precheck
 from launcher.verdict import compare
 
@@ -43,6 +43,7 @@ def replay(
     cwd = os.getcwd()
     diffs = precheck.precheck(original, cwd, extra_env)
     if diffs and not allow_mismatch:
+        tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
         raise NotComparable(
             f"cannot replay {original.name} here: {len(diffs)} comparability field(s) differ "
             f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to run anyway",
@@ -59,8 +60,12 @@ def replay(
         replay_of=original.name, replay_notes=notes,
     )  # fmt: skip
     if not outcome.ok:
-        return ReplayResult(original, new_run, "FAILED", 1, f"the replay {outcome.status}: {outcome.error}")
-    return verdict(original, new_run)
+        result = ReplayResult(original, new_run, "FAILED", 1, f"the replay {outcome.status}: {outcome.error}")
+    else:
+        result = verdict(original, new_run)
+    tracking.tag_verdict([original, new_run], result.verdict, {"by": "replay", "original": original.name,
+                                                               "replay": new_run.name})  # fmt: skip
+    return result
 
 
 def verdict(original: Path, new_run: Path) -> ReplayResult:

@@ -2,13 +2,15 @@
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tests.conftest import QUICK
+from tests.conftest import QUICK, q, run_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +33,34 @@ def _verdict(stdout: str) -> str:
 
 @pytest.fixture
 def two_threads_runs(launch, store, mnist_npz):
+    """Two equal runs, and a third with another thread count and (a knob that changes the bits on any
+    machine, after step 0) another learning rate."""
     a = _run(launch, store, mnist_npz, "determinism.intra_op_threads=1")
     b = _run(launch, store, mnist_npz, "determinism.intra_op_threads=1")
-    c = _run(launch, store, mnist_npz, "determinism.intra_op_threads=2")
+    c = _run(launch, store, mnist_npz, "determinism.intra_op_threads=2", "train.learning_rate=0.002")
     return a, b, c
 
 
-def test_compare_identical_refused_forced_and_tolerance(launch, two_threads_runs):
+def _perturbed_copy(run: Path, target: Path, by: float) -> Path:
+    """A copy of ``run`` with every weight moved by ``by``, sealed again (a run of other software)."""
+    import h5py
+
+    from launcher.record import runs
+
+    shutil.copytree(run, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    (target / "manifest.json").unlink()
+    with h5py.File(target / json.loads((run / "result.json").read_text())["weights_file"], "r+") as f:
+        weights = []
+        f.visititems(lambda _, obj: weights.append(obj) if isinstance(obj, h5py.Dataset) else None)
+        for w in weights:
+            w[...] = w[()] + np.asarray(by, w.dtype)
+    runs.seal(target)
+    return target
+
+
+def test_compare_identical_refused_forced_and_tolerance(launch, two_threads_runs, tmp_path):
     a, b, c = two_threads_runs
     same = launch("compare", a, b)
     assert same.returncode == 0 and same.stdout.startswith("IDENTICAL"), same.stdout + same.stderr
@@ -50,14 +73,22 @@ def test_compare_identical_refused_forced_and_tolerance(launch, two_threads_runs
 
     forced = launch("compare", a, c, "--force")
     assert forced.returncode == 3 and forced.stdout.startswith("NOT COMPARABLE (forced: results differ)")
-    # The divergence locator: the traces (every 10 steps, and each epoch's end) split by step 3,
-    # the end of the one 3-step epoch, at the first layer of the model.
+    # The divergence locator: same seed, same initial weights; the learning rate moves the first
+    # step. The traces (every 10 steps, and each epoch's end) split by step 3, the end of the one
+    # 3-step epoch, at the first layer of the model.
     assert "first diverging step: 3 (epoch 1), equal at step 0: the bits split in steps 1-3" in forced.stdout
     assert "first differing layer in model order: conv1" in forced.stdout
 
     equivalent = launch("compare", a, b, "--tolerance", "1e-6,0")
     assert equivalent.returncode == 0 and equivalent.stdout.startswith("EQUIVALENT")
     assert "IDENTICAL" not in equivalent.stdout
+    # --tolerance reads the saved weights themselves: weights moved by 1e-3 are not within 1e-6.
+    moved = _perturbed_copy(b, tmp_path / b.name, 1e-3)
+    far = launch("compare", a, moved, "--tolerance", "0,1e-6")
+    assert far.returncode == 1 and far.stdout.startswith("NOT EQUIVALENT"), far.stdout
+    assert "max abs difference 0.001" in far.stdout
+    near = launch("compare", a, moved, "--tolerance", "0,1e-2")
+    assert near.returncode == 0 and near.stdout.startswith("EQUIVALENT"), near.stdout
 
     bad = launch("compare", a, b, "--tolerance", "x")
     assert bad.returncode == 2 and "--tolerance takes RTOL,ATOL" in bad.stderr
@@ -102,6 +133,34 @@ def test_tampered_or_incomplete_runs_are_refused_and_not_modified(launch, two_th
 
     assert launch("compare", a, tmp_path / "nope").returncode == 2
     assert "not a run directory" in launch("compare", a, tmp_path).stderr
+
+
+HIDDEN_STATE = "import launcher\n(launcher.output_dir() / '.state').write_text('step=3\\n')\n"
+
+
+def test_a_changed_or_added_hidden_file_is_refused_by_compare_replay_and_resume(launch, store, tmp_path):
+    script = tmp_path / "hidden_state.py"  # a job that keeps its own state in a hidden file
+    script.write_text(HIDDEN_STATE)
+    done = launch("train=script", f"train.script={q(script)}", f"store.root={q(store)}")
+    run = run_dir_of(done)
+    assert "outputs/.state" in json.loads((run / "manifest.json").read_text())["files"]
+    same = launch("compare", run, run)
+    assert same.returncode == 0 and same.stdout.startswith("IDENTICAL: 1 output file"), same.stdout + same.stderr
+    state = run / "outputs" / ".state"
+    (run / "outputs").chmod(0o755)
+    state.chmod(0o644)
+    state.write_text("step=4\n")
+    refusal = f"launch: error: run {run.name} was modified: outputs/.state changed after sealing"
+    for argv in (("compare", run, run), ("replay", run), ("resume", run)):
+        refused = launch(*argv)
+        assert refused.returncode == 4 and refused.stderr.strip() == refusal, (argv, refused.stdout, refused.stderr)
+    state.write_text("step=3\n")  # as sealed again; now a file appears
+    run.chmod(0o755)
+    (run / ".added").write_text("")
+    for argv in (("compare", run, run), ("replay", run), ("resume", run)):
+        refused = launch(*argv)
+        assert refused.returncode == 4 and ".added was added after sealing" in refused.stderr, (argv, refused.stderr)
+    assert len([p for p in store.iterdir() if p.is_dir()]) == 1  # nothing ran
 
 
 def test_a_fingerprint_schema_this_version_cannot_read(launch, two_threads_runs):

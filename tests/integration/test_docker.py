@@ -158,12 +158,12 @@ def test_compare_docker_with_local_is_refused(docker_pair, project, docker_store
 
 @pytest.mark.slow
 def test_ensure_image_for_run_checks_the_packages(docker_pair, tmp_path):
-    from launcher.docker import imagebuild
+    from launcher.docker import runtime
     from launcher.errors import PackagesMismatch
 
     (a, _), _ = docker_pair
     recorded = _json(a / "container.json")
-    assert imagebuild.ensure_image_for_run(a) == recorded["image_id"]
+    assert runtime.ensure_image_for_run(a) == recorded["image_id"]
     # A copy whose image is gone and whose packages differ: the rebuild check refuses.
     copy = tmp_path / a.name
     shutil.copytree(a, copy)
@@ -172,7 +172,7 @@ def test_ensure_image_for_run_checks_the_packages(docker_pair, tmp_path):
     forged = {**recorded, "image_id": "sha256:" + "0" * 64, "packages_sha256": "f" * 64}
     (copy / "container.json").write_text(json.dumps(forged))
     with pytest.raises(PackagesMismatch, match="ffffffffffffffff"):
-        imagebuild.ensure_image_for_run(copy)
+        runtime.ensure_image_for_run(copy)
 
 
 @pytest.mark.slow
@@ -206,6 +206,9 @@ report = {
     "write_image": attempt(lambda: Path("/opt/launch/probe").write_text("x")),
     "write_tmp": attempt(lambda: Path("/tmp/probe").write_text("x")),
     "network": attempt(lambda: socket.create_connection(("1.1.1.1", 53), timeout=3)),
+    # Docker's own state, not the launcher's constants: the root mount's options and the interfaces.
+    "root_mount": next(line.split()[3].split(",") for line in open("/proc/self/mounts") if line.split()[1] == "/"),
+    "interfaces": sorted(os.listdir("/sys/class/net")),
 }
 Path(os.environ["LAUNCH_OUTPUT_DIR"], "report.json").write_text(json.dumps(report))
 """
@@ -228,6 +231,10 @@ def test_job_is_sandboxed(base_image, project, docker_store):
     assert report["write_tmp"] == "allowed"
     assert report["network"] != "allowed"
     assert not (project / "probe.txt").exists()
+    # Read-only root and no network, as the kernel sees them (uid 1000 alone could not write /opt/launch,
+    # and CI's daemon has no bridge: the two checks above would pass without the sandbox).
+    assert "ro" in report["root_mount"] and "rw" not in report["root_mount"], report["root_mount"]
+    assert report["interfaces"] == ["lo"], report["interfaces"]
 
 
 SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(600)\n"
@@ -245,7 +252,7 @@ def _start_sleeper(project: Path, store: Path) -> tuple[subprocess.Popen, Path]:
             f"train.script={q(script)}", f"store.root={q(store)}"]  # fmt: skip
     launcher = subprocess.Popen(
         argv, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)},  # the tree under test
     )  # fmt: skip
     for line in launcher.stdout:  # the job is running once the script says so
         if line.strip() == "ready":
@@ -256,7 +263,10 @@ def _start_sleeper(project: Path, store: Path) -> tuple[subprocess.Popen, Path]:
 @pytest.mark.slow
 def test_ctrl_c_stops_the_container(base_image, project, docker_store, daemon):
     launcher, run = _start_sleeper(project, docker_store)
-    assert len(_job_containers(daemon, run.name)) == 1
+    (container,) = _job_containers(daemon, run.name)
+    host = container.attrs["HostConfig"]  # what the daemon runs, not what the launcher records
+    assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True, host
+    assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     launcher.send_signal(signal.SIGINT)
     assert launcher.wait(timeout=60) == 130
     assert _job_containers(daemon, run.name) == []

@@ -232,7 +232,8 @@ def test_a_sigkilled_job_process_ends_interrupted_and_resumes(tmp_path, mnist_np
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert "Traceback" not in err
-    assert out.strip().splitlines()[-1] == f"[launch] run {run} INTERRUPTED: job killed by signal 9"
+    assert out.strip().splitlines()[-1] == (f"[launch] run {run} INTERRUPTED: job killed by signal 9; "
+                                            f"continue it with: launch resume {run}")
     status = _status(run)
     assert status["state"] == "interrupted" and not (run / "manifest.json").exists()
     _resumed_to_reference(run, reference)

@@ -30,16 +30,20 @@ def _start(store: Path, npz: Path) -> subprocess.Popen:
 
 
 def _kill_after_checkpoint(store: Path, npz: Path, epoch: int) -> Path:
-    """Start a strict run and SIGKILL its whole process group once checkpoint ``epoch`` exists."""
+    """Start a strict run and SIGKILL its launcher (only) once checkpoint ``epoch`` exists; its job
+    process dies with it (PR_SET_PDEATHSIG; a silent job is checked in test_interrupts.py)."""
     before = set(store.iterdir())
     proc = _start(store, npz)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         new = [p for p in set(store.iterdir()) - before if p.is_dir()]
         if new and (new[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             assert not (new[0] / "manifest.json").exists(), "the run finished before it could be killed"
+            gone = time.monotonic() + 10
+            while _processes_mentioning(new[0]) and time.monotonic() < gone:
+                time.sleep(0.05)
             return new[0]
         assert proc.poll() is None, "the run ended before its checkpoint"
         time.sleep(0.02)
@@ -65,12 +69,19 @@ def uninterrupted(launch, tmp_path, mnist_npz) -> dict:
     assert done.returncode == 0, done.stderr[-2000:]
     (run,) = [p for p in store.iterdir() if p.is_dir()]
     return {"result": _result(run), "metrics": (run / "metrics.jsonl").read_text(),
-            "trace": (run / "trace.jsonl").read_text()}  # fmt: skip
+            "trace": (run / "trace.jsonl").read_text(), "checkpoints": _checkpoints(run)}  # fmt: skip
+
+
+def _checkpoints(run: Path) -> list[str]:
+    return sorted(p.name for p in (run / "checkpoints").iterdir())
 
 
 def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, uninterrupted):
     run = _kill_after_checkpoint(store, mnist_npz, 1)
     assert json.loads((run / "status.json").read_text())["state"] == "running"
+    deadline = time.monotonic() + 10  # a killed process with a large address space takes a moment to go
+    while _processes_mentioning(run) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not _processes_mentioning(run), "the job process outlived its killed launcher"
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -83,6 +94,8 @@ def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, 
     job = json.loads((run / "job.json").read_text())
     assert job["resume"]["history"][-1]["from_epoch"] == result["resumed_from_epoch"]
     assert (run / "manifest.json").exists()
+    # checkpoint_every=1, checkpoint_keep=2 (the defaults): the two newest epochs, resumed or not.
+    assert _checkpoints(run) == uninterrupted["checkpoints"] == ["epoch-000002", "epoch-000003"]
     again = launch("resume", run)
     assert again.returncode == 2 and "is complete; nothing to resume" in again.stderr
 
@@ -104,6 +117,17 @@ def test_resume_refuses_a_changed_environment(launch, store, mnist_npz):
     done = launch("resume", run, env={"OMP_NUM_THREADS": "7"})
     assert done.returncode == 3 and "environment.OMP_NUM_THREADS" in done.stdout
     assert json.loads((run / "status.json").read_text())["state"] == "running"  # untouched
+
+
+def test_checkpoint_every_and_keep(launch, store, mnist_npz):
+    done = launch("train=mnist", "determinism=strict", "train.epochs=4", "train.batch_size=100",
+                  "train.max_samples=300", "train.checkpoint_every=2", "train.checkpoint_keep=1",
+                  f"train.data={mnist_npz}", f"store.root={store}")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (run,) = [p for p in store.iterdir() if p.is_dir()]
+    assert len(_result(run)["timings"]["checkpoint_s"]) == 2  # saved after epochs 2 and 4
+    assert _checkpoints(run) == ["epoch-000004"]  # and only the newest one kept
+    assert json.loads((run / "checkpoints" / "epoch-000004" / "checkpoint.json").read_text())["epoch"] == 4
 
 
 def test_resume_bad_input(launch, tmp_path):

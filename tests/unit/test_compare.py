@@ -160,3 +160,159 @@ def test_runs_whose_loss_became_nan_alike_are_identical():
         rec.metrics = [{"epoch": 1, "loss": float("nan")}]
         rec.result = {**rec.result, "final_metrics": {"loss": float("nan")}}
     assert compare.decide(a, b).verdict == "IDENTICAL"
+
+
+# ---------------------------------------------------------------- everything recorded is compared (issue 17)
+def test_output_files_that_differ_make_runs_different():
+    a, b = _record(), _record()
+    a.result = {**a.result, "outputs": {"model.npy": "h1", ".state": "s"}}
+    b.result = {**b.result, "outputs": {"model.npy": "h1", ".state": "s2"}}
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code, c.equal) == ("DIFFERENT", 1, False)
+    b.result["outputs"] = {"model.npy": "h1"}  # a file only one run wrote
+    assert compare.decide(a, b).verdict == "DIFFERENT"
+    b.result["outputs"] = dict(a.result["outputs"])
+    c = compare.decide(a, b)
+    assert c.verdict == "IDENTICAL" and "2 output files" in c.compared
+
+
+def test_final_metrics_that_differ_make_runs_different():
+    a, b = _record(metrics=[]), _record(metrics=[])
+    b.result = {**b.result, "final_metrics": {"loss": 0.25000000000000006}}
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code) == ("DIFFERENT", 1)
+    b.result["final_metrics"] = {"loss": 0.25}
+    c = compare.decide(a, b)
+    assert c.verdict == "IDENTICAL" and c.compared == ["weights", "final metrics"]
+    # With per-epoch metrics the final ones are not listed twice, but still compared.
+    a, b = _record(), _record()
+    b.result = {**b.result, "final_metrics": {"loss": 0.26}}
+    assert compare.decide(a, b).verdict == "DIFFERENT"
+    assert compare.compared_items(a, a) == ["weights", "2 epochs' metrics"]
+
+
+def test_a_metric_epoch_only_one_run_has_is_a_difference():
+    a, b = _record(), _record()
+    b.metrics = b.metrics[:1]
+    c = compare.decide(a, b)
+    assert (c.verdict, c.first_differing_epoch) == ("DIFFERENT", 2)
+    assert compare.compared_items(a, b) == ["weights", "1 epoch's metrics"]
+
+
+def test_weights_alone_or_layers_alone_make_runs_different():
+    a, b = _record(), _record()
+    b.result = {**b.result, "weights_sha256": "other"}
+    c = compare.decide(a, b)
+    assert (c.verdict, c.differing_layers, c.first_differing_epoch) == ("DIFFERENT", [], None)
+    b = _record()
+    b.result = {**b.result, "layer_sha256": {"conv1": "c1", "logits": "l2"}}
+    assert compare.decide(a, b).differing_layers == ["logits"]
+
+
+def test_a_run_with_no_weights_says_what_was_compared():
+    a, b = _record(), _record()
+    for r in (a, b):
+        r.result = {**r.result, "weights_sha256": None}
+    c = compare.decide(a, b)
+    assert c.verdict == "IDENTICAL" and c.compared == ["2 epochs' metrics"]
+    assert c.notes == ["no weights were recorded: compared what is listed above"]
+    text = compare.report(c, Path("a"), Path("b"))
+    assert text.splitlines() == ["IDENTICAL: 2 epochs' metrics is bitwise equal",
+                                 "  no weights were recorded: compared what is listed above"]  # fmt: skip
+
+
+def test_recorded_anything_counts_each_kind_of_result():
+    empty = _record(metrics=[], result={"weights_sha256": None, "final_metrics": {}, "outputs": {}})
+    assert not compare.recorded_anything(empty)
+    for change in ({"metrics": [{"epoch": 1}]}, {"steps": _steps()}, {"result": {"weights_sha256": "w"}},
+                   {"result": {"outputs": {"f": "h"}}}, {"result": {"final_metrics": {"loss": 1.0}}}):  # fmt: skip
+        assert compare.recorded_anything(_record(**{"metrics": [], "result": {}, **change})), change
+
+
+def test_a_single_traced_step_and_one_output_file_are_named_in_the_singular():
+    step = _steps()[:1]
+    a = _record(metrics=[], steps=step, result={"outputs": {"f": "h"}})
+    assert compare.compared_items(a, _record(metrics=[], steps=step, result={"outputs": {"f": "h"}})) == [
+        "1 output file", "1 traced step"]  # fmt: skip
+
+
+# ---------------------------------------------------------------- --tolerance reads the weights (issue 17)
+def _weights_file(path: Path, **arrays) -> Path:
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        group = f.create_group("layers").create_group("dense").create_group("vars")
+        for name, value in arrays.items():
+            group.create_dataset(name, data=value)
+    return path
+
+
+def _with_weights(tmp_path: Path, name: str, **arrays) -> compare.RunRecord:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    _weights_file(run_dir / "model.weights.h5", **arrays)
+    rec = _other_tensorflow() if name == "b" else _record()
+    rec.path = run_dir
+    rec.result = {**rec.result, "weights_file": "model.weights.h5"}
+    return rec
+
+
+def test_read_weights_reads_every_array_of_the_file_by_path(tmp_path):
+    import numpy as np
+
+    rec = _with_weights(tmp_path, "a", **{"0": np.ones((2, 3), np.float32), "1": np.zeros(3, np.float32)})
+    got = compare.read_weights(rec)
+    assert sorted(got) == ["layers/dense/vars/0", "layers/dense/vars/1"]
+    assert got["layers/dense/vars/0"].shape == (2, 3) and got["layers/dense/vars/1"].tolist() == [0, 0, 0]
+    assert compare.read_weights(_record()) == {}  # no weights file: nothing to read
+
+
+def test_tolerance_compares_the_weights_themselves(tmp_path):
+    import numpy as np
+
+    kernel = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    a = _with_weights(tmp_path, "a", **{"0": kernel, "1": np.zeros(3, np.float32)})
+    near = _with_weights(tmp_path, "b", **{"0": kernel + np.float32(1e-7), "1": np.zeros(3, np.float32)})
+    assert compare.decide_equivalent(a, near, rtol=0, atol=1e-6).verdict == "EQUIVALENT"
+    c = compare.decide_equivalent(a, near, rtol=0, atol=1e-9)
+    assert (c.verdict, c.exit_code) == ("NOT EQUIVALENT", 1)
+    assert c.notes == ["weight layers/dense/vars/0: max abs difference 1.19e-07"]
+
+
+def test_tolerance_reports_weights_of_another_shape_or_name(tmp_path):
+    import numpy as np
+
+    a = _with_weights(tmp_path, "a", **{"0": np.zeros((2, 3), np.float32)})
+    b = _with_weights(tmp_path, "b", **{"0": np.zeros((3, 2), np.float32), "extra": np.zeros(1, np.float32)})
+    c = compare.decide_equivalent(a, b, rtol=1, atol=1)
+    assert c.verdict == "NOT EQUIVALENT"
+    assert c.notes == ["the runs' weights have different names", "weight layers/dense/vars/0: shape (2, 3) vs (3, 2)"]
+
+
+def test_tolerance_compares_every_epoch_and_every_metric():
+    b = _other_tensorflow()
+    b.metrics = [{"epoch": 1, "loss": 0.5}]
+    c = compare.decide_equivalent(_record(), b, rtol=1, atol=1)
+    assert c.notes == ["epoch counts differ: 2 vs 1"]
+    b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25, "accuracy": 0.9}]
+    c = compare.decide_equivalent(_record(), b, rtol=1, atol=1)
+    assert c.notes == ["epoch 2: accuracy None vs 0.9"]
+    b.metrics = [{"epoch": 1, "loss": 0.5 + 2e-6}, {"epoch": 2, "loss": 0.25}]
+    assert compare.decide_equivalent(_record(), b, rtol=0, atol=1e-6).notes == ["epoch 1: loss 0.5 vs 0.500002"]
+    assert compare.decide_equivalent(_record(), b, rtol=0, atol=3e-6).verdict == "EQUIVALENT"
+    assert compare.decide_equivalent(_record(), b, rtol=1e-5, atol=0).verdict == "EQUIVALENT"  # relative
+
+
+def test_tolerance_admits_the_launcher_version_and_software_but_not_code_or_config():
+    b = _record()
+    b.fingerprint = copy.deepcopy(b.fingerprint)
+    b.fingerprint["code"]["launcher_version"] = "0.2.0+src.def"
+    b.fingerprint["software"]["numpy"] = "2.5.0"
+    c = compare.decide_equivalent(_record(), b, rtol=0, atol=0)
+    assert c.verdict == "EQUIVALENT" and [d[0] for d in c.differences] == ["software.numpy", "code.launcher_version"]
+    b.fingerprint["code"]["modules"]["helper"]["sha256"] = "h2"
+    c = compare.decide_equivalent(_record(), b, rtol=0, atol=0)
+    assert c.verdict == "REFUSED" and [d[0] for d in c.differences] == ["code.modules.helper"]
+    assert c.notes == ["--tolerance admits differences in software only"]
+    forced = compare.decide_equivalent(_record(), b, rtol=0, atol=0, force=True)
+    assert forced.verdict == "EQUIVALENT" and len(forced.differences) == 3

@@ -91,6 +91,16 @@ def test_an_unsealed_run_is_incomplete(tmp_path):
         runs.verify_seal(run_dir)
 
 
+@pytest.mark.parametrize("state, hint", [("failed", ""), ("interrupted", "; `launch resume {run_dir}` continues it")])
+def test_an_unsealed_run_says_its_state_and_whether_resume_continues_it(tmp_path, state, hint):
+    run_dir = _make_run(tmp_path)
+    runs.set_status(run_dir, state)
+    with pytest.raises(SealError) as info:
+        runs.verify_seal(run_dir)
+    assert str(info.value) == f"run {run_dir.name} is not complete (state: {state}; no manifest.json)" + hint.format(
+        run_dir=run_dir)  # fmt: skip
+
+
 def test_not_a_run(tmp_path):
     with pytest.raises(RunNotFound, match="does not exist"):
         runs.verify_seal(tmp_path / "missing")
@@ -107,3 +117,92 @@ def test_a_corrupt_manifest_is_refused(tmp_path):
     _tamper(run_dir / "manifest.json", json.dumps({"schema": 99, "files": {}}).encode())
     with pytest.raises(SealError, match="unknown schema"):
         runs.verify_seal(run_dir)
+
+
+# ---------------------------------------------------------------- the seal covers every file (issue 17)
+def _make_run_with_hidden_files(store):
+    run_dir = _make_run(store)
+    runs.write_bytes(run_dir / "outputs" / ".state", b"step=3\n")  # a job's own hidden file
+    runs.write_bytes(run_dir / "outputs" / "manifest.json", b"{}")  # a job's file named like the seal's
+    debris = run_dir / "checkpoints" / ".tmp-epoch-000002"  # a checkpoint write a SIGKILL cut short
+    debris.mkdir(parents=True)
+    (debris / "state.index").write_bytes(b"torn")
+    (run_dir / ".config.yaml.k3j2.tmp").write_bytes(b"seed: 1\n")  # an atomic write a SIGKILL cut short
+    return run_dir
+
+
+def test_the_seal_lists_hidden_files_and_leftovers_and_drops_the_reserve(tmp_path):
+    run_dir = _make_run_with_hidden_files(tmp_path)
+    assert (run_dir / runs.RESERVE).exists()  # every unsealed run has one (disk-full handling)
+    manifest = runs.seal(run_dir)
+    assert set(manifest["files"]) == {
+        "config.yaml", "result.json", "status.json", "outputs/model.bin", "outputs/.state",
+        "outputs/manifest.json", "checkpoints/.tmp-epoch-000002/state.index", ".config.yaml.k3j2.tmp",
+    }  # fmt: skip
+    assert not (run_dir / runs.RESERVE).exists()  # deleted before the listing: a sealed run has none
+    assert manifest["files"]["outputs/.state"] == runs.file_sha256(run_dir / "outputs" / ".state")
+    assert runs.verify_seal(run_dir) == run_dir
+
+
+@pytest.mark.parametrize("name", ["outputs/.state", "outputs/manifest.json", ".config.yaml.k3j2.tmp",
+                                  "checkpoints/.tmp-epoch-000002/state.index"])  # fmt: skip
+def test_a_changed_hidden_file_is_refused(tmp_path, name):
+    run_dir = _make_run_with_hidden_files(tmp_path)
+    runs.seal(run_dir)
+    _tamper(run_dir / name, b"tampered")
+    with pytest.raises(SealError, match=f"was modified: {name} changed after sealing") as info:
+        runs.verify_seal(run_dir)
+    assert info.value.path == name and info.value.exit_code == 4
+
+
+@pytest.mark.parametrize("name", [".added", "outputs/.added", runs.RESERVE, ".status.json.x1y2.tmp",
+                                  "checkpoints/.tmp-epoch-000003/state.index", "outputs/sub/.deep"])  # fmt: skip
+def test_an_added_hidden_file_is_refused(tmp_path, name):
+    run_dir = _make_run_with_hidden_files(tmp_path)
+    runs.seal(run_dir)
+    for directory in [run_dir, *(p for p in run_dir.rglob("*") if p.is_dir())]:
+        directory.chmod(0o755)  # the files stay read-only and unchanged
+    target = run_dir / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(b"x")
+    with pytest.raises(SealError, match=f"{name} was added after sealing") as info:
+        runs.verify_seal(run_dir)
+    assert info.value.path == name
+
+
+def test_a_removed_hidden_file_is_refused(tmp_path):
+    run_dir = _make_run_with_hidden_files(tmp_path)
+    runs.seal(run_dir)
+    (run_dir / "outputs").chmod(0o755)
+    (run_dir / "outputs" / ".state").unlink()
+    with pytest.raises(SealError, match=r"outputs/\.state is missing") as info:
+        runs.verify_seal(run_dir)
+    assert info.value.path == "outputs/.state"
+
+
+def test_a_run_whose_reserve_was_freed_seals(tmp_path):
+    run_dir = _make_run(tmp_path)
+    (run_dir / runs.RESERVE).unlink()  # freed on a full disk (set_status), or never made
+    assert ".reserve" not in runs.seal(run_dir)["files"]
+    assert runs.verify_seal(run_dir) == run_dir
+
+
+def test_a_manifest_without_a_file_table_is_refused(tmp_path):
+    run_dir = _make_run(tmp_path)
+    runs.seal(run_dir)
+    for manifest in ({"schema": runs.MANIFEST_SCHEMA, "files": ["config.yaml"]}, {"schema": runs.MANIFEST_SCHEMA}):
+        _tamper(run_dir / "manifest.json", json.dumps(manifest).encode())
+        with pytest.raises(SealError, match="unknown schema") as info:
+            runs.verify_seal(run_dir)
+        assert info.value.path == "manifest.json"
+
+
+def test_the_manifest_format_is_schema_1_stored_runs_keep_verifying(tmp_path):
+    run_dir = _make_run(tmp_path)
+    manifest = runs.seal(run_dir)
+    assert manifest["schema"] == 1 and set(manifest) == {"schema", "files"}
+    assert json.loads((run_dir / "manifest.json").read_text()) == manifest
+    files = {name: runs.file_sha256(run_dir / name) for name in ("config.yaml", "outputs/model.bin", "result.json",
+                                                                  "status.json")}  # fmt: skip
+    _tamper(run_dir / "manifest.json", json.dumps({"schema": 1, "files": files}).encode())  # as a stored run has it
+    assert runs.verify_seal(run_dir) == run_dir

@@ -170,11 +170,21 @@ def test_bad_input_is_one_line_before_any_job(overrides, message, store):
     assert "\n" not in str(info.value)
 
 
+def too_many_slots() -> int:
+    """A slot count this machine cannot give, whatever it has: more than its cores and GPUs together."""
+    import os
+
+    from launcher.record import probes
+
+    return len(os.sched_getaffinity(0)) + len(probes.hardware()["gpus"]) + 1
+
+
 def test_cli_reports_bad_sweeps_with_exit_2_and_creates_nothing(store, capsys):
     assert cli.main(["-m", "+seed=range(0)", _store_arg(store)]) == 2
-    assert cli.main(["-m", "+seed=1,2", "runtime.slots=99", _store_arg(store)]) == 2
+    assert cli.main(["-m", "+seed=1,2", f"runtime.slots={too_many_slots()}", _store_arg(store)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("launch: error: ") for line in err)
+    assert f"runtime.slots={too_many_slots()} but this machine has" in err[1]
     assert list(store.iterdir()) == []
 
 
@@ -231,8 +241,8 @@ class FakeJob:
         self.calls: list[dict] = []
         self.status, self.error = status, error
 
-    def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env):
-        self.calls.append(dict(store_root=store_root, cwd=cwd, cpus=cpus, echo=echo,
+    def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env, track):
+        self.calls.append(dict(store_root=store_root, cwd=cwd, cpus=cpus, echo=echo, track=track,
                                extra_env=extra_env, env=dict(__import__("os").environ)))  # fmt: skip
         if self.error:
             raise self.error
@@ -260,6 +270,7 @@ def test_run_job_runs_in_a_slot_and_records_the_outcome(tmp_path, monkeypatch):
     assert record["weights_sha256"] == "ab" * 32 and record["final_metrics"] == {"loss": 0.5}
     (call,) = fake.calls
     assert call["cpus"] == frozenset({0}) and call["echo"] is False and call["extra_env"] == {}
+    assert call["track"] is False  # MLflow: the sweep logs its jobs as its children, at the end
     assert "OMP_NUM_THREADS" not in call["env"]  # launch's environment, not the worker's
     assert json.loads((d / "jobs" / "007.json").read_text()) == record
 
@@ -315,13 +326,17 @@ def test_first_ctrl_c_asks_to_stop_the_second_aborts(tmp_path, capsys):
     import os
     import signal
 
-    with pytest.raises(KeyboardInterrupt), sweep._stop_on_ctrl_c(tmp_path):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.1)
-        assert (tmp_path / sweep.STOP).exists()
-        assert "queued jobs will not start" in capsys.readouterr().err
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(1)
+    try:
+        with sweep._stop_on_ctrl_c(tmp_path):
+            os.kill(os.getpid(), signal.SIGINT)  # the first: no KeyboardInterrupt, a STOP file
+            time.sleep(0.1)
+            assert (tmp_path / sweep.STOP).exists()
+            assert "queued jobs will not start" in capsys.readouterr().err
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)  # the second aborts
+                time.sleep(1)
+    except KeyboardInterrupt:
+        pytest.fail("the first Ctrl-C raised KeyboardInterrupt: it must only ask the sweep to stop")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 

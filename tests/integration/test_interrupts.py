@@ -1,0 +1,152 @@
+"""Ctrl-C and a killed launcher, with real signals to real processes (issue 17).
+
+A silent job (it prints ``ready``, then sleeps) stands in for a long training run: it never
+writes to its output after starting, so nothing but the launcher's own handling (Ctrl-C passed
+to the job; PR_SET_PDEATHSIG when the launcher is killed) can end it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, q
+
+pytestmark = pytest.mark.slow
+
+SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(600)\n"
+
+
+@pytest.fixture
+def sleeper(tmp_path: Path) -> Path:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    return script
+
+
+@pytest.fixture
+def _launch(store):
+    """Start `launch` in its own session; whatever a test leaves running is killed after it."""
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str, cwd: Path) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # fmt: skip
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher's group: its jobs too, if any were left
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    for pid in _pids_mentioning(store):  # a job whose launcher died first has left the group's tree
+        os.kill(pid, signal.SIGKILL)
+
+
+def _ready(proc: subprocess.Popen) -> list[str]:
+    """The launcher's output up to the job's ``ready`` (the job is then sleeping)."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.strip() == "ready":
+            return lines
+    pytest.fail(f"the job never started (exit {proc.wait()}): {''.join(lines)[-2000:]} {proc.stderr.read()[-2000:]}")
+
+
+def _pids_mentioning(path: Path) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in text and int(cmdline.parent.name) != os.getpid():
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def _gone(path: Path, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while _pids_mentioning(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _only_run(store: Path) -> Path:
+    (run,) = [p for p in store.iterdir() if p.is_dir()]
+    return run
+
+
+def test_ctrl_c_to_the_launcher_ends_a_local_run_interrupted_with_130(store, sleeper, tmp_path, _launch):
+    proc = _launch("train=script", f"train.script={q(sleeper)}", f"store.root={q(store)}", cwd=tmp_path)
+    _ready(proc)
+    run = _only_run(store)
+    proc.send_signal(signal.SIGINT)  # to the launcher alone: it passes Ctrl-C on to its job
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert out.strip().splitlines()[-1].startswith(f"[launch] run {run} INTERRUPTED"), out[-2000:]
+    assert "Traceback" not in err
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted" and not (run / "manifest.json").exists()
+    assert _gone(run, 10), "the job outlived its interrupted launcher"
+    refused = subprocess.run([sys.executable, "-m", "launcher", "compare", str(run), str(run)], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert refused.returncode == 4 and "is not complete (state: interrupted" in refused.stderr
+
+
+def test_a_silent_job_does_not_outlive_its_sigkilled_launcher(store, sleeper, tmp_path, _launch):
+    proc = _launch("train=script", f"train.script={q(sleeper)}", f"store.root={q(store)}", cwd=tmp_path)
+    _ready(proc)
+    run = _only_run(store)
+    assert _pids_mentioning(run), "no job process to watch"
+    os.kill(proc.pid, signal.SIGKILL)  # the launcher only; the job is asleep and writes nothing
+    proc.wait()
+    proc.stdout.close(), proc.stderr.close()
+    assert _gone(run, 5), "the job process outlived its SIGKILLed launcher (PR_SET_PDEATHSIG)"
+    assert json.loads((run / "status.json").read_text())["state"] == "running"  # nobody left to say otherwise
+
+
+@pytest.mark.parametrize("slots", [1, 2])  # 1: joblib runs the job inside `launch`; 2: in loky workers
+def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(store, sleeper, tmp_path, slots,
+                                                                                _launch):
+    from launcher.sweep.multirun import hydra_quote
+
+    jobs = slots + 2
+    proc = _launch("-m", "train=script", f"train.script={hydra_quote(str(sleeper))}", f"+seed=range({jobs})",
+                   f"runtime.slots={slots}", f"store.root={hydra_quote(str(store))}", cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # the jobs' output goes to their logs, not to the terminal
+        if len([p for p in store.glob("*/log.txt") if "ready" in p.read_text(errors="replace")]) == slots:
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    else:
+        pytest.fail("the sweep's first jobs did not start")
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the whole foreground process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "[sweep] interrupted: running jobs stop, queued jobs will not start" in err
+    assert "Traceback" not in err
+    (sweep_dir,) = (store / "sweeps").iterdir()
+    records = json.loads((sweep_dir / "summary.json").read_text())["jobs"]
+    assert [j["status"] for j in records] == ["interrupted"] * jobs, records
+    assert ["not started" in j["error"] for j in records] == [False] * slots + [True] * 2, records
+    ran = [p for p in store.iterdir() if p.is_dir() and p.name != "sweeps"]
+    assert len(ran) == slots  # no queued job started
+    for run in ran:
+        assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
+        assert _gone(run, 10)

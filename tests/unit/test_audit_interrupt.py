@@ -1,0 +1,81 @@
+"""The audit's report is written whatever stops it: Ctrl-C in a job, Ctrl-C between jobs, a crash (issue 17)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.run.job import Outcome
+from launcher.verdict import audit
+
+
+def _audit(tmp_path: Path, monkeypatch, job_run) -> tuple[int | type, Path, list[str]]:
+    monkeypatch.setattr("launcher.run.job.run", job_run)
+    printed: list[str] = []
+    store = tmp_path / "store"
+    try:
+        code = audit.run([f"store.root={store}", "audit.knobs=[level]"], echo=printed.append)
+    except RuntimeError:
+        code = RuntimeError
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the audit: it must end it with its report and exit 130")
+    (audit_dir,) = (store / "audits").iterdir()
+    return code, audit_dir, printed
+
+
+def _report(audit_dir: Path) -> dict:
+    assert not (audit_dir / "audit.json").stat().st_mode & 0o222  # read-only once written
+    assert not (audit_dir / "audit.txt").stat().st_mode & 0o222
+    return json.loads((audit_dir / "audit.json").read_text())
+
+
+def test_ctrl_c_in_a_job_ends_the_audit_with_its_report_and_exit_130(tmp_path, monkeypatch):
+    calls = []
+
+    def interrupted(cfg, echo=True):
+        calls.append(cfg)
+        return Outcome(tmp_path / "store" / "20261123-120000-abcdef", "interrupted", 0, returncode=130)
+
+    code, audit_dir, printed = _audit(tmp_path, monkeypatch, interrupted)
+    assert code == 130 and len(calls) == 1  # no run starts after the interrupted one
+    report = _report(audit_dir)
+    assert [(r["knob"], r["status"], r["run"]) for r in report["rows"]] == [
+        ("repeat", "interrupted", "20261123-120000-abcdef")]  # fmt: skip
+    assert report["verdict"]["interrupted"] is True and report["verdict"]["stable"] is None
+    text = (audit_dir / "audit.txt").read_text()
+    assert "interrupted: the audit is incomplete" in text and text.strip() in "\n".join(printed)
+    assert printed[-1] == f"[audit] saved {audit_dir / 'audit.txt'} and audit.json"
+
+
+def test_ctrl_c_between_jobs_still_writes_the_report(tmp_path, monkeypatch):
+    def ctrl_c(cfg, echo=True):
+        raise KeyboardInterrupt
+
+    code, audit_dir, _ = _audit(tmp_path, monkeypatch, ctrl_c)
+    assert code == 130
+    report = _report(audit_dir)
+    assert [(r["knob"], r["value"], r["status"]) for r in report["rows"]] == [("-", "-", "interrupted")]
+    assert report["seed"] == 0 and report["options"]["knobs"] == ["level"] and report["schema"] == 1
+
+
+def test_a_crash_still_writes_the_report_and_is_raised(tmp_path, monkeypatch):
+    def crash(cfg, echo=True):
+        raise RuntimeError("bug")
+
+    code, audit_dir, printed = _audit(tmp_path, monkeypatch, crash)
+    assert code is RuntimeError
+    report = _report(audit_dir)
+    assert report["rows"] == [] and report["verdict"]["interrupted"] is True
+    assert printed == [printed[0]] and printed[0].startswith("[audit] 4 runs of train=mnist")
+
+
+def test_a_job_that_fails_as_configured_ends_the_audit_with_exit_1(tmp_path, monkeypatch):
+    def failing(cfg, echo=True):
+        return Outcome(tmp_path / "store" / "20261123-120000-abcdef", "failed", 0, error="boom")
+
+    code, audit_dir, _ = _audit(tmp_path, monkeypatch, failing)
+    assert code == 1
+    rows = _report(audit_dir)["rows"]
+    assert [(r["status"], r["note"]) for r in rows] == [("failed", "boom")]
