@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from common import tree_env
+
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 7
 
 PROGRAMS = {
@@ -39,7 +41,7 @@ PROGRAMS = {
 
 def wall(code: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=tree_env())
     return time.perf_counter() - start
 
 

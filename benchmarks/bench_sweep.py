@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import tree_env
+
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = 4
 SLOTS = 2
@@ -48,7 +50,7 @@ def own_cpu_s() -> float:
 
 def launch(args: list[str]) -> str:
     done = subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+                          text=True, stdin=subprocess.DEVNULL, env=tree_env())  # fmt: skip
     if done.returncode != 0:
         sys.exit(f"launch {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return done.stdout

@@ -8,17 +8,28 @@ command prints its tail and ends the benchmark with exit status 1, never a trace
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tree_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: ours) with this checkout first on PYTHONPATH: a benchmark measures the
+    tree it is in, not whatever copy of the launcher is installed."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), out.get("PYTHONPATH")]))
+    return out
+
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     """Wall seconds of one whole command, and its stdout."""
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    done = subprocess.run(argv, capture_output=True, text=True, env=tree_env(env), cwd=tempfile.gettempdir())
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(argv)}\n{(done.stdout + done.stderr)[-3000:]}")
     return time.perf_counter() - start, done.stdout
