@@ -104,7 +104,7 @@ def test_fingerprint_schema_and_key_fields(two_threads_runs):
     assert fp["software"]["tensorflow"] and "is_cuda_build" in fp["software"]["tf_build"]
     assert len(fp["software"]["packages_sha256"]) == 64
     assert any(p.startswith("keras==") for p in fp["software"]["packages"])
-    assert fp["environment"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert fp["environment"]["TF_ENABLE_ONEDNN_OPTS"] == "1"  # strict's default: oneDNN on
     assert fp["determinism"]["intra_op_threads"] == 1 and fp["determinism"]["op_determinism"] is True
     ((data_path, digest),) = fp["data"].items()
     assert digest == hashlib.sha256(Path(data_path).read_bytes()).hexdigest()

@@ -102,7 +102,7 @@ def test_strict_applies_every_setting_in_the_job_process(launch, store, tmp_path
                             "determinism.intra_op_threads=2", "determinism.inter_op_threads=1")  # fmt: skip
     assert facts["seed_arg"] == facts["launcher_seed"] == 5
     assert facts["env"] == {"PYTHONHASHSEED": "5", "TF_DETERMINISTIC_OPS": "1", "TF_CUDNN_DETERMINISTIC": "1",
-                            "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TF_ENABLE_ONEDNN_OPTS": "0"}  # fmt: skip
+                            "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TF_ENABLE_ONEDNN_OPTS": "1"}  # fmt: skip
     assert facts["op_determinism"] is True
     assert (facts["intra"], facts["inter"]) == (2, 1)
     effective = _json(run / "fingerprint.json")["determinism"]
