@@ -13,16 +13,19 @@ else. Rather than ask the user, the job process reports what it actually used:
   and the sha256 of its ``RECORD`` (the file list with every file's hash);
 - **libraries**: the other shared libraries mapped (libm, libstdc++, libgomp, ...),
   hashed by content;
-- **data**: the files the job opened for reading (seen by ``launcher.run.reads``),
-  except code, libraries, the Python installation, system directories, caches and
-  the run directory itself, hashed by content.
+- **data**: the files the job opened for reading (seen by ``launcher.run.reads``), and
+  the files found by its directory listings that existed before it started (a file
+  read by native code is found by a listing first), except code, libraries, the Python
+  installation, system directories, caches and run directories, hashed by content.
 
-Classification is pure (``classify``, ``parse_maps``, ``data_files``), tested on
-recorded paths; ``gather`` does the I/O in the job process.
+Classification is pure (``classify``, ``parse_maps``, ``data_files``,
+``listed_files``), tested on recorded paths; ``gather`` does the I/O in the job
+process.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -113,6 +116,20 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
             continue
         out.append(opened_as)
     return out
+
+
+# A run directory holds these: what a listing finds inside one is the launcher's record.
+RUN_MARKERS = ("job.json", "status.json")
+
+
+def listed_files(found: Iterable[tuple[str, int]], started_ns: int) -> list[str]:
+    """The files of ``found`` ((path, mtime in ns) from the job's listings) that count as read.
+
+    A file modified after the job started is its output (a checkpoint TensorFlow wrote
+    natively, a log), not its input; every other file a listing found may have been read
+    by native code the job ran, so it counts.
+    """
+    return sorted({path for path, mtime_ns in found if mtime_ns < started_ns})
 
 
 def display_name(path: str, launch_dir: str) -> str:
@@ -226,6 +243,36 @@ def _files_below(path: str) -> list[str]:
     return [path]
 
 
+def _in_a_run(directory: str, depth: int = 3) -> bool:
+    """Whether ``directory`` is a run directory or lies in one (outputs/, checkpoints/, ...)."""
+    for _ in range(depth + 1):
+        if all(os.path.isfile(os.path.join(directory, marker)) for marker in RUN_MARKERS):
+            return True
+        directory = os.path.dirname(directory)
+    return False
+
+
+def _scan(listed: Iterable[str], patterns: Iterable[str]) -> list[tuple[str, int]]:
+    """(path, mtime in ns) of each regular file in a listed directory or matching a pattern."""
+    found = []
+    for directory in listed:
+        if _in_a_run(directory):
+            continue
+        try:
+            with os.scandir(directory) as entries:
+                found += [(e.path, e.stat().st_mtime_ns) for e in entries if e.is_file()]
+        except OSError:
+            continue
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            try:
+                if os.path.isfile(path) and not _in_a_run(os.path.dirname(path)):
+                    found.append((path, os.stat(path).st_mtime_ns))
+            except OSError:
+                continue
+    return found
+
+
 def distribution_identity(name: str) -> dict | None:
     """{"version", "record_sha256"} of an installed distribution, or None when it is not installed."""
     try:
@@ -243,14 +290,22 @@ def gather(
     explicit: Iterable[str] = (),
     modules: Mapping[str, object] | None = None,
     maps_text: str | None = None,
+    listed: Iterable[str] = (),
+    patterns: Iterable[str] = (),
+    started_ns: int = 0,
 ) -> dict:
     """code.modules, software.distributions, software.libraries and data, measured now.
 
     A data file whose stat changed after the job first read it gets a value no other run
     can have, so the key can never call two such runs comparable. ``explicit`` are files
-    and directories the job named as data itself.
+    and directories the job named as data itself; ``listed`` and ``patterns`` the
+    directories it listed and the globs native code matched, whose files from before
+    ``started_ns`` count as read.
     """
     r = roots(run_dir)
+    opened = dict(opened)
+    for path in listed_files(_scan(listed, patterns), started_ns):
+        opened.setdefault(path, {"read": True, "written_first": False, "stat": stat_key(path)})
     if maps_text is None:
         try:
             maps_text = Path("/proc/self/maps").read_text()

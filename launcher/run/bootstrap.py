@@ -99,6 +99,7 @@ def _run(run_dir: Path) -> None:
     facts = fingerprint.job_facts(effective, {})
     runs.write_json(run_dir / JOB_FACTS, facts)
     bootstrap_s = time.perf_counter() - started
+    reads.watch_listings()
     result = tasks.get(cfg.train.name)(ctx)
     result.setdefault("final_metrics", {})
     result.setdefault("weights_sha256", None)
@@ -120,7 +121,9 @@ def _run(run_dir: Path) -> None:
             print(f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "
                   "the fingerprint records what it ran with", flush=True)  # fmt: skip
     final.update(ctx.effective)
-    used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()), explicit=reads.explicit)
+    reads.stop()
+    used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()), explicit=reads.explicit,
+                        listed=reads.listed, patterns=reads.patterns, started_ns=reads.started_ns)  # fmt: skip
     facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
     timings["fingerprint_s"] = time.perf_counter() - measured
     runs.write_json(run_dir / JOB_FACTS, facts)

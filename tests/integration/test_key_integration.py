@@ -75,6 +75,31 @@ def test_a_data_file_the_script_opens_itself_is_in_the_key(launch, store, mnist_
     _refused_on(launch("replay", a, cwd=tmp_path), "data.mnist.npz")
 
 
+def _png(path: Path, image: np.ndarray) -> None:
+    from PIL import Image  # Pillow comes with matplotlib, a test extra
+
+    Image.fromarray(image).save(path)
+
+
+def test_files_read_by_native_code_are_found_by_the_listing(launch, store, mnist_npz, tmp_path):
+    # image_dataset_from_directory lists the folders in Python, then TensorFlow's native code
+    # opens each PNG inside a tf.data map: the listing is what the launcher sees.
+    with np.load(mnist_npz) as f:
+        images, labels = f["x_train"][:120], f["y_train"][:120]
+    for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+        (tmp_path / "imgs" / str(label)).mkdir(parents=True, exist_ok=True)
+        _png(tmp_path / "imgs" / str(label) / f"{i:03d}.png", image)
+    a = _run(launch, store, SCRIPTS / "image_dir.py", "imgs", cwd=tmp_path)
+    b = _run(launch, store, SCRIPTS / "image_dir.py", "imgs", cwd=tmp_path)
+    data = json.loads((a / "fingerprint.json").read_text())["data"]
+    assert len(data) == 120 and all(name.startswith("imgs/") for name in data), sorted(data)[:5]
+    assert launch("compare", a, b).returncode == 0
+    changed = sorted((tmp_path / "imgs" / str(labels[0])).iterdir())[0]
+    _png(changed, 255 - images[int(changed.stem)])
+    c = _run(launch, store, SCRIPTS / "image_dir.py", "imgs", cwd=tmp_path)
+    _refused_on(launch("compare", a, c), f"data.imgs/{labels[0]}/{changed.name}")
+
+
 def test_onednn_isa_is_refused_and_log_verbosity_is_not(launch, store, mnist_npz):
     quiet = quick_run(launch, store, mnist_npz, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     chatty = quick_run(launch, store, mnist_npz, env={"TF_CPP_MIN_LOG_LEVEL": "0"})

@@ -1,0 +1,163 @@
+"""What a job used: the pure classification of paths, and what the job process records."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from launcher.record import usage
+from launcher.run import reads
+
+ROOTS = usage.Roots(
+    site=("/py/lib/python3.11/site-packages",),
+    python=("/py",),
+    launcher="/src/launcher",
+    ignored=("/store/run-1",),
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/src/launcher/run/job.py", "launcher"),
+        ("/py/lib/python3.11/site-packages/keras/__init__.py", "site"),
+        ("/py/lib/python3.11/json/__init__.py", "python"),
+        ("/home/me/project/helper.py", "user"),
+        ("/pyx/thing.py", "user"),  # a sibling whose name starts like a root is not under it
+    ],
+)
+def test_classify(path, kind):
+    assert usage.classify(path, ROOTS) == kind
+
+
+def test_parse_maps_keeps_shared_libraries_in_first_mapped_order():
+    text = "\n".join([
+        "7f00-7f01 r--p 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libm.so.6",
+        "7f01-7f02 r-xp 00001000 08:01 1 /usr/lib/x86_64-linux-gnu/libm.so.6",
+        "7f02-7f03 r--p 00000000 08:01 2 /py/lib/python3.11/site-packages/tensorflow/libtensorflow_cc.so.2",
+        "7f03-7f04 rw-p 00000000 00:00 0 [heap]",
+        "7f04-7f05 r--p 00000000 08:01 3 /tmp/gone.so (deleted)",
+        "7f05-7f06 r--p 00000000 08:01 4 /data/weights.bin",
+    ])  # fmt: skip
+    assert usage.parse_maps(text) == [
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/py/lib/python3.11/site-packages/tensorflow/libtensorflow_cc.so.2",
+    ]
+
+
+def test_data_files_are_what_the_job_read_and_nothing_else(tmp_path):
+    home = tmp_path / "home"
+    for name in ("data.npz", "out.txt", "helper.py", "keras.json", "ext.so"):
+        (tmp_path / name).write_text("x")
+    (home / ".cache").mkdir(parents=True)
+    (home / ".cache" / "c.bin").write_text("x")
+    read = {"read": True, "written_first": False}
+    opened = {
+        str(tmp_path / "data.npz"): read,
+        str(tmp_path / "out.txt"): {"read": True, "written_first": True},  # its own output
+        str(tmp_path / "helper.py"): read,  # code
+        str(tmp_path / "keras.json"): read,  # created by Keras on first import
+        str(tmp_path / "ext.so"): read,  # a library
+        str(home / ".cache" / "c.bin"): read,  # a cache
+        str(tmp_path / "missing.npz"): read,  # gone by now
+        str(tmp_path / "written.npz"): {"read": False, "written_first": True},
+    }
+    assert usage.data_files(opened, ROOTS, str(home)) == [str(tmp_path / "data.npz")]
+
+
+def test_listed_files_are_those_from_before_the_job():
+    found = [("/d/a.png", 100), ("/d/b.png", 199), ("/d/ckpt.index", 200), ("/d/a.png", 100)]
+    assert usage.listed_files(found, started_ns=200) == ["/d/a.png", "/d/b.png"]
+
+
+def test_scan_finds_the_files_of_listed_directories_and_patterns_but_not_of_runs(tmp_path):
+    (tmp_path / "imgs" / "sub").mkdir(parents=True)
+    (tmp_path / "imgs" / "a.png").write_text("a")
+    (tmp_path / "imgs" / "sub" / "b.png").write_text("b")  # below, not in: walk lists it apart
+    (tmp_path / "shards").mkdir()
+    for name in ("x-0.tfrecord", "x-1.tfrecord", "y.txt"):
+        (tmp_path / "shards" / name).write_text(name)
+    run = tmp_path / "store" / "run-1"
+    (run / "outputs").mkdir(parents=True)
+    for marker in usage.RUN_MARKERS:
+        (run / marker).write_text("{}")
+    (run / "outputs" / "w.npz").write_text("w")
+    found = usage._scan([str(tmp_path / "imgs"), str(run / "outputs"), str(tmp_path / "nowhere")],
+                        [str(tmp_path / "shards" / "x-*.tfrecord")])  # fmt: skip
+    assert sorted(os.path.relpath(path, tmp_path) for path, _ in found) == [
+        "imgs/a.png", "shards/x-0.tfrecord", "shards/x-1.tfrecord"]  # fmt: skip
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    """reads' module state, fresh and listening (the audit hook itself is never installed here)."""
+    monkeypatch.setattr(reads, "listed", {})
+    monkeypatch.setattr(reads, "patterns", {})
+    monkeypatch.setattr(reads, "opened", {})
+    monkeypatch.setattr(reads, "_recording", True)
+    monkeypatch.setattr(reads, "_listings", True)
+    return reads
+
+
+def test_the_hook_records_listings_by_the_job_and_not_by_imports(recording, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    reads._hook("os.scandir", (str(tmp_path / "imgs"),))
+    reads._hook("os.listdir", (None,))  # os.listdir(): the working directory
+    reads._hook("os.listdir", (b"/data/bytes",))
+    reads._hook("os.scandir", (3,))  # a file descriptor: no path to record
+    assert list(reads.listed) == [str(tmp_path / "imgs"), str(tmp_path), "/data/bytes"]
+
+
+def test_the_real_audit_hook_tells_the_jobs_listing_from_the_import_systems(recording, tmp_path, monkeypatch):
+    # The hook stays installed in this test process (audit hooks cannot be removed); it
+    # records nothing once the fixture puts _recording back.
+    reads.install()
+    package_dir = tmp_path / "on_sys_path"
+    package_dir.mkdir()
+    (package_dir / "fresh_module_for_the_hook.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(package_dir))
+    import fresh_module_for_the_hook  # noqa: F401  (the import system lists package_dir)
+
+    assert str(package_dir) not in reads.listed
+    os.listdir(package_dir)
+    assert str(package_dir) in reads.listed
+
+
+def test_nothing_is_recorded_before_the_job_starts_or_after_it_stops(recording):
+    reads._listings = False
+    reads._hook("os.listdir", ("/before",))
+    reads.watch_listings()
+    reads._hook("os.listdir", ("/during",))
+    reads.stop()
+    reads._hook("os.listdir", ("/after",))
+    reads._hook("open", ("/after.npz", "r", 0))
+    assert list(reads.listed) == ["/during"] and reads.opened == {}
+
+
+def test_gather_counts_listed_files_as_read(tmp_path):
+    data = tmp_path / "imgs"
+    data.mkdir()
+    (data / "a.png").write_bytes(b"png")
+    run = tmp_path / "run"
+    run.mkdir()
+    used = usage.gather({}, str(run), str(tmp_path), modules={}, maps_text="",
+                        listed=[str(data)], started_ns=os.stat(data / "a.png").st_mtime_ns + 1)  # fmt: skip
+    assert used["data"] == {"imgs/a.png": hashlib.sha256(b"png").hexdigest()}
+    later = usage.gather({}, str(run), str(tmp_path), modules={}, maps_text="", listed=[str(data)], started_ns=0)
+    assert later["data"] == {}  # written after the job started: its output
+
+
+def test_the_native_listing_wrappers_note_what_tensorflow_lists(recording, tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    reads._wrap_listings()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f.txt").write_text("x")
+    reads.listed.clear()  # only what TensorFlow lists from here on
+    assert tf.io.gfile.listdir(str(tmp_path / "d")) == ["f.txt"]
+    list(tf.io.gfile.walk(str(tmp_path)))  # walk lists through the module's own functions
+    tf.io.gfile.glob(str(tmp_path / "d" / "*.txt"))
+    tf.data.Dataset.list_files(str(tmp_path / "d" / "*.txt"), shuffle=False)
+    assert set(reads.listed) == {str(tmp_path / "d"), str(tmp_path)}
+    assert list(reads.patterns) == [str(tmp_path / "d" / "*.txt")]
