@@ -12,14 +12,18 @@ entry points and changes none of their arguments that reach the math:
 - ``tf.function``'s ``Function.__call__``: after a top-level call (a ``@tf.function``
   training step), count the optimizer steps it took, from the optimizers' own
   ``iterations`` counters;
-- ``tf.GradientTape.gradient`` (eager only): remember a scalar loss for the trace.
+- ``tf.GradientTape.gradient`` (eager only): remember a scalar loss for the trace;
+- a variable's ``assign``, ``assign_add`` and ``assign_sub`` (TensorFlow's and
+  Keras'), when the job's own code calls them: a loop that trains without an optimizer
+  (``w.assign_sub(lr * dw)``, as TensorFlow's basic training loop guide does). Calls
+  from Keras and TensorFlow themselves (optimizers, metrics) are theirs, not noted.
 
 ``keras.Model`` creation is noted (weakly) so that variables trained in a custom loop
 can be traced back to their model, whose non-trainable weights are then hashed too.
 
 What is hashed at the end, in the order first trained: every Keras model that was
 fitted or whose variables an optimizer updated, then every other variable an
-optimizer updated (bare ``tf.Variable``s). The observer keeps them alive, so a model
+optimizer updated or the job's code assigned (bare ``tf.Variable``s). The observer keeps them alive, so a model
 built and fitted inside a function and dropped is still hashed. Reading weights never
 changes them: an observed run and an unobserved one give the same bits (tested).
 
@@ -27,14 +31,17 @@ TF1 graphs trained in a ``Session`` are observed through ``launcher.run.tf1``: t
 variables a ``tf.compat.v1.train`` optimizer updates, read from the session before
 it closes, and every ``Session.run`` of its train op as a step.
 
-Not observed: variables changed without an optimizer (``v.assign_sub(lr * g)``).
-``launcher.record_model(model)`` remains the explicit choice of what to hash.
+Not observed as steps: assignments without an optimizer (their variables are hashed,
+but the step trace counts optimizer steps only). ``launcher.record_model(model)``
+remains the explicit choice of what to hash.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
 import time
 import weakref
 from pathlib import Path
@@ -222,6 +229,7 @@ def install(run_dir: Path, trace_every: int, log_epoch) -> Observer:
     _wrap_v1_apply(tf, obs)
     _wrap_function_call(polymorphic_function.Function, tf, obs)
     _wrap_gradient(tf, obs)
+    _wrap_assignments(keras, obs)
     tf1.observe_sessions(obs)
     return obs
 
@@ -360,6 +368,52 @@ def _wrap_gradient(tf, obs: Observer) -> None:
         return original(self, target, *args, **kwargs)
 
     tf.GradientTape.gradient = gradient
+
+
+_AUTOGRAPH_CALL = os.path.join("autograph", "impl", "api.py")
+
+
+def _library_code() -> tuple[str, ...]:
+    """Where code that is not the job's own lives: the Python installation (the standard
+    library, site-packages: TensorFlow, Keras) and the launcher."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                *(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))}  # fmt: skip
+    roots = {os.path.realpath(p) for p in prefixes if p} | {p for p in prefixes if p}
+    roots.add(str(Path(__file__).resolve().parents[1]))
+    return ("<frozen", *sorted(r.rstrip("/") + "/" for r in roots))
+
+
+def _wrap_assignments(keras, obs: Observer) -> None:
+    from tensorflow.python.ops import variables
+
+    library = _library_code()
+    # Every variable class that defines its own assignments: ResourceVariable, the
+    # distribution strategies' mirrored variables, Keras' variable.
+    classes, pending = [], [variables.Variable, *keras.Variable.__mro__]
+    while pending:
+        cls = pending.pop()
+        if cls not in classes and cls is not object:
+            classes.append(cls)
+            pending += cls.__subclasses__() if issubclass(cls, variables.Variable) else []
+    for cls in classes:
+        for name in ("assign", "assign_add", "assign_sub"):
+            original = cls.__dict__.get(name)
+            if original is None or getattr(original, "_launch_observed", False):
+                continue
+
+            def assigned(self, *args, _original=original, **kwargs):
+                # The caller's file: the job's own code, or a library (an optimizer, a metric)?
+                # In a tf.function, AutoGraph's converted_call stands between them.
+                caller = sys._getframe(1)
+                while caller.f_back is not None and caller.f_code.co_filename.endswith(_AUTOGRAPH_CALL):
+                    caller = caller.f_back
+                if not caller.f_code.co_filename.startswith(library):
+                    obs.note_variables([self])
+                return _original(self, *args, **kwargs)
+
+            assigned._launch_observed = True  # type: ignore[attr-defined]
+            functools.update_wrapper(assigned, original)
+            setattr(cls, name, assigned)
 
 
 def current() -> Observer | None:

@@ -276,7 +276,8 @@ def report(c: Comparison, a: Path, b: Path) -> str:
         if c.equal is False:
             lines += _where_they_split(c)
     elif c.verdict == "IDENTICAL":
-        lines.append(f"IDENTICAL: {_listing(c.compared)} {'is' if len(c.compared) == 1 else 'are'} bitwise equal")
+        singular = c.compared in (["1 output file"], ["1 traced step"])  # "weights", "metrics": plural
+        lines.append(f"IDENTICAL: {_listing(c.compared)} {'is' if singular else 'are'} bitwise equal")
     elif c.verdict == "NOTHING COMPARED":
         lines.append("NOTHING COMPARED: neither run recorded a result")
     elif c.verdict == "DIFFERENT":

@@ -2,7 +2,8 @@
 
 The scripts in ``scripts/`` are ordinary TensorFlow code written without the launcher in
 mind: a Keras ``fit`` inside a function that returns only the history, a ``GradientTape``
-loop over bare variables, a ``MirroredStrategy`` over two logical CPUs configured first,
+loop over bare variables, a loop that updates its variables by hand (no optimizer), a
+``MirroredStrategy`` over two logical CPUs configured first,
 a script that trains nothing.
 """
 
@@ -81,6 +82,19 @@ def test_gradient_tape_loop_over_bare_variables(launch, store, mnist_npz, tmp_pa
     threads = _script_run(launch, store, "tape_loop.py", str(mnist_npz), overrides=("determinism.intra_op_threads=2",))
     seeded = _script_run(launch, store, "tape_loop.py", str(mnist_npz), overrides=("+seed=1",))
     assert len({ra["weights_sha256"], _result(threads)["weights_sha256"], _result(seeded)["weights_sha256"]}) == 3
+
+
+def test_a_loop_without_an_optimizer_is_hashed_from_its_assignments(launch, store):
+    # TensorFlow's "Basic training loops": w.assign_sub(lr * dw) on a tf.Module's variables.
+    a = _script_run(launch, store, "assign_loop.py")
+    b = _script_run(launch, store, "assign_loop.py")
+    ra = _result(a)
+    assert ra["observed"]["variables"] == 2 and ra["observed"]["optimizer_steps"] == 0
+    assert ra["weights_sha256"] and ra["weights_sha256"] == _result(b)["weights_sha256"]
+    done = _compare(launch, a, b)
+    assert done.returncode == 0 and done.stdout.startswith("IDENTICAL: weights are bitwise equal"), done.stdout
+    seeded = _script_run(launch, store, "assign_loop.py", overrides=("+seed=1",))
+    assert _result(seeded)["weights_sha256"] != ra["weights_sha256"]
 
 
 def test_a_script_that_trains_nothing_is_nothing_compared(launch, store):

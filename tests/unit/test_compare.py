@@ -217,7 +217,7 @@ def test_a_run_with_no_weights_says_what_was_compared():
     assert c.verdict == "IDENTICAL" and c.compared == ["2 epochs' metrics"]
     assert c.notes == ["no weights were recorded: compared what is listed above"]
     text = compare.report(c, Path("a"), Path("b"))
-    assert text.splitlines() == ["IDENTICAL: 2 epochs' metrics is bitwise equal",
+    assert text.splitlines() == ["IDENTICAL: 2 epochs' metrics are bitwise equal",
                                  "  no weights were recorded: compared what is listed above"]  # fmt: skip
 
 
