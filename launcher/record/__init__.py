@@ -1,10 +1,14 @@
 """What a run leaves behind, and how it is read back.
 
 Owns the run directory and its seal (``runs``), the fingerprint of what a run ran on
-and read (``fingerprint`` assembles it from ``probes``; ``environment`` is the
-allowlist that keeps secrets out; ``key`` is the one definition of the
-comparability key), digests of weights and files (``hashing``) and the SQLite index
-of a store (``index``, derived from the run directories).
+and read (``fingerprint`` assembles it from ``probes`` and from ``usage``, what the job
+imported, loaded and read; ``environment`` is the allowlist that keeps secrets out;
+``key`` is the one definition of the comparability key), digests of weights and files
+(``hashing``, with ``filecache`` remembering file digests by stat), the SQLite index
+of a store (``index``, derived from the run directories), and where runs are shown:
+TensorBoard event files (``tbevents``) and MLflow (``tracking``, the one module that
+imports mlflow).
 
-The bottom layer: imports only ``launcher.errors`` and ``launcher.proc``.
+The bottom layer: imports only ``launcher.errors``, ``launcher.proc`` and
+``launcher.version``.
 """

@@ -4,7 +4,9 @@ Owns the stages of a run: ``config`` (compose, check, resolve, hash), ``job`` (t
 pipeline: resolve, create the run directory, plan, fingerprint, run, seal, index),
 ``determinism`` (the bootstrap as a pure plan, applied and read back in the job
 process), ``bootstrap`` (the job process), ``observe`` (what an unmodified training
-script trained, without its help), ``runtime`` (where the job process runs),
+script trained, without its help), ``reads`` (which files and directories the job
+opened or listed), ``tf1`` (TF1 graphs and sessions under the bootstrap), ``runtime``
+(where the job process runs), ``gpus`` (a GPU request checked before any run exists),
 ``trace`` (the step trace), ``checkpoints`` and ``resume``, ``precheck`` (a stored
 run's key against this environment), ``userapi`` (the helpers user code may call),
 ``data`` and ``tasks`` (the built-in mnist task, user code).
