@@ -51,8 +51,23 @@ class DockerRuntime:
 
     name = "docker"
 
+    def check(self, cfg, run_dir: Path, cwd: str) -> None:
+        """Refuse, before the run directory exists, a job the container user could not reach."""
+        _reach(cfg, str(Path(run_dir).resolve()), os.path.abspath(cwd))
+
     def run(self, job) -> int:
         return run_in_container(job)
+
+
+def _reach(cfg, run_dir: str, cwd: str) -> tuple[list, list[str], tuple[int, int], list[str]]:
+    """Mounts, masks, the container user and the inputs with which the job reaches what it
+    needs (``container_spec.reachable``), or ``ConfigError`` in one line."""
+    inputs_read = container_spec.input_paths(cfg, cwd)
+    user = container_spec.container_user(os.getuid(), os.getgid())
+    mounts, masks = container_spec.reachable(
+        container_spec.job_mounts(run_dir, cwd, inputs_read), inputs_read, user, run_dir, _host_dir
+    )
+    return mounts, masks, user, inputs_read
 
 
 def run_in_container(job) -> int:
@@ -62,11 +77,7 @@ def run_in_container(job) -> int:
     spec, cfg = _spec_of_run(job.run_dir)
     runtime_cfg = OmegaConf.to_container(cfg.runtime, resolve=True)
     run_dir, cwd = str(job.run_dir.resolve()), os.path.abspath(job.cwd)
-    inputs_read = container_spec.input_paths(cfg, cwd)
-    uid, gid = container_spec.container_user(os.getuid(), os.getgid())
-    mounts, masks = container_spec.reachable(
-        container_spec.job_mounts(run_dir, cwd, inputs_read), inputs_read, (uid, gid), run_dir, _host_dir
-    )  # before any build: a path the job cannot reach refuses now, in one line
+    mounts, masks, (uid, gid), _ = _reach(cfg, run_dir, cwd)  # checked before the run existed; again here
     cli = containers.client()
     original = _replayed_run(job.run_dir)
     if original is not None:  # a replay runs in the original's image, or a verified rebuild

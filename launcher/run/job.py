@@ -43,11 +43,14 @@ class Outcome:
         return self.status == "complete"
 
 
-def prepare(cfg: DictConfig, store_root: Path | None = None) -> tuple[DictConfig, Path]:
-    """Resolve ``cfg``, refuse a GPU request that cannot be met, create the run directory."""
+def prepare(cfg: DictConfig, store_root: Path | None = None, cwd: str | None = None) -> tuple[DictConfig, Path]:
+    """Resolve ``cfg``, refuse a job that cannot run (a GPU request that cannot be met, a
+    container that could not reach its directories), create the run directory."""
     resolved = config.resolve(cfg)
-    gpus.check(resolved)  # before the run directory: a refused job leaves nothing behind
     root = Path(store_root) if store_root is not None else Path(str(resolved.store.root))
+    # Before the run directory: a refused job leaves nothing behind.
+    gpus.check(resolved)
+    runtime.get(str(resolved.runtime.name)).check(resolved, root / "next-run", cwd or os.getcwd())
     run_dir = runs.create(root)
     runs.set_status(run_dir, "running", pid=os.getpid())
     runs.write_bytes(run_dir / CONFIG, OmegaConf.to_yaml(resolved).encode())
@@ -144,7 +147,7 @@ def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: 
 
 def run(cfg: DictConfig, *, store_root: Path | None = None, **kwargs) -> Outcome:
     """Prepare and execute one run; a config or store error raises before a run exists."""
-    resolved, run_dir = prepare(cfg, store_root)
+    resolved, run_dir = prepare(cfg, store_root, kwargs.get("cwd"))
     try:
         return execute(resolved, run_dir, **kwargs)
     except Exception as exc:  # an expected error or a bug: either way the run never stays "running"

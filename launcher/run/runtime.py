@@ -31,6 +31,9 @@ class Job:
 class Runtime(Protocol):
     name: str
 
+    def check(self, cfg, run_dir: Path, cwd: str) -> None:
+        """Refuse (``ConfigError``) a job this runtime cannot run, before ``run_dir`` exists."""
+
     def run(self, job: Job) -> int: ...
 
 
@@ -42,6 +45,9 @@ class LocalRuntime:
     """The job runs in a child process of ``launch`` on this machine."""
 
     name = "local"
+
+    def check(self, cfg, run_dir: Path, cwd: str) -> None:
+        """Nothing to check: the job runs here, as ``launch`` does."""
 
     def run(self, job: Job) -> int:
         return proc.run_streaming(

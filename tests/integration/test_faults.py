@@ -352,5 +352,6 @@ def test_docker_as_root_from_a_private_working_dir_refuses_before_building(docke
             f"(mode 0700, owner uid 0): chmod o+rx '{cwd}', or run launch from a directory it can read"
         )
         assert "building image" not in done.stdout and "exists" not in done.stdout  # refused before any image
+        assert not any((tmp_path / "store").glob("2*")), "a refused job leaves no run directory"
     finally:
         cwd.rmdir()
