@@ -36,6 +36,17 @@ def _alive(pid: object) -> bool:
     return state != "Z" and b"launch" in cmdline
 
 
+def _why_none(run_dir: Path) -> str:
+    try:
+        task = str(OmegaConf.load(run_dir / job.CONFIG).train.name)
+    except Exception:  # no readable config: the generic reason
+        task = None
+    if task in ("script", "custom"):
+        return ("the launcher checkpoints the mnist task only; your code restarts from its own checkpoints, "
+                "so run it again with launch")  # fmt: skip
+    return "determinism=off, or it died in epoch 1"
+
+
 def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
     """The checkpoint to resume from, its epoch and fallback notes; or ResumeError saying why not."""
     if (run_dir / runs.MANIFEST).exists():
@@ -54,7 +65,7 @@ def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
             owner = [f"run {run_dir.name} was {runs.describe_state(run_dir)}; resuming it"]
     path, epoch, notes = checkpoints.latest_complete(run_dir)
     if path is None:
-        why = "; ".join(notes) if notes else "it has no checkpoints (determinism=off, or it died in epoch 1)"
+        why = "; ".join(notes) if notes else f"it has no checkpoints ({_why_none(run_dir)})"
         raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
     return path, epoch, owner + notes
 

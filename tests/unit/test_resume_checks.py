@@ -88,3 +88,11 @@ def test_a_run_running_on_another_host_is_left_to_that_host(tmp_path, live_proce
     runs.set_status(run_dir, "running", pid=live_process.pid, host="another-host")
     with pytest.raises(ResumeError, match="running on host another-host .*resume it on another-host"):
         resume.check_resumable(run_dir)
+
+
+def test_an_interrupted_run_of_users_code_says_why_it_has_no_checkpoints(tmp_path):
+    run_dir = _stored_run(tmp_path)
+    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n")
+    runs.set_status(run_dir, "interrupted")
+    with pytest.raises(ResumeError, match="checkpoints the mnist task only; your code restarts from its own"):
+        resume.check_resumable(run_dir)
