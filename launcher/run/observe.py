@@ -94,6 +94,10 @@ class Observer:
             return
         self._seen.add(ids)
         applied = set(ids)
+        # A model noted before it was built (a Sequential without an Input, fitted) owns
+        # weights now that it did not own then: they are its, not another model's.
+        for model in self.models:
+            self._trained_ids.update(id(v) for v in model.weights)
         # The first-created model owning applied variables is the outer one (a Sequential is
         # created before the Functional it builds inside itself, which shares its weights).
         for ref in self.created:

@@ -44,6 +44,12 @@ def test_the_audit_finds_the_knobs_that_change_the_bits_and_where(launch, store,
             assert re.search(rf"step {row['step']} \(epoch {row['epoch']}\)", _row(out, row["knob"], row["value"]))
         else:
             assert row["step"] is None, row
+    # Each row's verdict agrees with the bits its run recorded, judged here independently.
+    reference = json.loads((store / rows[0]["run"] / "result.json").read_text())["weights_sha256"]
+    for row in rows[1:]:
+        if row["status"] in ("same", "changed") and row["run"]:
+            weights = json.loads((store / row["run"] / "result.json").read_text())["weights_sha256"]
+            assert (weights != reference) == (row["status"] == "changed"), row
     changed = list(dict.fromkeys(r["knob"] for r in rows[2:] if r["status"] == "changed"))
     assert report["verdict"]["pin"] == changed and "level" in changed
     assert report["verdict"]["free"] == [k for k in dict.fromkeys(r["knob"] for r in rows[2:])

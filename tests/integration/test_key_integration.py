@@ -93,6 +93,10 @@ def test_files_read_by_native_code_are_found_by_the_listing(launch, store, mnist
     b = _run(launch, store, SCRIPTS / "image_dir.py", "imgs", cwd=tmp_path)
     data = json.loads((a / "fingerprint.json").read_text())["data"]
     assert len(data) == 120 and all(name.startswith("imgs/") for name in data), sorted(data)[:5]
+    result = json.loads((a / "result.json").read_text())  # a Sequential without an Input, built by fit:
+    assert result["observed"]["models"] == ["sequential"]  # its weights once, not again as its inner model's
+    trace = [json.loads(line) for line in (a / "trace.jsonl").read_text().splitlines()]
+    assert trace[-1]["weights"] == result["weights_sha256"]
     assert launch("compare", a, b).returncode == 0
     changed = sorted((tmp_path / "imgs" / str(labels[0])).iterdir())[0]
     _png(changed, 255 - images[int(changed.stem)])
