@@ -240,8 +240,8 @@ def repair(store_root: Path, *, quiet_ids: frozenset[str] = frozenset(), force: 
         return f"the run index {path} was unreadable; moved it aside to {aside.name} and rebuilt it from {n}"
     if force:
         return f"rebuilt the run index {path} from {n}"
-    if {r.id for r in rows} <= quiet_ids:
-        return None  # a new store: nothing to say
+    if all(r.id in quiet_ids or r.status == "running" for r in rows):
+        return None  # a new store (a sweep's first jobs start together): nothing to say
     return f"the run index {path} was missing; rebuilt it from {n}"
 
 

@@ -70,6 +70,14 @@ def test_a_new_store_says_nothing(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_new_store_whose_first_jobs_start_together_says_nothing(tmp_path, capsys):
+    other = _run(tmp_path, "running", pid=os.getpid())  # a sweep's other job, created a moment before
+    first = _run(tmp_path, "running", pid=os.getpid())
+    index.record(tmp_path, _row(first, "running"))
+    assert capsys.readouterr().err == ""
+    assert {r.id for r in index.query(tmp_path)} == {other.name, first.name}
+
+
 def test_an_index_write_that_fails_never_raises_and_the_reader_catches_up(tmp_path, capsys):
     run_dir = _run(tmp_path, "running", pid=os.getpid())
     index.record(tmp_path, _row(run_dir, "running"))
