@@ -387,9 +387,14 @@ def _library_code() -> tuple[str, ...]:
     return ("<frozen", *sorted(r.rstrip("/") + "/" for r in roots))
 
 
-def _wrap_assignments(keras, obs: Observer) -> None:
+_assignments_to = None  # the observer that hears of the job's own assignments
+
+
+def _wrap_assignments(keras, obs) -> None:
+    global _assignments_to
     from tensorflow.python.ops import variables
 
+    _assignments_to = obs  # the methods are wrapped once per process; the latest observer hears
     library = _library_code()
     # Every variable class that defines its own assignments: ResourceVariable, the
     # distribution strategies' mirrored variables, Keras' variable.
@@ -411,8 +416,8 @@ def _wrap_assignments(keras, obs: Observer) -> None:
                 caller = sys._getframe(1)
                 while caller.f_back is not None and caller.f_code.co_filename.endswith(_AUTOGRAPH_CALL):
                     caller = caller.f_back
-                if not caller.f_code.co_filename.startswith(library):
-                    obs.note_variables([self])
+                if _assignments_to is not None and not caller.f_code.co_filename.startswith(library):
+                    _assignments_to.note_variables([self])
                 return _original(self, *args, **kwargs)
 
             assigned._launch_observed = True  # type: ignore[attr-defined]

@@ -20,10 +20,11 @@ class Noter:
         self.noted += [v for v in variables if all(v is not n for n in self.noted)]
 
 
-@pytest.fixture(scope="module")
-def noter():
+@pytest.fixture
+def noter(monkeypatch):
     noter = Noter()
-    observe._wrap_assignments(keras, noter)  # stays wrapped for this process; harmless elsewhere
+    monkeypatch.setattr(observe, "_assignments_to", None)  # put back after the test
+    observe._wrap_assignments(keras, noter)  # the methods stay wrapped in this process, telling no one
     return noter
 
 
