@@ -236,6 +236,23 @@ def test_a_single_traced_step_and_one_output_file_are_named_in_the_singular():
         "1 output file", "1 traced step"]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("result", "steps", "line"),
+    [
+        ({"outputs": {"f": "h"}}, [], "IDENTICAL: 1 output file is bitwise equal"),
+        ({}, "one", "IDENTICAL: 1 traced step is bitwise equal"),
+        ({"outputs": {"f": "h", "g": "i"}}, [], "IDENTICAL: 2 output files are bitwise equal"),
+        ({"weights_sha256": "w"}, [], "IDENTICAL: weights are bitwise equal"),
+        ({"outputs": {"f": "h"}}, "one", "IDENTICAL: 1 output file and 1 traced step are bitwise equal"),
+    ],
+)
+def test_identicals_line_agrees_in_number_with_what_was_compared(result, steps, line):
+    steps = _steps()[:1] if steps == "one" else steps
+    a, b = (_record(metrics=[], steps=steps, result=dict(result)) for _ in range(2))
+    c = compare.decide(a, b)
+    assert compare.report(c, Path("a"), Path("b")).splitlines()[0] == line
+
+
 # ---------------------------------------------------------------- --tolerance reads the weights (issue 17)
 def _weights_file(path: Path, **arrays) -> Path:
     import h5py
