@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from launcher.record import usage
 from launcher.record.hashing import keras_weights, weights_digest
 from launcher.run import tf1, trace
 
@@ -378,13 +379,11 @@ _AUTOGRAPH_CALL = os.path.join("autograph", "impl", "api.py")
 
 
 def _library_code() -> tuple[str, ...]:
-    """Where code that is not the job's own lives: the Python installation (the standard
-    library, site-packages: TensorFlow, Keras) and the launcher."""
-    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                *(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))}  # fmt: skip
-    roots = {os.path.realpath(p) for p in prefixes if p} | {p for p in prefixes if p}
-    roots.add(str(Path(__file__).resolve().parents[1]))
-    return ("<frozen", *sorted(r.rstrip("/") + "/" for r in roots))
+    """Where code that is not the job's own lives (prefixes of file names): the Python
+    installation, its site-packages (TensorFlow, Keras) and the launcher, as
+    ``launcher.record.usage`` classifies modules."""
+    r = usage.roots()
+    return ("<frozen", *sorted({root.rstrip("/") + "/" for root in (*r.site, *r.python, r.launcher)}))
 
 
 _assignments_to = None  # the observer that hears of the job's own assignments
