@@ -32,7 +32,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def mutation(session: nox.Session) -> None:
-    """Mutation testing of the verdict core against the unit tests (docs/testing.md); ~15 min on 2 cores.
+    """Mutation testing of the verdict core against the unit tests (docs/testing.md); 5-10 min on 2 cores.
 
     mutmut mutates the functions of the key, the environment filter, the digests, compare, the seal
     and the divergence locator (tests/mutation/scope.py); tests/mutation/tables.py removes each entry
