@@ -25,6 +25,7 @@ process.
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
@@ -39,6 +40,7 @@ from importlib import metadata
 from pathlib import Path
 
 from launcher.record.filecache import FileHashes, cache_path, stat_key
+from launcher.record.index import RUN_NAME
 
 # Never data: the OS, devices and pseudo-files. The job's reads there are settings the
 # fingerprint records otherwise (hardware, software, environment), or noise.
@@ -118,8 +120,9 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
     return out
 
 
-# A run directory holds these: what a listing finds inside one is the launcher's record.
-RUN_MARKERS = ("job.json", "status.json")
+# A run directory (named like index.RUN_NAME) holds these: what a listing finds inside one
+# is the launcher's record of a run, not data.
+RUN_MARKERS = ("job.json", "status.json", "config.yaml")
 
 
 def listed_files(found: Iterable[tuple[str, int]], started_ns: int) -> list[str]:
@@ -243,10 +246,12 @@ def _files_below(path: str) -> list[str]:
     return [path]
 
 
+@functools.lru_cache(maxsize=4096)
 def _in_a_run(directory: str, depth: int = 3) -> bool:
     """Whether ``directory`` is a run directory or lies in one (outputs/, checkpoints/, ...)."""
     for _ in range(depth + 1):
-        if all(os.path.isfile(os.path.join(directory, marker)) for marker in RUN_MARKERS):
+        if RUN_NAME.match(os.path.basename(directory)) and all(
+                os.path.isfile(os.path.join(directory, marker)) for marker in RUN_MARKERS):  # fmt: skip
             return True
         directory = os.path.dirname(directory)
     return False
@@ -264,12 +269,13 @@ def _scan(listed: Iterable[str], patterns: Iterable[str]) -> list[tuple[str, int
         except OSError:
             continue
     for pattern in patterns:
-        for path in glob.glob(pattern):
+        for path in glob.glob(pattern, recursive=True):
             try:
                 if os.path.isfile(path) and not _in_a_run(os.path.dirname(path)):
                     found.append((path, os.stat(path).st_mtime_ns))
             except OSError:
                 continue
+    _in_a_run.cache_clear()
     return found
 
 

@@ -44,17 +44,24 @@ class Outcome:
 
 
 def prepare(cfg: DictConfig, store_root: Path | None = None, cwd: str | None = None) -> tuple[DictConfig, Path]:
-    """Resolve ``cfg``, refuse a job that cannot run (a GPU request that cannot be met, a
-    container that could not reach its directories), create the run directory."""
+    """Resolve ``cfg`` and create its run directory (``create_run``)."""
     resolved = config.resolve(cfg)
     root = Path(store_root) if store_root is not None else Path(str(resolved.store.root))
-    # Before the run directory: a refused job leaves nothing behind.
+    return resolved, create_run(resolved, root, cwd)
+
+
+def create_run(resolved: DictConfig, root: Path, cwd: str | None = None) -> Path:
+    """Refuse a job that cannot run (a GPU request that cannot be met, a container that
+    could not reach its directories), then create its run directory under ``root``.
+
+    The checks come first: a refused job leaves nothing behind.
+    """
     gpus.check(resolved)
-    runtime.get(str(resolved.runtime.name)).check(resolved, root / "next-run", cwd or os.getcwd())
+    runtime.get(str(resolved.runtime.name)).check(resolved, Path(root) / "next-run", cwd or os.getcwd())
     run_dir = runs.create(root)
     runs.set_status(run_dir, "running", pid=os.getpid())
     runs.write_bytes(run_dir / CONFIG, OmegaConf.to_yaml(resolved).encode())
-    return resolved, run_dir
+    return run_dir
 
 
 def execute(

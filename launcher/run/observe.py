@@ -416,7 +416,10 @@ def _wrap_assignments(keras, obs) -> None:
                 while caller.f_back is not None and caller.f_code.co_filename.endswith(_AUTOGRAPH_CALL):
                     caller = caller.f_back
                 if _assignments_to is not None and not caller.f_code.co_filename.startswith(library):
-                    _assignments_to.note_variables([self])
+                    try:
+                        _assignments_to.note_variables([self])
+                    except Exception:  # noting must never break the job's own assignment
+                        pass
                 return _original(self, *args, **kwargs)
 
             assigned._launch_observed = True  # type: ignore[attr-defined]

@@ -29,6 +29,7 @@ job (``launcher.record.usage``).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -99,6 +100,30 @@ def _writing(mode: object, flags: object) -> bool:
     return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
 
 
+def _not_the_jobs_listings() -> frozenset[str]:
+    """The files of code whose os.listdir/os.scandir calls are not the job listing its data:
+    the import system and package metadata (they list every directory on sys.path, the
+    script's own among them), and glob and pathlib, whose patterns are recorded instead
+    (``glob.glob`` audit events, ``Path.glob``), so that only what matches counts."""
+    import glob
+    import importlib.metadata
+    import importlib.util
+    import pathlib
+    import pkgutil
+    import site
+
+    files = {"<frozen importlib._bootstrap_external>", "<frozen zipimport>"}
+    files.update(m.__file__ for m in (glob, importlib.metadata, pathlib, pkgutil, site) if m.__file__)
+    for name in ("importlib_metadata", "pkg_resources"):  # the backport, setuptools' older API
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            files.add(spec.origin)
+    return frozenset(files)
+
+
+_not_the_jobs: frozenset[str] = frozenset()
+
+
 def _hook(event: str, args: tuple) -> None:
     if not _recording:
         return
@@ -106,10 +131,11 @@ def _hook(event: str, args: tuple) -> None:
         if event == "open" and args:
             note(args[0], _writing(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None))
         elif event in ("os.listdir", "os.scandir") and _listings:
-            # The import system and importlib.metadata list every directory on sys.path
-            # (the script's own among them): that is not the job listing its data.
-            if "importlib" not in sys._getframe(1).f_code.co_filename:
+            if sys._getframe(1).f_code.co_filename not in _not_the_jobs:
                 note_listing(args[0] if args else None)
+        elif event in ("glob.glob", "glob.glob/2") and _listings and args:
+            root = args[2] if len(args) > 2 and args[2] is not None else None
+            note_listing(os.path.join(os.fsdecode(root), os.fsdecode(args[0])) if root else args[0], pattern=True)
     except Exception:  # an audit hook must never break the job
         pass
 
@@ -129,7 +155,8 @@ def install() -> None:
 def watch_listings() -> None:
     """Record directory listings from now on: the job's code starts (the launcher's own
     start-up, listing sys.path for the installed distributions, is not the job)."""
-    global _listings
+    global _listings, _not_the_jobs
+    _not_the_jobs = _not_the_jobs_listings()
     _listings = True
 
 
@@ -197,28 +224,47 @@ def wrap_native_readers() -> None:
     _wrap_init(h5py.File, "name")
 
 
+def _noting(original, name: str, pattern: bool):
+    """``original`` wrapped to note its argument ``name`` (by position first, or keyword) as
+    a listed directory or a matched pattern."""
+    if getattr(original, "_launch_reads", False):
+        return original
+
+    @functools.wraps(original)
+    def listing(*args, **kwargs):
+        for value in _names(args[0] if args else kwargs.get(name)):
+            note_listing(value, pattern=pattern)
+        return original(*args, **kwargs)
+
+    listing._launch_reads = True  # type: ignore[attr-defined]
+    return listing
+
+
 def _wrap_listings() -> None:
-    """TensorFlow lists and globs in native code: note the directory or pattern in Python.
+    """Listings and globs whose directory or pattern the audit hook cannot see.
 
-    Wrapped where TensorFlow looks them up itself (``file_io``'s module globals, so
-    ``tf.io.gfile.walk`` goes through them) and where users do (``tf.io.gfile``).
+    TensorFlow lists and matches in native code: every ``tf.io.gfile`` listing (v1 and v2,
+    ``walk`` included) goes through ``_pywrap_file_io.GetChildren`` and
+    ``GetMatchingFiles``, wrapped where ``file_io`` looks them up; ``Dataset.list_files``
+    matches inside the graph, so its pattern is noted when it is known in Python.
+    ``pathlib.Path.glob`` raises no audit event with its pattern.
     """
+    import pathlib
+
     import tensorflow as tf
-    from tensorflow.python.lib.io import file_io
+    from tensorflow.python.lib.io import _pywrap_file_io
 
-    def wrapped(original, pattern: bool):
+    _pywrap_file_io.GetChildren = _noting(_pywrap_file_io.GetChildren, "dir", pattern=False)
+    _pywrap_file_io.GetMatchingFiles = _noting(_pywrap_file_io.GetMatchingFiles, "pattern", pattern=True)
+    tf.data.Dataset.list_files = staticmethod(_noting(tf.data.Dataset.list_files, "file_pattern", pattern=True))
+    for method, below in (("glob", ""), ("rglob", "**")):
+        original = getattr(pathlib.Path, method)
         if getattr(original, "_launch_reads", False):
-            return original
+            continue
 
-        def listing(arg, *args, **kwargs):
-            for value in _names(arg):
-                note_listing(value, pattern=pattern)
-            return original(arg, *args, **kwargs)
+        def globbing(self, pattern, *args, _original=original, _below=below, **kwargs):
+            note_listing(os.path.join(os.fspath(self), _below, os.fspath(pattern)), pattern=True)
+            return _original(self, pattern, *args, **kwargs)
 
-        listing._launch_reads = True  # type: ignore[attr-defined]
-        return listing
-
-    file_io.list_directory_v2 = tf.io.gfile.listdir = wrapped(file_io.list_directory_v2, pattern=False)
-    file_io.get_matching_files_v2 = tf.io.gfile.glob = wrapped(file_io.get_matching_files_v2, pattern=True)
-    list_files = tf.data.Dataset.list_files
-    tf.data.Dataset.list_files = staticmethod(wrapped(list_files, pattern=True))
+        globbing._launch_reads = True  # type: ignore[attr-defined]
+        setattr(pathlib.Path, method, functools.wraps(original)(globbing))

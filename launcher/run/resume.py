@@ -42,8 +42,8 @@ def _why_none(run_dir: Path) -> str:
     except Exception:  # no readable config: the generic reason
         task = None
     if task in ("script", "custom"):
-        return ("the launcher checkpoints the mnist task only; your code restarts from its own checkpoints, "
-                "so run it again with launch")  # fmt: skip
+        return ("the launcher checkpoints the mnist task, and your code only through "
+                "launcher.run.checkpoints.Checkpointer; run it again with launch")  # fmt: skip
     return "determinism=off, or it died in epoch 1"
 
 

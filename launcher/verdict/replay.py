@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from launcher.errors import NotComparable
 from launcher.record import runs, tracking
-from launcher.run import gpus, job, precheck
+from launcher.run import job, precheck
 from launcher.verdict import compare
 
 
@@ -50,10 +50,7 @@ def replay(
             diffs,
         )
     resolved = OmegaConf.load(original / job.CONFIG)
-    gpus.check(resolved)  # before the run directory: a refused replay leaves nothing behind
-    new_run = runs.create(original.parent)
-    runs.set_status(new_run, "running", pid=os.getpid())
-    runs.write_bytes(new_run / job.CONFIG, OmegaConf.to_yaml(resolved).encode())
+    new_run = job.create_run(resolved, original.parent, cwd)  # a refused replay leaves nothing behind
     notes = {"of": original.name, "comparable": not diffs, "precheck_differences": [list(map(str, d)) for d in diffs]}
     outcome = job.execute(
         resolved, new_run, cwd=cwd, cpus=cpus, echo=echo, extra_env=extra_env,

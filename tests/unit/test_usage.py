@@ -79,7 +79,7 @@ def test_scan_finds_the_files_of_listed_directories_and_patterns_but_not_of_runs
     (tmp_path / "shards").mkdir()
     for name in ("x-0.tfrecord", "x-1.tfrecord", "y.txt"):
         (tmp_path / "shards" / name).write_text(name)
-    run = tmp_path / "store" / "run-1"
+    run = tmp_path / "store" / "20260101-000000-abcdef"  # a run directory, named as runs.create names them
     (run / "outputs").mkdir(parents=True)
     for marker in usage.RUN_MARKERS:
         (run / marker).write_text("{}")
@@ -97,6 +97,7 @@ def recording(monkeypatch):
     monkeypatch.setattr(reads, "patterns", {})
     monkeypatch.setattr(reads, "opened", {})
     monkeypatch.setattr(reads, "_recording", True)
+    monkeypatch.setattr(reads, "_not_the_jobs", reads._not_the_jobs_listings())  # before listening
     monkeypatch.setattr(reads, "_listings", True)
     return reads
 
@@ -152,12 +153,33 @@ def test_gather_counts_listed_files_as_read(tmp_path):
 def test_the_native_listing_wrappers_note_what_tensorflow_lists(recording, tmp_path):
     tf = pytest.importorskip("tensorflow")
     reads._wrap_listings()
-    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "e").mkdir(parents=True)
     (tmp_path / "d" / "f.txt").write_text("x")
     reads.listed.clear()  # only what TensorFlow lists from here on
-    assert tf.io.gfile.listdir(str(tmp_path / "d")) == ["f.txt"]
+    assert sorted(tf.io.gfile.listdir(path=str(tmp_path / "d"))) == ["e", "f.txt"]  # by keyword, as users call it
+    assert sorted(tf.io.gfile.listdir(str(tmp_path / "d"))) == ["e", "f.txt"]
     list(tf.io.gfile.walk(str(tmp_path)))  # walk lists through the module's own functions
-    tf.io.gfile.glob(str(tmp_path / "d" / "*.txt"))
-    tf.data.Dataset.list_files(str(tmp_path / "d" / "*.txt"), shuffle=False)
-    assert set(reads.listed) == {str(tmp_path / "d"), str(tmp_path)}
-    assert list(reads.patterns) == [str(tmp_path / "d" / "*.txt")]
+    tf.compat.v1.gfile.ListDirectory(str(tmp_path / "d" / "e"))  # the v1 names: the same native call
+    assert tf.io.gfile.glob(pattern=str(tmp_path / "d" / "*.txt")) == [str(tmp_path / "d" / "f.txt")]
+    tf.data.Dataset.list_files(file_pattern=str(tmp_path / "*" / "f.txt"), shuffle=False)
+    assert set(reads.listed) == {str(tmp_path / "d"), str(tmp_path), str(tmp_path / "d" / "e")}
+    assert list(reads.patterns) == [str(tmp_path / "d" / "*.txt"), str(tmp_path / "*" / "f.txt")]
+
+
+def test_globs_are_recorded_as_patterns_and_only_what_matches_counts(recording, tmp_path, monkeypatch):
+    import glob
+
+    reads.install()  # the real audit hook (stays installed; records only while recording)
+    reads._wrap_listings()
+    for name in ("a/img.png", "b/img.png", "b/notes.txt", "README"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(name)
+    glob.glob(str(tmp_path / "*" / "img.png"))  # scans tmp_path itself: not a listing of it
+    sorted(tmp_path.glob("*/notes.txt"))
+    sorted((tmp_path / "a").rglob("*.png"))
+    assert str(tmp_path) not in reads.listed
+    assert list(reads.patterns) == [str(tmp_path / "*" / "img.png"), str(tmp_path / "*/notes.txt"),
+                                    str(tmp_path / "a" / "**" / "*.png")]  # fmt: skip
+    found = usage._scan([], list(reads.patterns))
+    assert sorted(os.path.relpath(p, tmp_path) for p, _ in found) == ["a/img.png", "a/img.png", "b/img.png",
+                                                                       "b/notes.txt"]  # fmt: skip
