@@ -19,7 +19,6 @@ from pathlib import Path
 from launcher.errors import SchemaError
 from launcher.record.environment import allowed_env
 from launcher.record.probes import code, hardware, software, tensorflow_software
-from launcher.record.usage import display_name
 
 # 2: code.modules, software.distributions and software.libraries (what the job used),
 # data from every file the job read, determinism.keras. Schema 1 runs stay readable;
@@ -73,7 +72,8 @@ def job_facts(
     determinism settings, and what it used (``launcher.record.usage.gather``): the modules,
     distributions and libraries it loaded and the data it read. Called in the job process.
 
-    ``data_files`` are files a task names itself (the mnist task's data source).
+    ``data_files`` are files a task names itself (the mnist task's data source, an
+    absolute path from the config: recorded as such, where a replay of that config reads).
     """
     sw = software()
     sw.update(tensorflow_software())
@@ -82,7 +82,7 @@ def job_facts(
     for name, digest in data_files.items():
         if os.path.isabs(name):
             named.add(os.path.realpath(name))
-            name = display_name(os.path.realpath(name), launch_dir or os.getcwd())
+            name = os.path.realpath(name)
         data[name] = digest
     facts = {"software": sw, "determinism": effective, "data": dict(sorted(data.items())), "modules": None}
     if used is not None:

@@ -135,9 +135,11 @@ def listed_files(found: Iterable[tuple[str, int]], started_ns: int) -> list[str]
     return sorted({path for path, mtime_ns in found if mtime_ns < started_ns})
 
 
-def display_name(path: str, launch_dir: str) -> str:
-    """A recorded path: relative to the launch directory when inside it, else absolute."""
-    if _under(path, [launch_dir]):
+def display_name(path: str, launch_dir: str, relative: bool = True) -> str:
+    """A recorded path: relative to the launch directory when the job named it relatively
+    and it lies there (a replay elsewhere finds it relative to its own directory), else
+    absolute (where a replay will read it too)."""
+    if relative and _under(path, [launch_dir]):
         return os.path.relpath(path, launch_dir)
     return path
 
@@ -259,24 +261,35 @@ def _in_a_run(directory: str, depth: int = 3) -> bool:
 
 def _scan(listed: Iterable[str], patterns: Iterable[str]) -> list[tuple[str, int]]:
     """(path, mtime in ns) of each regular file in a listed directory or matching a pattern."""
+    return [(path, mtime) for path, mtime, _ in _scan_named(dict.fromkeys(listed, True),
+                                                              dict.fromkeys(patterns, True))]  # fmt: skip
+
+
+def _scan_named(listed: Mapping[str, bool], patterns: Mapping[str, bool]) -> list[tuple[str, int, bool]]:
+    """``_scan``, each file with whether its listing named it relatively."""
     found = []
-    for directory in listed:
+    for directory, relative in listed.items():
         if _in_a_run(directory):
             continue
         try:
             with os.scandir(directory) as entries:
-                found += [(e.path, e.stat().st_mtime_ns) for e in entries if e.is_file()]
+                found += [(e.path, e.stat().st_mtime_ns, relative) for e in entries if e.is_file()]
         except OSError:
             continue
-    for pattern in patterns:
+    for pattern, relative in patterns.items():
         for path in glob.glob(pattern, recursive=True):
             try:
                 if os.path.isfile(path) and not _in_a_run(os.path.dirname(path)):
-                    found.append((path, os.stat(path).st_mtime_ns))
+                    found.append((path, os.stat(path).st_mtime_ns, relative))
             except OSError:
                 continue
     _in_a_run.cache_clear()
     return found
+
+
+def _named(paths: Mapping[str, bool] | Iterable[str]) -> dict[str, bool]:
+    """path -> named relatively; a plain iterable of paths counts as named relatively."""
+    return dict(paths) if isinstance(paths, Mapping) else dict.fromkeys(paths, True)
 
 
 def distribution_identity(name: str) -> dict | None:
@@ -293,11 +306,11 @@ def gather(
     opened: Mapping[str, dict],
     run_dir: str,
     launch_dir: str,
-    explicit: Iterable[str] = (),
+    explicit: Mapping[str, bool] | Iterable[str] = (),
     modules: Mapping[str, object] | None = None,
     maps_text: str | None = None,
-    listed: Iterable[str] = (),
-    patterns: Iterable[str] = (),
+    listed: Mapping[str, bool] | Iterable[str] = (),
+    patterns: Mapping[str, bool] | Iterable[str] = (),
     started_ns: int = 0,
 ) -> dict:
     """code.modules, software.distributions, software.libraries and data, measured now.
@@ -305,13 +318,18 @@ def gather(
     A data file whose stat changed after the job first read it gets a value no other run
     can have, so the key can never call two such runs comparable. ``explicit`` are files
     and directories the job named as data itself; ``listed`` and ``patterns`` the
-    directories it listed and the globs native code matched, whose files from before
-    ``started_ns`` count as read.
+    directories it listed and the globs it matched, whose files from before
+    ``started_ns`` count as read. Each of these maps a path to whether the job named it
+    relatively (a plain list: relatively), which decides how it is recorded
+    (``display_name``).
     """
     r = roots(run_dir)
     opened = dict(opened)
-    for path in listed_files(_scan(listed, patterns), started_ns):
-        opened.setdefault(path, {"read": True, "written_first": False, "stat": stat_key(path)})
+    found = _scan_named(_named(listed), _named(patterns))
+    relative = {path: rel for path, _, rel in found}
+    for path in listed_files([(path, mtime) for path, mtime, _ in found], started_ns):
+        opened.setdefault(path, {"read": True, "written_first": False, "stat": stat_key(path),
+                                 "relative": relative[path]})  # fmt: skip
     if maps_text is None:
         try:
             maps_text = Path("/proc/self/maps").read_text()
@@ -351,9 +369,10 @@ def gather(
             digest = hashes.sha256(path) or "unreadable"
             if opened[opened_as].get("stat") != stat_key(opened_as):
                 digest = f"changed while the job ran ({os.path.basename(run_dir)})"
-            data[display_name(path, launch_dir)] = digest
-        for path in (f for p in explicit for f in _files_below(p) if not _under(f, r.ignored)):
-            data[display_name(path, launch_dir)] = hashes.sha256(path) or "unreadable"
+            data[display_name(path, launch_dir, opened[opened_as].get("relative", True))] = digest
+        for named, rel in _named(explicit).items():
+            for path in (f for f in _files_below(named) if not _under(f, r.ignored)):
+                data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
     distributions = {name: distribution_identity(name) for name in sorted(used)}
     return {"modules": code, "distributions": distributions, "libraries": dict(sorted(libraries.items())),
             "data": dict(sorted(data.items()))}  # fmt: skip

@@ -39,14 +39,18 @@ from launcher.record.filecache import stat_key
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
-# path -> {"read": bool, "written_first": bool, "stat": stat key at first read}
+# path -> {"read": bool, "written_first": bool, "stat": stat key at first read,
+#          "relative": the job named it relative to its working directory}
 opened: dict[str, dict] = {}
 # Never data, and opened thousands of times by imports: skipped with string checks only.
 _CODE = (".py", ".pyc", ".pyo", ".so", ".pth", ".pyi")
 _SKIP: tuple[str, ...] = ("/proc/", "/sys/", "/dev/")
-explicit: list[str] = []  # files and directories named by launcher.record_data()
-listed: dict[str, None] = {}  # directories the job listed, in first-listed order
-patterns: dict[str, None] = {}  # glob patterns matched by native code (tf.io.gfile.glob, Dataset.list_files)
+# The values say whether the job named the path relative to its working directory: the
+# fingerprint then records it relative to the launch directory, as the job will find it
+# when replayed elsewhere (absolute paths are recorded as such).
+explicit: dict[str, bool] = {}  # files and directories named by launcher.record_data()
+listed: dict[str, bool] = {}  # directories the job listed, in first-listed order
+patterns: dict[str, bool] = {}  # glob patterns (glob, pathlib, tf.io.gfile.glob, Dataset.list_files)
 started_ns = 0  # when recording started: a file modified later is the job's output, not its input
 _installed = False
 _recording = False
@@ -55,9 +59,9 @@ _listings = False
 
 def name_explicitly(path: str | os.PathLike) -> str:
     """Record ``path`` (a file, or a directory: every file below it) as data the job read."""
-    real = os.path.realpath(os.path.abspath(os.fspath(path)))
-    if real not in explicit:
-        explicit.append(real)
+    given = os.fspath(path)
+    real = os.path.realpath(os.path.abspath(given))
+    explicit.setdefault(real, not os.path.isabs(given))
     return real
 
 
@@ -67,13 +71,14 @@ def note(path: object, writing: bool = False) -> None:
         path = os.fsdecode(path)
     if not isinstance(path, str) or not path or "://" in path or path.endswith(_CODE):
         return  # file descriptors, URLs (gs://, s3://: not local files), code (hashed as modules)
-    if not path.startswith("/"):
+    relative = not path.startswith("/")
+    if relative:
         path = os.path.join(os.getcwd(), path)
     if path.startswith(_SKIP):
         return
     info = opened.get(path)
     if info is None:
-        info = opened[path] = {"read": False, "written_first": writing, "stat": None}
+        info = opened[path] = {"read": False, "written_first": writing, "stat": None, "relative": relative}
     if not writing and not info["read"]:
         info["read"] = True
         info["stat"] = stat_key(path)
@@ -89,9 +94,10 @@ def note_listing(path: object, pattern: bool = False) -> None:
         path = "."
     if not isinstance(path, str) or not path or "://" in path:
         return  # a file descriptor, or a URL (gs://, s3://: not local files)
+    relative = not os.path.isabs(path)
     path = os.path.abspath(path)
     if not path.startswith(_SKIP):
-        (patterns if pattern else listed).setdefault(path, None)
+        (patterns if pattern else listed).setdefault(path, relative)
 
 
 def _writing(mode: object, flags: object) -> bool:

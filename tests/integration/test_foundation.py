@@ -208,6 +208,6 @@ def test_hostile_paths_for_store_and_data(launch, weird_dir, mnist_npz):
     done = launch(f"train.data={q(data)}", f"store.root={q(weird_dir / 'runs')}", *QUICK)
     assert done.returncode == 0, done.stderr[-2000:]
     run = _runs(weird_dir / "runs")[-1]
-    recorded = _json(run / "fingerprint.json")["data"]  # named relative to the launch directory when inside it
+    recorded = _json(run / "fingerprint.json")["data"]  # train.data is absolute in the config: recorded so
     (name,) = [n for n in recorded if n.endswith("mn'ist.npz")]
     assert recorded[name] == __import__("hashlib").sha256(data.read_bytes()).hexdigest()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import pytest
 
@@ -183,3 +184,20 @@ def test_globs_are_recorded_as_patterns_and_only_what_matches_counts(recording, 
     found = usage._scan([], list(reads.patterns))
     assert sorted(os.path.relpath(p, tmp_path) for p, _ in found) == ["a/img.png", "a/img.png", "b/img.png",
                                                                        "b/notes.txt"]  # fmt: skip
+
+
+def test_a_file_is_recorded_as_the_job_named_it(tmp_path):
+    # Relative (a script's np.load("rel.npz")): a replay elsewhere reads it relative to its own
+    # directory. Absolute (train.data from the config, an absolute open): where a replay reads it.
+    from launcher.record.filecache import stat_key
+
+    for name in ("rel.npz", "abs.npz", "listed/a.png"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(name.encode())
+    run = tmp_path / "run"
+    run.mkdir()
+    opened = {str(tmp_path / name): {"read": True, "written_first": False, "stat": stat_key(str(tmp_path / name)),
+                                     "relative": name == "rel.npz"} for name in ("rel.npz", "abs.npz")}  # fmt: skip
+    used = usage.gather(opened, str(run), str(tmp_path), modules={}, maps_text="",
+                        listed={str(tmp_path / "listed"): False}, started_ns=time.time_ns() + 1)  # fmt: skip
+    assert set(used["data"]) == {"rel.npz", str(tmp_path / "abs.npz"), str(tmp_path / "listed" / "a.png")}
