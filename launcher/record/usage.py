@@ -259,14 +259,9 @@ def _in_a_run(directory: str, depth: int = 3) -> bool:
     return False
 
 
-def _scan(listed: Iterable[str], patterns: Iterable[str]) -> list[tuple[str, int]]:
-    """(path, mtime in ns) of each regular file in a listed directory or matching a pattern."""
-    return [(path, mtime) for path, mtime, _ in _scan_named(dict.fromkeys(listed, True),
-                                                              dict.fromkeys(patterns, True))]  # fmt: skip
-
-
-def _scan_named(listed: Mapping[str, bool], patterns: Mapping[str, bool]) -> list[tuple[str, int, bool]]:
-    """``_scan``, each file with whether its listing named it relatively."""
+def _scan(listed: Mapping[str, bool], patterns: Mapping[str, bool]) -> list[tuple[str, int, bool]]:
+    """(path, mtime in ns, named relatively) of each regular file in a listed directory or
+    matching a pattern; the maps say whether the job named the directory or pattern relatively."""
     found = []
     for directory, relative in listed.items():
         if _in_a_run(directory):
@@ -325,7 +320,7 @@ def gather(
     """
     r = roots(run_dir)
     opened = dict(opened)
-    found = _scan_named(_named(listed), _named(patterns))
+    found = _scan(_named(listed), _named(patterns))
     relative = {path: rel for path, _, rel in found}
     for path in listed_files([(path, mtime) for path, mtime, _ in found], started_ns):
         opened.setdefault(path, {"read": True, "written_first": False, "stat": stat_key(path),

@@ -85,9 +85,9 @@ def test_scan_finds_the_files_of_listed_directories_and_patterns_but_not_of_runs
     for marker in usage.RUN_MARKERS:
         (run / marker).write_text("{}")
     (run / "outputs" / "w.npz").write_text("w")
-    found = usage._scan([str(tmp_path / "imgs"), str(run / "outputs"), str(tmp_path / "nowhere")],
-                        [str(tmp_path / "shards" / "x-*.tfrecord")])  # fmt: skip
-    assert sorted(os.path.relpath(path, tmp_path) for path, _ in found) == [
+    listed = dict.fromkeys([str(tmp_path / "imgs"), str(run / "outputs"), str(tmp_path / "nowhere")], False)
+    found = usage._scan(listed, {str(tmp_path / "shards" / "x-*.tfrecord"): False})
+    assert sorted(os.path.relpath(path, tmp_path) for path, _, _ in found) == [
         "imgs/a.png", "shards/x-0.tfrecord", "shards/x-1.tfrecord"]  # fmt: skip
 
 
@@ -181,8 +181,8 @@ def test_globs_are_recorded_as_patterns_and_only_what_matches_counts(recording, 
     assert str(tmp_path) not in reads.listed
     assert list(reads.patterns) == [str(tmp_path / "*" / "img.png"), str(tmp_path / "*/notes.txt"),
                                     str(tmp_path / "a" / "**" / "*.png")]  # fmt: skip
-    found = usage._scan([], list(reads.patterns))
-    assert sorted(os.path.relpath(p, tmp_path) for p, _ in found) == ["a/img.png", "a/img.png", "b/img.png",
+    found = usage._scan({}, reads.patterns)
+    assert sorted(os.path.relpath(p, tmp_path) for p, _, _ in found) == ["a/img.png", "a/img.png", "b/img.png",
                                                                        "b/notes.txt"]  # fmt: skip
 
 
