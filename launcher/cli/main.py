@@ -24,7 +24,8 @@ from launcher.errors import LauncherError
 # name -> ("module:function", help). A static table: no registration by import.
 COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("launcher.cli.compare:main", "RUN_A RUN_B [--force] [--tolerance RTOL,ATOL] [--plot PNG]: verdict"),
-    "replay": ("launcher.cli.replay:main", "RUN [--allow-mismatch]: rerun a stored run, say if it reproduced"),
+    "replay": ("launcher.cli.replay:main",
+               "RUN [--allow-mismatch] [--data NAME=PATH] [--rebuild]: rerun a stored run, say if it reproduced"),
     "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
     "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--rebuild]: list runs"),
     "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 from launcher.cli.rerun import refused, rerun_args
-from launcher.errors import NotComparable
+from launcher.errors import ConfigError, NotComparable
 
 
 def main(argv: list[str]) -> int:
     from launcher.verdict import replay
 
-    args = rerun_args("replay", "Rerun a stored run from its config and seed and compare bit for bit.", argv)
+    args = rerun_args("replay", "Rerun a stored run from its snapshot, config and seed, and compare bit for bit.",
+                      argv, replay=True)  # fmt: skip
+    data = {}
+    for item in args.data or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--data takes NAME=PATH (the recorded data name, and a copy of it), got {item!r}")
+        data[name] = path
     try:
-        result = replay.replay(args.run, allow_mismatch=args.allow_mismatch)
+        result = replay.replay(args.run, allow_mismatch=args.allow_mismatch, data=data)
     except NotComparable as exc:
         return refused(exc)
     print(f"{result.verdict}: replay {result.new_run} of {result.original}")

@@ -8,11 +8,14 @@ from launcher.cli.args import parser
 from launcher.errors import NotComparable
 
 
-def rerun_args(name: str, description: str, argv: list[str]) -> argparse.Namespace:
-    """The arguments shared by replay and resume: a run, and --allow-mismatch."""
+def rerun_args(name: str, description: str, argv: list[str], replay: bool = False) -> argparse.Namespace:
+    """The arguments shared by replay and resume: a run, and --allow-mismatch (replay: --data)."""
     p = parser(name, description)
     p.add_argument("run", metavar="RUN")
     p.add_argument("--allow-mismatch", action="store_true", help="run even when the environment differs")
+    if replay:
+        p.add_argument("--data", action="append", metavar="NAME=PATH",
+                       help="a copy of a data file the run read but did not keep (checked by its recorded hash)")
     return p.parse_args(argv)
 
 

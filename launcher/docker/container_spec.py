@@ -234,7 +234,7 @@ def run_args(
     env = dict(env) if scratch == "/tmp" else {**env, "TMPDIR": scratch}
     args: dict = {
         "image": image,
-        "command": [run_dir],  # the entrypoint is `python -m launcher.bootstrap`
+        "command": [run_dir],  # the entrypoint is `python -P -m launcher.bootstrap`
         "user": f"{user[0]}:{user[1]}",
         "environment": dict(sorted(env.items())),
         "working_dir": cwd,

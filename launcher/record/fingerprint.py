@@ -21,10 +21,12 @@ from launcher.record.environment import allowed_env
 from launcher.record.probes import code, hardware, software, tensorflow_software
 
 # 2: code.modules, software.distributions and software.libraries (what the job used),
-# data from every file the job read, determinism.keras. Schema 1 runs stay readable;
-# what they lack is unknown to the comparability key, never equal.
-SCHEMA = 2
-READABLE_SCHEMAS = (1, 2)
+# data from every file the job read, determinism.keras.
+# 3: code.launcher_modules (the launcher files the job imported, which replace the whole
+# package's hash in the key), distributions by content, the CPU's family, model and stepping.
+# Older runs stay readable; what they lack is unknown to the comparability key.
+SCHEMA = 3
+READABLE_SCHEMAS = (1, 2, 3)
 
 
 def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None) -> dict:
@@ -93,6 +95,7 @@ def job_facts(
                 data[name] = digest
         facts["data"] = dict(sorted(data.items()))
         facts["modules"] = used["modules"]
+        facts["launcher_modules"] = used.get("launcher")
     return facts
 
 
@@ -102,6 +105,7 @@ def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dic
     out.update(software=facts["software"], determinism=facts["determinism"], data=facts["data"])
     out["software"]["container"] = container
     out["code"]["modules"] = facts.get("modules")
+    out["code"]["launcher_modules"] = facts.get("launcher_modules")
     return out
 
 

@@ -76,3 +76,14 @@ def launcher_source_version() -> str:
     from launcher.version import __version__
 
     return source_version(__version__, source_files(Path(__file__).resolve().parents[1]))
+
+
+def launcher_files(names) -> dict[str, str]:
+    """sha256 of each of this launcher's files named relative to its package (``missing`` when
+    it has none of that name): the launcher code a stored run's job imported, as it is here."""
+    package = Path(__file__).resolve().parents[1]
+    out = {}
+    for name in names:
+        path = package / name
+        out[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    return out

@@ -97,12 +97,16 @@ KEY: dict[str, Callable[[dict], object]] = {
     # The user's config files (--config-dir) the config came from, by content: code may read
     # them at run time. Runs before --config-dir existed could not have used any: {}.
     "config_files": lambda fp: fp.get("config_files", {}),
-    # The code that ran: the launcher's version and source hash (its tasks and bootstrap),
-    # a script's own hash, and every module the job imported from outside the installed
-    # distributions and the standard library, by content. Out: the launch directory's git
-    # commit and diff (recorded for reading): the code that ran is hashed directly, in a
-    # git repository or not, and a checkout the job never imported from changes nothing.
-    "code.launcher_version": lambda fp: fp["code"]["launcher_version"],
+    # The code that ran: the launcher's files the job process imported (bootstrap, observers,
+    # tasks, data loading, what hashes the weights), by file; a script's own hash; and every
+    # module the job imported from outside the installed distributions and the standard
+    # library, by content. Out: the launcher's version and whole-package hash
+    # (code.launcher_version, recorded for reading): its command line, verdicts, Docker and
+    # sweep code never run in the job, so a new CLI message refuses no old run. Out: the
+    # launch directory's git commit and diff (recorded for reading): the code that ran is
+    # hashed directly, in a git repository or not.
+    "code.launcher": lambda fp: (fp["code"].get("launcher_modules")
+                                 or Unknown("not recorded by this run's fingerprint (schema < 3)")),
     "code.script_sha256": lambda fp: fp["code"].get("script_sha256"),
     "code.modules": _since_schema_2(
         lambda fp: {name: m["sha256"] for name, m in (fp["code"].get("modules") or {}).items()}

@@ -7,6 +7,9 @@ else. Rather than ask the user, the job process reports what it actually used:
 - **code**: every imported module whose file lies outside the Python installation and
   its site-packages (a helper beside a script, a package on ``PYTHONPATH``, an
   editable install's source), hashed by content, git repository or not;
+- **launcher**: the launcher's own modules the job imported (its bootstrap, observers,
+  tasks, data loading, what records the run), hashed by file: the launcher code that can
+  change the job's bits, and not its command line, verdicts, Docker or sweep code;
 - **distributions**: the installed distributions whose modules were imported or whose
   shared libraries are mapped into the process (``/proc/self/maps``: TensorFlow loads
   the ``nvidia-*`` wheels' libraries without importing them), each with its version
@@ -63,7 +66,7 @@ class Roots:
 
     site: tuple[str, ...]  # site-packages and dist-packages: installed distributions
     python: tuple[str, ...]  # the interpreter's prefixes: the standard library, lib-dynload, libpython
-    launcher: str  # the launcher package itself (its source hash is code.launcher_version)
+    launcher: str  # the launcher package itself (the files the job imported from it are code.launcher)
     ignored: tuple[str, ...] = ()  # never data: the run directory, caches
 
 
@@ -333,6 +336,7 @@ def gather(
     dists = _Distributions(r.site)
     used: dict[str, None] = {}
     code: dict[str, dict] = {}
+    launcher: dict[str, str] = {}
     files = module_files(modules)
     with FileHashes() as hashes:
         for name, path in sorted(files.items()):
@@ -340,7 +344,9 @@ def gather(
             if kind == "user":
                 path = os.path.realpath(path)
                 kind = classify(path, r)  # a symlink into site-packages is still site-packages
-            if kind == "site":
+            if kind == "launcher":
+                launcher[os.path.relpath(path, r.launcher)] = hashes.sha256(path) or "missing"
+            elif kind == "site":
                 owner = dists.owner(path, r.site)
                 if owner:
                     used.setdefault(owner, None)
@@ -364,10 +370,19 @@ def gather(
             digest = hashes.sha256(path) or "unreadable"
             if opened[opened_as].get("stat") != stat_key(opened_as):
                 digest = f"changed while the job ran ({os.path.basename(run_dir)})"
-            data[display_name(path, launch_dir, opened[opened_as].get("relative", True))] = digest
+            data[display_name(_as_named(opened_as, path, launch_dir), launch_dir,
+                              opened[opened_as].get("relative", True))] = digest  # fmt: skip
         for named, rel in _named(explicit).items():
             for path in (f for f in _files_below(named) if not _under(f, r.ignored)):
                 data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
     distributions = {name: distribution_identity(name) for name in sorted(used)}
     return {"modules": code, "distributions": distributions, "libraries": dict(sorted(libraries.items())),
-            "data": dict(sorted(data.items()))}  # fmt: skip
+            "data": dict(sorted(data.items())), "launcher": dict(sorted(launcher.items()))}  # fmt: skip
+
+
+def _as_named(opened_as: str, real: str, launch_dir: str) -> str:
+    """The path to record for a file opened as ``opened_as``: as the job reached it when that
+    lies in the launch directory (a link there to data elsewhere is found again by its name
+    there), else where it really is."""
+    given = os.path.abspath(opened_as)
+    return given if _under(given, [launch_dir]) else real

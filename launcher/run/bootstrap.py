@@ -61,7 +61,7 @@ def _run(run_dir: Path) -> None:
     reads.install()  # first: it must see every file the job opens, TensorFlow's imports included
     from omegaconf import OmegaConf
 
-    from launcher.record import fingerprint, runs, usage
+    from launcher.record import fingerprint, runs, snapshot, usage
     from launcher.record.hashing import tree_digest
     from launcher.run import determinism, tasks
 
@@ -94,6 +94,7 @@ def _run(run_dir: Path) -> None:
         progress=bool(job.get("progress")),
         resume=job.get("resume"),
         trace_every=trace_every,
+        root=job.get("root"),
     )
     # Written now and again at the end: an interrupted run keeps the software it ran on.
     facts = fingerprint.job_facts(effective, {})
@@ -125,6 +126,7 @@ def _run(run_dir: Path) -> None:
     used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()), explicit=reads.explicit,
                         listed=reads.listed, patterns=reads.patterns, started_ns=reads.started_ns)  # fmt: skip
     facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
+    facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
     timings["fingerprint_s"] = time.perf_counter() - measured
     runs.write_json(run_dir / JOB_FACTS, facts)
     runs.write_json(run_dir / RESULT, result)

@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import LauncherError
-from launcher.record import fingerprint, index, key, runs, tbevents, tracking
+from launcher.record import fingerprint, index, key, runs, snapshot, tbevents, tracking
 from launcher.run import config, determinism, gpus, runtime
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 
@@ -76,15 +76,18 @@ def execute(
     replay_notes: dict | None = None,
     resume: dict | None = None,
     track: bool = True,
+    root: str | None = None,
 ) -> Outcome:
     """Run the prepared job in ``run_dir`` to its end and record how it ended.
 
-    The run's TensorBoard events follow the job live and are sealed with it; MLflow
-    (``tracking=mlflow``) hears of the run after it ended, unless ``track`` is false
-    (a sweep logs its jobs itself, as children of the sweep).
+    ``root`` is a laid-out code snapshot (``launcher.record.snapshot``) the job runs from
+    (a replay, a sweep's jobs): ``cwd`` lies inside it, and the script, ``PYTHONPATH`` and
+    a task's data are looked up there first. The run's TensorBoard events follow the job
+    live and are sealed with it; MLflow (``tracking=mlflow``) hears of the run after it
+    ended, unless ``track`` is false (a sweep logs its jobs itself, as children of the sweep).
     """
     cwd = cwd or os.getcwd()
-    plan, env, fp = launch_fingerprint(resolved, cwd, extra_env)
+    plan, env, fp = launch_fingerprint(resolved, cwd, extra_env, root)
     runs.write_json(run_dir / FINGERPRINT, fp)
     runs.write_json(
         run_dir / JOB,
@@ -92,6 +95,7 @@ def execute(
             "plan": plan.to_dict(),
             "progress": echo and sys.stdout.isatty(),
             "launch_dir": cwd,
+            "root": root,
             "replay_of": replay_of,
             "replay": replay_notes,
             "resume": resume,
@@ -105,16 +109,17 @@ def execute(
             returncode = runtime.get(str(resolved.runtime.name)).run(job)
         except KeyboardInterrupt:
             returncode = 130
-    outcome = finish(run_dir, resolved, fp, returncode, row)
+    outcome = finish(run_dir, resolved, fp, returncode, row, snapshot.unrooted(cwd, root), root)
     if track:
         tracking.log_run(run_dir, resolved)
     return outcome
 
 
 def launch_fingerprint(
-    resolved: DictConfig, cwd: str, extra_env: dict[str, str] | None = None
+    resolved: DictConfig, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None
 ) -> tuple[determinism.Plan, dict[str, str], dict]:
-    """The plan, the job's environment, and the launcher side of its fingerprint."""
+    """The plan, the job's environment, and the launcher side of its fingerprint (of the
+    code in the laid-out snapshot ``root`` where the job runs from one)."""
     det = resolved.determinism
     plan = determinism.plan(
         det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts,
@@ -123,20 +128,28 @@ def launch_fingerprint(
     )  # fmt: skip
     env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
     env.update(extra_env or {})
-    script = str(resolved.train.script) if resolved.train.name == "script" else None
+    if root and env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = snapshot.rooted_pythonpath(env["PYTHONPATH"], root, keep=[LAUNCHER_ROOT])
+    script = snapshot.rooted(str(resolved.train.script), root) if resolved.train.name == "script" else None
     fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script)
-    fp["config_files"] = fingerprint.config_files(resolved.get("config_dir"))  # launch --config-dir
+    config_dir = resolved.get("config_dir")
+    if config_dir and root:
+        config_dir = {"path": snapshot.rooted(str(config_dir["path"]), root), "files": list(config_dir["files"])}
+    fp["config_files"] = fingerprint.config_files(config_dir)  # launch --config-dir
     return plan, env, fp
 
 
-def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row) -> Outcome:
-    """Seal a successful job; mark any other ending failed or interrupted, with its reason."""
+def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row,
+           launch_dir: str | None = None, root: str | None = None) -> Outcome:
+    """Seal a successful job with its code snapshot; mark any other ending failed or
+    interrupted, with its reason."""
     seed = int(resolved.seed)
     if returncode == 0 and (run_dir / RESULT).exists() and (run_dir / JOB_FACTS).exists():
         container = runs.read_json(run_dir / CONTAINER) if (run_dir / CONTAINER).exists() else None
         fp = fingerprint.merge_job_facts(fp, runs.read_json(run_dir / JOB_FACTS), container)
         runs.write_json(run_dir / FINGERPRINT, fp)
         (run_dir / JOB_FACTS).unlink()
+        keep_snapshot(run_dir, resolved, fp, launch_dir or os.getcwd(), root)
         result = runs.read_json(run_dir / RESULT)
         runs.seal(run_dir)
         row.status, row.key_sha256 = "complete", key.key_sha256(fp)
@@ -150,6 +163,19 @@ def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: 
     row.status = state
     index.record(run_dir.parent, row)
     return Outcome(run_dir, state, seed, error=error, returncode=returncode)
+
+
+def keep_snapshot(run_dir: Path, resolved: DictConfig, fp: dict, launch_dir: str, root: str | None = None) -> dict:
+    """Keep the code and small data the run used in its store, and ``snapshot.json`` in the run."""
+    script = str(resolved.train.script) if resolved.train.name == "script" else None
+    config_dir = resolved.get("config_dir")
+    max_mb = resolved.store.get("snapshot_max_mb", snapshot.DEFAULT_MAX_MB)
+    data = [p for p in (snapshot.data_path(n, launch_dir) for n in fp.get("data") or {}) if p]
+    kept, left_out = snapshot.plan(fp, launch_dir, script, str(config_dir["path"]) if config_dir else None,
+                                   snapshot.data_sizes(data, root), int(max_mb) << 20)  # fmt: skip
+    taken = snapshot.take(run_dir.parent, kept, left_out, launch_dir, root)
+    runs.write_json(run_dir / snapshot.SNAPSHOT, taken)
+    return taken
 
 
 def run(cfg: DictConfig, *, store_root: Path | None = None, **kwargs) -> Outcome:

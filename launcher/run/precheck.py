@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.record import fingerprint, key, probes, runs, usage
+from launcher.record import fingerprint, hashing, key, probes, runs, snapshot, usage
 from launcher.record.filecache import FileHashes
 from launcher.run import job
 
@@ -30,36 +30,46 @@ def _current_path(name: str, cwd: str) -> Path:
     return Path(name) if os.path.isabs(name) else Path(cwd) / name
 
 
-def current_data_hashes(stored: dict[str, str], cwd: str | None = None) -> dict[str, str]:
-    """Re-hash the data files a run read, where they are now (``missing`` when gone)."""
+def current_data_hashes(stored: dict[str, str], cwd: str | None = None, root: str | None = None) -> dict[str, str]:
+    """Re-hash the data files a run read, where a rerun will find them (``missing`` when gone):
+    in the laid-out snapshot ``root`` first, else where they were (relative names from ``cwd``)."""
     with FileHashes() as hashes:
-        return {name: hashes.sha256(str(_current_path(name, cwd or os.getcwd()))) or "missing" for name in stored}
+        return {name: hashes.sha256(snapshot.rooted(str(_current_path(name, cwd or os.getcwd())), root)) or "missing"
+                for name in stored}  # fmt: skip
 
 
-def current_usage(stored_fp: dict) -> tuple[dict, dict, dict]:
-    """This machine's state of the modules, distributions and libraries a run used."""
+def current_usage(stored_fp: dict, root: str | None = None) -> tuple[dict, dict, dict]:
+    """This machine's state of the modules, distributions and libraries a run used (its
+    modules as the laid-out snapshot ``root`` has them, when the rerun runs from one)."""
     software = stored_fp.get("software") or {}
     with FileHashes() as hashes:
-        modules = {name: {"path": m["path"], "sha256": hashes.sha256(m["path"]) or "missing"}
+        modules = {name: {"path": m["path"], "sha256": hashes.sha256(snapshot.rooted(m["path"], root)) or "missing"}
                    for name, m in (stored_fp["code"].get("modules") or {}).items()}  # fmt: skip
         libraries = {path: hashes.sha256(path) or "missing" for path in software.get("libraries") or {}}
     distributions = {name: usage.distribution_identity(name) for name in software.get("distributions") or {}}
     return modules, distributions, libraries
 
 
-def precheck(run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None) -> list[tuple[str, object, object]]:
+def precheck(run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None,
+             root: str | None = None) -> list[tuple[str, object, object]]:
     """Key differences between the stored run and a rerun here, now, before running it."""
     stored = runs.read_json(run_dir / job.FINGERPRINT)
-    return key_differences_now(stored, run_dir, cwd, extra_env)
+    return key_differences_now(stored, run_dir, cwd, extra_env, root)
 
 
 def key_differences_now(
-    stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None
+    stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None
 ) -> list[tuple[str, object, object]]:
-    """Key differences between fingerprint ``stored`` of ``run_dir`` and this environment."""
+    """Key differences between fingerprint ``stored`` of ``run_dir`` and a rerun started in
+    ``cwd`` (inside the laid-out snapshot ``root``, when it runs from one)."""
     fingerprint.check_schema(stored, str(run_dir))
     resolved = OmegaConf.load(run_dir / job.CONFIG)
-    _, _, current = job.launch_fingerprint(resolved, cwd, extra_env)
+    _, _, current = job.launch_fingerprint(resolved, cwd, extra_env, root)
+    # The launcher files the run's job imported, as this launcher has them. A run that did not
+    # record them (schema < 3) has an unknown launcher: never equal to the one here.
+    stored_launcher = stored["code"].get("launcher_modules")
+    current["code"]["launcher_modules"] = (hashing.launcher_files(stored_launcher) if stored_launcher
+                                           else {"(whole package)": current["code"]["launcher_version"]})  # fmt: skip
     if stored.get("software") is None:
         current["software"] = None  # the job never reported: nothing to check it against
     elif stored["software"].get("container"):
@@ -70,12 +80,12 @@ def key_differences_now(
         current["software"] = probes.software()
         current["software"]["container"] = stored["software"].get("container")
     # What the job used is known only once it has ended; an interrupted run (resume) has none.
-    modules, distributions, libraries = current_usage(stored)
+    modules, distributions, libraries = current_usage(stored, root)
     if current["software"] is not None and not stored["software"].get("container"):
         current["software"].update(distributions=stored["software"].get("distributions") and distributions,
                                    libraries=stored["software"].get("libraries") and libraries)  # fmt: skip
     current["code"]["modules"] = stored["code"].get("modules") and modules
-    current["data"] = current_data_hashes(stored.get("data") or {}, cwd)
+    current["data"] = current_data_hashes(stored.get("data") or {}, snapshot.unrooted(cwd, root), root)
     if stored.get("schema", 1) < 2:
         current["schema"] = stored.get("schema", 1)  # what it lacks stays unknown
     for name in MEASURED_IN_JOB:

@@ -38,7 +38,10 @@ class Runtime(Protocol):
 
 
 def bootstrap_argv(python: str, run_dir: Path) -> list[str]:
-    return [python, "-m", "launcher.bootstrap", str(run_dir)]
+    """The job's command line. Safe paths (``-P``): the launcher comes from where it is
+    installed (``PYTHONPATH``), never from a ``launcher/`` in the launch directory."""
+    safe = ["-P"] if sys.version_info >= (3, 11) else []  # -P is new in 3.11
+    return [python, *safe, "-m", "launcher.bootstrap", str(run_dir)]
 
 
 class LocalRuntime:

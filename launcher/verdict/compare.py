@@ -34,7 +34,7 @@ from launcher.record import key as comparability
 from launcher.run import config, trace
 
 # With --tolerance, runs may differ only in these key fields (a software migration).
-MIGRATION_FIELDS = ("software.", "code.launcher_version")
+MIGRATION_FIELDS = ("software.", "code.launcher")
 
 
 @dataclass

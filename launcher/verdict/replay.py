@@ -2,6 +2,12 @@
 
 The stored ``config.yaml`` (seed and thread counts resolved) is rerun into a new run
 directory of the same store, linked to the original (``job.json`` → ``replay_of``).
+A run that kept a code snapshot (``snapshot.json``) is rerun from it, laid out afresh
+in a working directory of the store: the script, its helpers, its config files and
+its small data as they were, wherever the replay is started and whatever happened to
+the originals since. A data file too large to keep is read where it was, or from the
+copy ``data`` names (``--data NAME=PATH``); either way it must have the recorded hash.
+
 Before anything runs, the current environment's comparability key is checked
 against the stored fingerprint; a difference refuses the replay (exit 3) unless
 ``allow_mismatch``, which runs anyway and records the replay as not comparable.
@@ -10,13 +16,15 @@ against the stored fingerprint; a difference refuses the replay (exit 3) unless
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.errors import NotComparable
-from launcher.record import runs, tracking
+from launcher.errors import ConfigError, NotComparable
+from launcher.record import runs, snapshot, tracking
 from launcher.run import job, precheck
 from launcher.verdict import compare
 
@@ -37,25 +45,38 @@ def replay(
     echo: bool = True,
     cpus: frozenset[int] | None = None,
     extra_env: dict[str, str] | None = None,
+    data: Mapping[str, str] | None = None,
 ) -> ReplayResult:
     """Rerun ``run_dir`` and compare; raises ``NotComparable`` when the key differs first."""
     original = runs.verify_seal(run_dir)
-    cwd = os.getcwd()
-    diffs = precheck.precheck(original, cwd, extra_env)
-    if diffs and not allow_mismatch:
-        tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
-        raise NotComparable(
-            f"cannot replay {original.name} here: {len(diffs)} comparability field(s) differ "
-            f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to run anyway",
-            diffs,
-        )
-    resolved = OmegaConf.load(original / job.CONFIG)
-    new_run = job.create_run(resolved, original.parent, cwd)  # a refused replay leaves nothing behind
-    notes = {"of": original.name, "comparable": not diffs, "precheck_differences": [list(map(str, d)) for d in diffs]}
-    outcome = job.execute(
-        resolved, new_run, cwd=cwd, cpus=cpus, echo=echo, extra_env=extra_env,
-        replay_of=original.name, replay_notes=notes,
-    )  # fmt: skip
+    stored = snapshot.read(original)
+    work = None
+    try:
+        if stored is not None:
+            work = Path(tempfile.mkdtemp(prefix=".replay-", dir=original.parent)).resolve()
+            work.chmod(0o755)  # a container's user must reach the code
+            snapshot.materialize(original.parent, stored, work)
+            unkept = place_data(original, stored, work, data or {})
+            root, cwd = str(work), str(work) + str(stored["launch_dir"])
+        else:  # a run from before snapshots: its code and data where they are now
+            if data:
+                raise ConfigError(f"--data needs a run that kept a code snapshot; {original.name} has none")
+            unkept, root, cwd = [], None, os.getcwd()
+        diffs = precheck.precheck(original, cwd, extra_env, root)
+        if diffs and not allow_mismatch:
+            tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
+            raise NotComparable(refusal(original, diffs, unkept), diffs)
+        resolved = OmegaConf.load(original / job.CONFIG)
+        new_run = job.create_run(resolved, original.parent, cwd)  # a refused replay leaves nothing behind
+        notes = {"of": original.name, "comparable": not diffs, "from_snapshot": stored is not None,
+                 "precheck_differences": [list(map(str, d)) for d in diffs]}  # fmt: skip
+        outcome = job.execute(
+            resolved, new_run, cwd=cwd, cpus=cpus, echo=echo, extra_env=extra_env,
+            replay_of=original.name, replay_notes=notes, root=root,
+        )  # fmt: skip
+    finally:
+        if work is not None:
+            snapshot.remove(work)
     if not outcome.ok:
         result = ReplayResult(original, new_run, "FAILED", 1, f"the replay {outcome.status}: {outcome.error}")
     else:
@@ -63,6 +84,52 @@ def replay(
     tracking.tag_verdict([original, new_run], result.verdict, {"by": "replay", "original": original.name,
                                                                "replay": new_run.name})  # fmt: skip
     return result
+
+
+def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str]) -> list[str]:
+    """Make each data file the run read but did not keep reachable in the laid-out ``work``,
+    as the job named it: the copy ``given`` names for it, else the file where it was.
+    Returns the recorded names of those files (a refusal names them with ``--data``)."""
+    fp = runs.read_json(original / job.FINGERPRINT)
+    launch_dir = str(stored["launch_dir"])
+    recorded = fp.get("data") or {}
+    wanted = {os.path.abspath(os.path.expanduser(k)) if os.path.isabs(os.path.expanduser(k)) else k: v
+              for k, v in given.items()}  # fmt: skip
+    for name in wanted:
+        if name not in recorded and os.path.normpath(os.path.join(launch_dir, name)) not in (
+                snapshot.data_path(n, launch_dir) for n in recorded):  # fmt: skip
+            raise ConfigError(f"--data {name}=…: {original.name} read no data file of that name "
+                              f"(it read: {', '.join(sorted(recorded)) or 'none'})")  # fmt: skip
+    unkept = []
+    for name in recorded:
+        path = snapshot.data_path(name, launch_dir)
+        if path is None or path in stored["files"]:
+            continue
+        unkept.append(name)
+        copy = wanted.get(name) or wanted.get(path)
+        if copy is not None:
+            copy = os.path.abspath(os.path.expanduser(copy))
+            if not os.path.isfile(copy):
+                raise ConfigError(f"--data {name}={copy}: no such file")
+            if os.path.isabs(name):
+                raise ConfigError(f"--data {name}=…: the job named {name} by its absolute path and reads it "
+                                  "there; put the file back there instead")  # fmt: skip
+            snapshot.link(work, path, copy)
+        elif not os.path.isabs(name) and os.path.lexists(path):
+            snapshot.link(work, path, path)
+    return unkept
+
+
+def refusal(original: Path, diffs: list, unkept: list[str]) -> str:
+    """The one-line reason of a refused replay; names ``--data`` when a data file it did not keep differs."""
+    text = (f"cannot replay {original.name} here: {len(diffs)} comparability field(s) differ "
+            f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to run anyway")  # fmt: skip
+    data = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.")]
+    missing = [name for name in unkept if name in data]
+    if missing:
+        text += (f"; {', '.join(missing)} was not kept in the run (over store.snapshot_max_mb): "
+                 f"point the replay at a copy with --data {missing[0]}=PATH")  # fmt: skip
+    return text
 
 
 def verdict(original: Path, new_run: Path) -> ReplayResult:

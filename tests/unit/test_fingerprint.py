@@ -89,6 +89,7 @@ def _fp():
         "determinism": {"level": "strict", "intra_op_threads": 1, "op_determinism": True},
         "config_sha256": "c",
         "code": {"git_commit": "g", "diff_sha256": None, "launcher_version": "0.1.0+src.abc",
+                 "launcher_modules": {"__init__.py": "b1"},
                  "modules": {"helper": {"path": "/w/helper.py", "sha256": "h1"}}},
         "data": {"data/mnist.npz": "d1"},
         "host": {"hostname": "a"},

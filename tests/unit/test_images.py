@@ -89,7 +89,7 @@ def test_rendered_dockerfile_properties():
     assert "--no-compile" in text and "unchecked-hash" in text and "PYTHONDONTWRITEBYTECODE=1" in text
     assert "wheels" not in final.replace("COPY --from=builder /opt/launch/venv /opt/launch/venv", "")
     assert "USER 1000:1000" in final
-    assert 'ENTRYPOINT ["/opt/launch/venv/bin/python", "-m", "launcher.bootstrap"]' in final
+    assert 'ENTRYPOINT ["/opt/launch/venv/bin/python", "-P", "-m", "launcher.bootstrap"]' in final
     assert "ca" not in " ".join(line for line in text.splitlines() if line.startswith("COPY"))
 
 

@@ -30,6 +30,8 @@ class TaskContext:
     resume: dict | None = None  # {"checkpoint": relative path, "epoch": N} when resuming
     trace_every: int = 0  # record the divergence trace every N steps (0 = none)
     data_files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of data read
+    # A laid-out code snapshot the job runs from (replay, sweeps): paths are looked up there first.
+    root: str | None = None
     # Settings only the task can read back (e.g. Keras' effective jit_compile, which it turns
     # off under op determinism); they replace the planned values in the fingerprint.
     effective: dict[str, object] = field(default_factory=dict)

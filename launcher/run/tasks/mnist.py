@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from launcher.record import snapshot
 from launcher.record.hashing import keras_weights, weights_digest
 from launcher.run import data as mnist_data
 from launcher.run import trace
@@ -86,7 +87,7 @@ def run(ctx: TaskContext) -> dict:
 
     started = time.perf_counter()
     train = ctx.cfg.train
-    mnist = mnist_data.load(str(train.data))
+    mnist = mnist_data.load(snapshot.rooted(str(train.data), ctx.root))
     ctx.data_files.update(mnist.files)
     x_train, y_train = mnist.x_train, mnist.y_train
     if train.max_samples is not None:

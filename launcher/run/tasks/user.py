@@ -13,6 +13,7 @@ import runpy
 import sys
 
 from launcher.errors import ConfigError
+from launcher.record import snapshot
 from launcher.run import observe, userapi
 from launcher.run.tasks import TaskContext
 
@@ -35,11 +36,13 @@ def run(ctx: TaskContext) -> dict:
     ctx.effective["jit_compile"] = None  # user code passes jit_compile to its own compile()
     observer = observe.install(ctx.run_dir, ctx.trace_every, ctx.log_epoch) if train.get("observe", True) else None
     if train.name == "custom":
-        if train.path:
-            sys.path.insert(0, str(train.path))
+        # The job's interpreter starts with safe paths (-P): the entrypoint's directory, or
+        # the launch directory as `python -m` would have it, comes first only now, after
+        # the launcher itself was imported from where it was installed.
+        sys.path.insert(0, snapshot.rooted(str(train.path), ctx.root) if train.path else os.getcwd())
         returned = load_entrypoint(str(train.entrypoint))(ctx.cfg, ctx.seed)
     else:
-        returned = run_script(str(train.script), [str(a) for a in train.args])
+        returned = run_script(snapshot.rooted(str(train.script), ctx.root), [str(a) for a in train.args])
     result: dict = {}
     if observer is not None:
         observer.finish()

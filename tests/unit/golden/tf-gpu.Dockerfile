@@ -42,4 +42,4 @@ RUN PYTHONHASHSEED=0 /opt/launch/venv/bin/python -m compileall -q -j 1 \
 USER 1000:1000
 WORKDIR /home/launch
 # The determinism bootstrap is the entrypoint: `docker run IMAGE RUN_DIR`.
-ENTRYPOINT ["/opt/launch/venv/bin/python", "-m", "launcher.bootstrap"]
+ENTRYPOINT ["/opt/launch/venv/bin/python", "-P", "-m", "launcher.bootstrap"]
