@@ -250,7 +250,27 @@ def code_tree(directory: str, skip: Iterable[str] = (), max_files: int = SWEEP_M
     return out
 
 
-def mirror_rest(dest: Path, directory: str) -> None:
+def lay_out_code(dest: Path, code_dirs: Iterable[str], launch_dir: str, skip: Iterable[str] = ()) -> int:
+    """Copy the code below ``code_dirs`` (``code_tree``) to ``dest/<absolute path>`` as it is
+    now, and link everything else of those directories and of ``launch_dir`` to the
+    originals: what a sweep's jobs run, whatever is edited while they wait. Returns the
+    number of files copied."""
+    copied = 0
+    for directory in dict.fromkeys(os.path.abspath(d) for d in code_dirs):
+        for path in code_tree(directory, skip):
+            target = Path(dest) / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                shutil.copyfile(path, target)
+                copied += 1
+    skip = {os.path.realpath(s) for s in skip}
+    for directory in dict.fromkeys([os.path.abspath(launch_dir), *map(os.path.abspath, code_dirs)]):
+        (Path(dest) / directory.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        mirror_rest(dest, directory, skip)
+    return copied
+
+
+def mirror_rest(dest: Path, directory: str, skip: set[str] | frozenset[str] = frozenset()) -> None:
     """Link every entry of ``directory`` that the laid-out snapshot lacks to the original,
     descending into the directories the snapshot has (a sweep's jobs see the launch
     directory's data where it is, and its code as it was when the sweep started)."""
@@ -261,10 +281,12 @@ def mirror_rest(dest: Path, directory: str) -> None:
         return
     for entry in entries:
         mirrored = inside / entry.name
+        if os.path.realpath(entry.path) in skip:
+            continue
         if not os.path.lexists(mirrored):
             os.symlink(entry.path, mirrored)
         elif mirrored.is_dir() and not mirrored.is_symlink() and entry.is_dir(follow_symlinks=False):
-            mirror_rest(dest, entry.path)
+            mirror_rest(dest, entry.path, skip)
 
 
 def remove(dest: Path) -> None:

@@ -23,17 +23,18 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError, LauncherError
-from launcher.record import runs, tbevents, tracking
+from launcher.record import runs, snapshot, tbevents, tracking
 from launcher.sweep import search as _search
 from launcher.sweep import slots as _slots
 
 SWEEP = "sweep.json"
 JOBS = "jobs"
 SLOTS = "slots"  # the slots' lock files, while the sweep runs
+CODE = "code"  # the jobs' own code as it was at submission (launcher.record.snapshot.lay_out_code)
 STOP = "STOP"  # written at the first Ctrl-C: queued jobs are not started
 SUMMARY = "summary.json"
 DEFAULT_LAUNCHER = "joblib"  # as in launch.yaml's defaults
@@ -61,6 +62,7 @@ class SweepPlan:
     seeds: list[int | None]  # None: drawn when the job starts
     search: _search.Search | None = None  # an optimizing sweeper (hydra/sweeper=optuna); None: basic
     config_dir: str | None = None  # --config-dir, absolute
+    code_dirs: list[str] = field(default_factory=list)  # where the jobs' own code is: laid out at submission
 
     @property
     def concurrency(self) -> int:
@@ -170,7 +172,19 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
         slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores, threads or 1, need_gpus)
     seeds = [planned_seed(c) for c in cfgs] if jobs else []
     root = Path(str(cfgs[0].store.root)).absolute()
-    return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds, search, config_dir)
+    return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds, search, config_dir,
+                     code_dirs=sorted({d for c in cfgs for d in code_dirs(c)}))
+
+
+def code_dirs(cfg) -> list[str]:
+    """The directories a job's own code is imported from: the script's, the entrypoint's
+    path or the launch directory; none for the built-in tasks (the launcher's own code)."""
+    train = cfg.train
+    if train.name == "script":
+        return [os.path.dirname(os.path.abspath(str(train.script)))]
+    if train.name == "custom":
+        return [os.path.abspath(str(train.path)) if train.get("path") else os.getcwd()]
+    return []
 
 
 def _sweeper_params(hydra_cfg) -> list:
@@ -242,7 +256,11 @@ def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
     launch_env = allowed_env(os.environ)  # before any plugin is imported
     plan = prepare(overrides, config_dir=config_dir)
     sweep_dir = runs.create(plan.store_root / "sweeps")
-    runs.write_json(sweep_dir / SWEEP, sweep_meta(plan, overrides, launch_env))
+    code_root = None
+    if plan.code_dirs:  # every job runs the code as it is now, whatever is edited while it waits
+        code_root = sweep_dir / CODE
+        snapshot.lay_out_code(code_root, plan.code_dirs, os.getcwd(), skip=[plan.store_root])
+    runs.write_json(sweep_dir / SWEEP, sweep_meta(plan, overrides, launch_env, code_root))
     (sweep_dir / JOBS).mkdir()
     for num, (job_overrides, seed) in enumerate(zip(plan.jobs, plan.seeds, strict=True)):
         runs.write_json(job_path(sweep_dir, num), pending_record(num, job_overrides, seed))
@@ -308,7 +326,8 @@ def restore_launch_env(launch_env: dict[str, str] | None) -> None:
     os.environ.update(launch_env)
 
 
-def sweep_meta(plan: SweepPlan, overrides: list[str], launch_env: dict[str, str] | None = None) -> dict:
+def sweep_meta(plan: SweepPlan, overrides: list[str], launch_env: dict[str, str] | None = None,
+               code_root: Path | None = None) -> dict:
     """``sweep.json``: what every worker needs to know, and what a reader wants to see."""
     return {
         "schema": 1,
@@ -320,6 +339,7 @@ def sweep_meta(plan: SweepPlan, overrides: list[str], launch_env: dict[str, str]
         "slots": [s.to_dict() for s in plan.slots],
         "store_root": str(plan.store_root),
         "cwd": os.getcwd(),
+        "code_root": str(code_root) if code_root else None,  # the jobs' code, laid out at submission
         "worker_env": {k: os.environ[k] for k in WORKER_ENV if k in os.environ},
         "launch_env": launch_env,  # the recorded variables as launch started: no secrets (the allowlist)
         "config_dir": plan.config_dir,
@@ -391,10 +411,12 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
         runs.write_json(job_path(sweep_dir, record["num"]), record)
         print(f"[sweep] job {record['num']:03d} {label(record['overrides'], meta['swept'])}: "
               f"started in {record['slot'] or 'this allocation'}", flush=True)  # fmt: skip
+        root = meta.get("code_root")
         outcome = job.run(
             cfg,
             store_root=Path(meta["store_root"]),
-            cwd=meta["cwd"],
+            cwd=snapshot.rooted(meta["cwd"], root),
+            root=root,
             cpus=slot.cpus if slot else None,
             echo=False,
             extra_env=dict(slot.env) if slot else None,
