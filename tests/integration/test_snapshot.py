@@ -1,0 +1,183 @@
+"""Replay from the run alone (issue 25): a run keeps its code and small data, and a replay
+needs nothing else: not the directory it ran in, not the script, not the helper as it was.
+
+Each test trains for real (a one-epoch Keras fit on 600 MNIST images) and replays for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA, REPO, q, run_dir_of
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A user's project: a script, the helper it imports, and data it opens by a relative name."""
+    path = tmp_path / "project"
+    path.mkdir()
+    shutil.copy(SCRIPTS / "with_helper.py", path / "train.py")
+    shutil.copy(SCRIPTS / "helper.py", path / "helper.py")
+    shutil.copy(DATA / "mnist-small.npz", path / "digits.npz")
+    return path
+
+
+def _script_run(launch, project: Path, store: Path, *extra: str):
+    done = launch("train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}",
+                  *extra, cwd=project)  # fmt: skip
+    return run_dir_of(done)
+
+
+def _fp(run: Path) -> dict:
+    return json.loads((run / "fingerprint.json").read_text())
+
+
+def test_replay_after_the_code_was_edited_and_the_script_and_data_deleted(launch, project, tmp_path):
+    store = tmp_path / "store"
+    run = _script_run(launch, project, store)
+    snap = json.loads((run / "snapshot.json").read_text())
+    assert {e["role"] for e in snap["files"].values()} == {"script", "module", "data"}
+    assert json.loads((run / "manifest.json").read_text())["files"]["snapshot.json"]  # the seal covers it
+
+    (project / "helper.py").write_text("LEARNING_RATE = 0.5\n")  # the next experiment
+    (project / "train.py").unlink()
+    (project / "digits.npz").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = launch("replay", str(run), cwd=elsewhere)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
+    replayed = Path(done.stdout.splitlines()[-2].split()[2])
+    a, b = _fp(run), _fp(replayed)
+    assert b["code"]["script_sha256"] == a["code"]["script_sha256"]
+    assert b["code"]["modules"] == a["code"]["modules"]  # the same names, paths and hashes
+    assert b["data"] == a["data"] == {"digits.npz": a["data"]["digits.npz"]}
+    assert not [p for p in store.iterdir() if p.name.startswith(".replay-")]  # the working copy is gone
+
+    # Without the snapshot the same replay is refused, naming what changed and what is gone.
+    (run / "snapshot.json").chmod(0o644)
+    os.rename(run / "snapshot.json", tmp_path / "kept.json")
+    done = launch("replay", str(run), cwd=elsewhere)
+    assert done.returncode == 4 and "snapshot.json is missing" in done.stderr  # the seal says so first
+
+
+def test_a_sweep_of_unchanged_code_keeps_one_copy(launch, project, tmp_path):
+    store = tmp_path / "store"
+    done = launch("-m", "train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}",
+                  "+seed=range(3)", cwd=project)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    objects = [p for p in (store / "objects").rglob("*") if p.is_file()]
+    assert len(objects) == 3  # the script, the helper and the data: once, for all three jobs
+
+
+def test_editing_the_script_during_a_sweep_changes_no_job(launch, project, tmp_path):
+    """Job 000 edits the script (as a user would while it runs); jobs 001 and 002 still run
+    the script as it was when the sweep started."""
+    store = tmp_path / "store"
+    editor = project / "train.py"
+    editor.write_text(editor.read_text() + "\nimport os\nif os.environ.get('LAUNCH_SEED') == '0':\n"
+                      f"    open({str(editor)!r}, 'a').write('# edited while the sweep ran\\n')\n")  # fmt: skip
+    original = editor.read_bytes()
+    done = launch("-m", "train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}",
+                  "+seed=range(3)", "hydra/launcher=basic", cwd=project)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert editor.read_bytes() != original  # job 000 did edit the user's script
+    hashes = {_fp(r)["code"]["script_sha256"] for r in store.glob("2026*") if (r / "manifest.json").exists()}
+    import hashlib
+
+    assert hashes == {hashlib.sha256(original).hexdigest()}
+
+
+def test_a_data_file_too_large_to_keep_is_found_by_hash_or_refused_by_name(launch, project, tmp_path):
+    store = tmp_path / "store"
+    run = _script_run(launch, project, store, "store.snapshot_max_mb=0")
+    snap = json.loads((run / "snapshot.json").read_text())
+    assert f"{project}/digits.npz" in snap["left_out"] and f"{project}/digits.npz" not in snap["files"]
+    copy = tmp_path / "copy-of-digits.npz"
+    shutil.move(project / "digits.npz", copy)
+
+    done = launch("replay", str(run), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
+    recorded = _fp(run)["data"]["digits.npz"]
+    assert "data.digits.npz" in done.stdout and recorded[:12] in done.stdout and "missing" in done.stdout
+    assert "--data digits.npz=PATH" in done.stdout
+
+    done = launch("replay", str(run), "--data", f"digits.npz={tmp_path / 'nope.npz'}", cwd=tmp_path)
+    assert done.returncode == 2 and "no such file" in done.stderr
+    done = launch("replay", str(run), "--data", f"digits.npz={copy}", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
+
+
+def test_a_launcher_that_differs_outside_the_job_replays_an_old_run(launch, project, tmp_path):
+    """The same launcher but for a comment in its CLI, from another path, in another venv."""
+    store = tmp_path / "store"
+    run = _script_run(launch, project, store)
+    other = tmp_path / "other launcher"
+    shutil.copytree(REPO / "launcher", other / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
+    main = other / "launcher" / "cli" / "main.py"
+    main.write_text(main.read_text() + "\n# a comment the job never imports\n")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    env = {**os.environ, "PYTHONPATH": str(other)}
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
+    replayed = Path(done.stdout.splitlines()[-2].split()[2])
+    assert _fp(replayed)["code"]["launcher_version"] != _fp(run)["code"]["launcher_version"]
+
+    # A change in a launcher file the job imports is a change of the code that ran: refused, by file.
+    observe = other / "launcher" / "run" / "observe.py"
+    observe.write_text(observe.read_text() + "\n# a comment in the job's own code\n")
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 3 and "code.launcher.run/observe.py" in done.stdout, done.stdout[-3000:]
+
+
+def test_the_job_runs_the_installed_launcher_not_one_in_the_launch_directory(launch, project, tmp_path):
+    """Launched from a directory holding a ``launcher/`` package (a checkout), the job still
+    imports the launcher the command runs (safe paths)."""
+    decoy = project / "launcher"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy launcher was imported')\n")
+    (decoy / "bootstrap.py").write_text("raise SystemExit('the decoy bootstrap was imported')\n")
+    store = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # As the installed `launch` command starts: the launch directory is not on its path.
+    done = subprocess.run([sys.executable, "-P", "-m", "launcher", "train=script", "train.script=train.py",
+                           "train.args=[digits.npz]", f"store.root={q(store)}"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    run = run_dir_of(done)
+    assert "decoy" not in (run / "log.txt").read_text()
+
+
+def test_replay_of_a_run_recorded_by_an_older_launcher(launch, tmp_path):
+    """A sealed run written by the launcher at 789e2ba (fingerprint schema 2, no snapshot):
+    readable, refused on what it lacks (shown as unknown), replayable with --allow-mismatch."""
+    store = tmp_path / "store"
+    shutil.copytree(DATA / "runs-schema2", store)
+    run = next(store.glob("2026*"))
+    done = launch("replay", str(run), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "code.launcher" in done.stdout and "unknown (not recorded" in done.stdout
+    done = launch("replay", str(run), "--allow-mismatch", cwd=tmp_path)
+    assert done.returncode in (0, 1, 3), done.stdout[-3000:] + done.stderr[-2000:]
+    head = done.stdout.splitlines()
+    verdict = next(line for line in head if line.startswith(("REPRODUCED", "DIVERGED", "NOT COMPARABLE")))
+    assert verdict.startswith("NOT COMPARABLE")  # what it lacks can never be called equal
+    replayed = Path(verdict.split()[3])
+    assert (replayed / "manifest.json").exists() and (replayed / "snapshot.json").exists()
+    compared = launch("compare", str(run), str(replayed), cwd=tmp_path)
+    assert compared.returncode == 3 and "REFUSED" in compared.stdout
