@@ -41,6 +41,13 @@ def weird_dir(tmp_path: Path) -> Path:
     return path
 
 
+def is_run(path: Path) -> bool:
+    """A run directory of a store (not its objects/, sweeps/ or audits/)."""
+    import re
+
+    return path.is_dir() and re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", path.name) is not None
+
+
 def q(value: object) -> str:
     """Quote a value for a Hydra override (paths with quotes need it; spaces do not)."""
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"

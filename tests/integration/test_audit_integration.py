@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import QUICK
+from tests.conftest import QUICK, is_run
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,7 @@ def test_a_replay_of_user_code_names_the_step_and_layer_where_it_diverged(launch
     (tmp_path / "noisy_task.py").write_text(NOISY)
     done = launch("train=custom", "train.entrypoint=noisy_task:train", f"store.root={store}", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run,) = [p for p in store.iterdir() if p.is_dir()]
+    (run,) = [p for p in store.iterdir() if is_run(p)]
     steps = [json.loads(line)["step"] for line in (run / "trace.jsonl").read_text().splitlines()]
     assert steps == [0, 4, 8]  # step 0, then each epoch's end (4 steps an epoch; strict traces every 10)
     replay = launch("replay", run, cwd=tmp_path)
@@ -120,7 +120,7 @@ def test_a_run_without_trace_still_compares(launch, store, mnist_npz):
     for _ in range(2):
         done = launch(f"train.data={mnist_npz}", f"store.root={store}", *QUICK, "determinism.trace_every=0")
         assert done.returncode == 0, done.stderr[-2000:]
-    a, b = sorted(p for p in store.iterdir() if p.is_dir())
+    a, b = sorted(p for p in store.iterdir() if is_run(p))
     assert not (a / "trace.jsonl").exists()
     same = launch("compare", a, b)
     assert same.returncode == 0 and same.stdout.startswith("IDENTICAL"), same.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import QUICK, q, run_dir_of
+from tests.conftest import QUICK, is_run, q, run_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def _run(launch, store, npz, *overrides) -> Path:
     before = set(store.iterdir())
     done = launch(f"train.data={npz}", f"store.root={store}", *TINY, *overrides)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (new,) = [p for p in set(store.iterdir()) - before if p.is_dir()]
+    (new,) = [p for p in set(store.iterdir()) - before if is_run(p)]
     return new
 
 
@@ -160,7 +160,7 @@ def test_a_changed_or_added_hidden_file_is_refused_by_compare_replay_and_resume(
     for argv in (("compare", run, run), ("replay", run), ("resume", run)):
         refused = launch(*argv)
         assert refused.returncode == 4 and ".added was added after sealing" in refused.stderr, (argv, refused.stderr)
-    assert len([p for p in store.iterdir() if p.is_dir()]) == 1  # nothing ran
+    assert len([p for p in store.iterdir() if is_run(p)]) == 1  # nothing ran
 
 
 def test_a_fingerprint_schema_this_version_cannot_read(launch, two_threads_runs):
@@ -184,7 +184,7 @@ def test_replay_reproduces_and_links_to_the_original(launch, store, mnist_npz):
     done = launch("replay", original)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert _verdict(done.stdout) == "REPRODUCED"
-    replays = [p for p in store.iterdir() if p.is_dir() and p != original]
+    replays = [p for p in store.iterdir() if is_run(p) and p != original]
     (new,) = replays
     job = json.loads((new / "job.json").read_text())
     assert job["replay_of"] == original.name and job["replay"]["comparable"] is True
@@ -197,10 +197,10 @@ def test_replay_refuses_when_the_environment_differs(launch, store, mnist_npz):
     done = launch("replay", original, env={"OMP_NUM_THREADS": "3"})
     assert done.returncode == 3 and done.stdout.startswith("REFUSED")
     assert "environment.OMP_NUM_THREADS" in done.stdout
-    assert len([p for p in store.iterdir() if p.is_dir()]) == 1  # nothing ran
+    assert len([p for p in store.iterdir() if is_run(p)]) == 1  # nothing ran
     forced = launch("replay", original, "--allow-mismatch", env={"OMP_NUM_THREADS": "3"})
     assert forced.returncode == 3 and _verdict(forced.stdout) == "NOT COMPARABLE"
-    new = next(p for p in store.iterdir() if p.is_dir() and p != original)
+    new = next(p for p in store.iterdir() if is_run(p) and p != original)
     assert json.loads((new / "job.json").read_text())["replay"]["comparable"] is False
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, REPO, q, run_launch
+from tests.conftest import QUICK, REPO, is_run, q, run_launch
 
 pytestmark = pytest.mark.docker
 
@@ -69,7 +69,7 @@ def docker_store(project) -> Path:
 
 
 def _new_run(store: Path, before: set[Path]) -> Path:
-    (run,) = [p for p in set(store.iterdir()) - before if p.is_dir()]
+    (run,) = [p for p in set(store.iterdir()) - before if is_run(p)]
     return run
 
 

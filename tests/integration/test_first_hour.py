@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, is_run
 
 pytestmark = pytest.mark.slow
 
 
 def _runs(store: Path) -> list[Path]:
-    return sorted(p for p in store.iterdir() if p.is_dir())
+    return sorted(p for p in store.iterdir() if is_run(p))
 
 
 def test_every_epoch_says_n_of_total_and_compare_a_a_says_same_run(launch, store, mnist_npz):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import is_run
+
 pytestmark = pytest.mark.slow
 
 TINY = "defaults:\n  - mnist\n  - _self_\n\nepochs: 1\nbatch_size: 100\nmax_samples: 300\n"
@@ -27,7 +29,7 @@ def project(tmp_path: Path, mnist_npz: Path) -> Path:
 def test_config_dir_runs_a_users_config_and_the_fingerprint_hashes_it(launch, project):
     done = launch("--config-dir", "conf", "train=tiny", "store.root=runs", cwd=project)
     assert done.returncode == 0, done.stderr[-2000:]
-    (run,) = [p for p in (project / "runs").iterdir() if p.is_dir()]
+    (run,) = [p for p in (project / "runs").iterdir() if is_run(p)]
     cfg = (run / "config.yaml").read_text()
     assert "epochs: 1" in cfg and "max_samples: 300" in cfg and "- train/tiny.yaml" in cfg
     digest = hashlib.sha256((project / "conf" / "train" / "tiny.yaml").read_bytes()).hexdigest()
@@ -39,7 +41,7 @@ def test_config_dir_runs_a_users_config_and_the_fingerprint_hashes_it(launch, pr
     if replay.returncode == 3:  # the comparability key holds config_files: refused, the field named
         assert "config_files" in replay.stdout
     else:
-        new = [p for p in (project / "runs").iterdir() if p.is_dir() and p != run]
+        new = [p for p in (project / "runs").iterdir() if is_run(p) and p != run]
         assert replay.returncode == 0 and len(new) == 1, replay.stdout[-2000:] + replay.stderr[-2000:]
         assert _json(new[0] / "fingerprint.json")["config_files"]["train/tiny.yaml"] != digest
 

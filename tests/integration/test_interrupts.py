@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, q
+from tests.conftest import REPO, is_run, q
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,7 @@ def _gone(path: Path, within: float) -> bool:
 
 
 def _only_run(store: Path) -> Path:
-    (run,) = [p for p in store.iterdir() if p.is_dir()]
+    (run,) = [p for p in store.iterdir() if is_run(p)]
     return run
 
 
@@ -145,7 +145,7 @@ def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(
     records = json.loads((sweep_dir / "summary.json").read_text())["jobs"]
     assert [j["status"] for j in records] == ["interrupted"] * jobs, records
     assert ["not started" in j["error"] for j in records] == [False] * slots + [True] * 2, records
-    ran = [p for p in store.iterdir() if p.is_dir() and p.name != "sweeps"]
+    ran = [p for p in store.iterdir() if is_run(p) and p.name != "sweeps"]
     assert len(ran) == slots  # no queued job started
     for run in ran:
         assert json.loads((run / "status.json").read_text())["state"] == "interrupted"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, is_run
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def _kill_after_checkpoint(store: Path, npz: Path, epoch: int) -> Path:
     proc = _start(store, npz)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        new = [p for p in set(store.iterdir()) - before if p.is_dir()]
+        new = [p for p in set(store.iterdir()) - before if is_run(p)]
         if new and (new[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -67,7 +67,7 @@ def uninterrupted(launch, tmp_path, mnist_npz) -> dict:
     store = tmp_path / "reference"
     done = launch(*ARGS, f"train.data={mnist_npz}", f"store.root={store}")
     assert done.returncode == 0, done.stderr[-2000:]
-    (run,) = [p for p in store.iterdir() if p.is_dir()]
+    (run,) = [p for p in store.iterdir() if is_run(p)]
     return {"result": _result(run), "metrics": (run / "metrics.jsonl").read_text(),
             "trace": (run / "trace.jsonl").read_text(), "checkpoints": _checkpoints(run)}  # fmt: skip
 
