@@ -4,7 +4,9 @@ Owns the run directory and its seal (``runs``), the fingerprint of what a run ra
 and read (``fingerprint`` assembles it from ``probes`` and from ``usage``, what the job
 imported, loaded and read; ``environment`` is the allowlist that keeps secrets out;
 ``key`` is the one definition of the comparability key), digests of weights and files
-(``hashing``, with ``filecache`` remembering file digests by stat), the SQLite index
+(``hashing``, with ``filecache`` remembering file digests by stat), the code and small
+data each run keeps in its store so it can be replayed from itself alone (``snapshot``),
+the SQLite index
 of a store (``index``, derived from the run directories), and where runs are shown:
 TensorBoard event files (``tbevents``) and MLflow (``tracking``, the one module that
 imports mlflow).
