@@ -65,11 +65,15 @@ def key_differences_now(
     fingerprint.check_schema(stored, str(run_dir))
     resolved = OmegaConf.load(run_dir / job.CONFIG)
     _, _, current = job.launch_fingerprint(resolved, cwd, extra_env, root)
-    # The launcher files the run's job imported, as this launcher has them. A run that did not
-    # record them (schema < 3) has an unknown launcher: never equal to the one here.
+    # The launcher files the run's job imported, as this launcher has them. A run whose job did
+    # not report them (it was interrupted, or a launcher before schema 3 wrote it) is held to
+    # the launcher's whole package instead: the same package, or refused.
     stored_launcher = stored["code"].get("launcher_modules")
-    current["code"]["launcher_modules"] = (hashing.launcher_files(stored_launcher) if stored_launcher
-                                           else {"(whole package)": current["code"]["launcher_version"]})  # fmt: skip
+    if stored_launcher:
+        current["code"]["launcher_modules"] = hashing.launcher_files(stored_launcher)
+    else:
+        stored = {**stored, "code": {**stored["code"], "launcher_modules": _whole(stored)}}
+        current["code"]["launcher_modules"] = _whole(current)
     if stored.get("software") is None:
         current["software"] = None  # the job never reported: nothing to check it against
     elif stored["software"].get("container"):
@@ -101,6 +105,10 @@ def key_differences_now(
         if current["software"].get(name) and stored["software"].get(name):
             current["software"][name] = _same_release(current["software"][name], stored["software"][name])
     return key.key_differences(stored, current)
+
+
+def _whole(fp: dict) -> dict:
+    return {"(the whole package)": fp["code"].get("launcher_version")}
 
 
 def _same_release(now: str, then: str) -> str:

@@ -35,15 +35,17 @@ def test_config_dir_runs_a_users_config_and_the_fingerprint_hashes_it(launch, pr
     digest = hashlib.sha256((project / "conf" / "train" / "tiny.yaml").read_bytes()).hexdigest()
     assert _json(run / "fingerprint.json")["config_files"] == {"train/tiny.yaml": digest}
 
-    # A change in the file (one the job's own code might read) is seen by a replay.
+    # The file is edited (one the job's own code might read): a replay runs the file as it was,
+    # kept in the run's snapshot, and a new launch with the edited file is refused against it.
     (project / "conf" / "train" / "tiny.yaml").write_text(TINY + "# edited\n" + f"data: {_data(cfg)}\n")
     replay = launch("replay", str(run), cwd=project)
-    if replay.returncode == 3:  # the comparability key holds config_files: refused, the field named
-        assert "config_files" in replay.stdout
-    else:
-        new = [p for p in (project / "runs").iterdir() if is_run(p) and p != run]
-        assert replay.returncode == 0 and len(new) == 1, replay.stdout[-2000:] + replay.stderr[-2000:]
-        assert _json(new[0] / "fingerprint.json")["config_files"]["train/tiny.yaml"] != digest
+    new = [p for p in (project / "runs").iterdir() if is_run(p) and p != run]
+    assert replay.returncode == 0 and len(new) == 1, replay.stdout[-2000:] + replay.stderr[-2000:]
+    assert _json(new[0] / "fingerprint.json")["config_files"] == {"train/tiny.yaml": digest}
+    edited = launch("--config-dir", "conf", "train=tiny", "store.root=runs", cwd=project)
+    (latest,) = [p for p in (project / "runs").iterdir() if is_run(p) and p not in (run, new[0])]
+    compared = launch("compare", str(run), str(latest), cwd=project)
+    assert edited.returncode == 0 and compared.returncode == 3 and "config_files.train/tiny.yaml" in compared.stdout
 
 
 def _data(cfg_yaml: str) -> str:

@@ -124,7 +124,7 @@ def test_checkpoint_every_and_keep(launch, store, mnist_npz):
                   "train.max_samples=300", "train.checkpoint_every=2", "train.checkpoint_keep=1",
                   f"train.data={mnist_npz}", f"store.root={store}")  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (run,) = [p for p in store.iterdir() if p.is_dir()]
+    (run,) = [p for p in store.iterdir() if is_run(p)]
     assert len(_result(run)["timings"]["checkpoint_s"]) == 2  # saved after epochs 2 and 4
     assert _checkpoints(run) == ["epoch-000004"]  # and only the newest one kept
     assert json.loads((run / "checkpoints" / "epoch-000004" / "checkpoint.json").read_text())["epoch"] == 4

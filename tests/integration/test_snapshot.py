@@ -171,7 +171,7 @@ def test_replay_of_a_run_recorded_by_an_older_launcher(launch, tmp_path):
     run = next(store.glob("2026*"))
     done = launch("replay", str(run), cwd=tmp_path)
     assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "code.launcher" in done.stdout and "unknown (not recorded" in done.stdout
+    assert "code.launcher" in done.stdout and "(the whole package)" in done.stdout
     done = launch("replay", str(run), "--allow-mismatch", cwd=tmp_path)
     assert done.returncode in (0, 1, 3), done.stdout[-3000:] + done.stderr[-2000:]
     head = done.stdout.splitlines()
