@@ -115,3 +115,11 @@ class PackagesMismatch(ImageError):
 
 class GpuUnavailable(LauncherError):
     """A job asks for GPUs this machine or its Docker daemon cannot give (refused before a run)."""
+
+
+class RebuildError(LauncherError):
+    """A stored run's Python environment cannot be rebuilt here (``replay --rebuild``); names the distribution."""
+
+    def __init__(self, message: str, distribution: str | None = None) -> None:
+        super().__init__(message)
+        self.distribution = distribution

@@ -75,10 +75,12 @@ KEY: dict[str, Callable[[dict], object]] = {
     "software.keras": lambda fp: _software(fp).get("keras"),
     "software.numpy": lambda fp: _software(fp).get("numpy"),
     # The distributions the job imported or whose shared libraries it loaded, each with its
-    # version and the hash of its RECORD (every installed file's hash). Out: the rest of the
-    # installed list (software.packages, recorded for reading): a package the job never
-    # loads cannot change its bits.
-    "software.distributions": _since_schema_2(lambda fp: _software(fp).get("distributions")),
+    # version and the hash of what it contains (files_sha256: its RECORD's file hashes).
+    # Out: where and by what it was installed (console scripts' first lines, the installer's
+    # markers, compiled bytecode, record_sha256), so the same wheels in another environment
+    # compare; the rest of the installed list (software.packages, recorded for reading): a
+    # package the job never loads cannot change its bits.
+    "software.distributions": _since_schema_2(lambda fp: _distributions_key(_software(fp).get("distributions"))),
     # Every other shared library mapped into the job (libm, libstdc++, libgomp, a custom op),
     # by content.
     "software.libraries": _since_schema_2(lambda fp: _software(fp).get("libraries")),
@@ -115,6 +117,16 @@ KEY: dict[str, Callable[[dict], object]] = {
     # when inside it).
     "data": _since_schema_2(lambda fp: fp.get("data") or {}),
 }
+
+
+def _distributions_key(distributions: dict | None) -> object:
+    """{name: {version, files_sha256}}; files_sha256 is ``Unknown`` for a distribution recorded
+    before it existed, and one recorded as not installed (``None``) stays ``None``."""
+    if distributions is None:
+        return None
+    unknown = Unknown("files_sha256 not recorded (recorded before it existed)")
+    return {name: None if d is None else {"version": d.get("version"), "files_sha256": d.get("files_sha256", unknown)}
+            for name, d in distributions.items()}  # fmt: skip
 
 
 def _container_key(container: dict | None) -> object:

@@ -13,7 +13,8 @@ else. Rather than ask the user, the job process reports what it actually used:
 - **distributions**: the installed distributions whose modules were imported or whose
   shared libraries are mapped into the process (``/proc/self/maps``: TensorFlow loads
   the ``nvidia-*`` wheels' libraries without importing them), each with its version
-  and the sha256 of its ``RECORD`` (the file list with every file's hash);
+  and the sha256 of what it contains (its ``RECORD``'s hashed files, without what says
+  where and by what it was installed: ``files_sha256``);
 - **libraries**: the other shared libraries mapped (libm, libstdc++, libgomp, ...),
   hashed by content;
 - **data**: the files the job opened for reading (seen by ``launcher.run.reads``), and
@@ -28,9 +29,11 @@ process.
 
 from __future__ import annotations
 
+import csv
 import functools
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -290,14 +293,82 @@ def _named(paths: Mapping[str, bool] | Iterable[str]) -> dict[str, bool]:
     return dict(paths) if isinstance(paths, Mapping) else dict.fromkeys(paths, True)
 
 
+# RECORD entries that say where and by what a distribution was installed, not what it is:
+# the installer's markers, RECORD itself, console scripts and data files outside
+# site-packages (a script's first line holds the environment's Python) and bytecode
+# compiled at install time (it holds the source's mtime).
+_INSTALL_MARKERS = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")
+_COMPILED = re.compile(r"(^|/)__pycache__/[^/]+\.pyc$")
+
+
+def parse_record(text: str) -> list[tuple[str, str]]:
+    """(path, hash) of each line of a ``RECORD`` (CSV: path, hash, size); hash may be empty."""
+    return [(row[0], row[1] if len(row) > 1 else "") for row in csv.reader(io.StringIO(text)) if row]
+
+
+def content_entries(entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (path, hash) entries that are the distribution's own content, sorted by path.
+
+    Out: entries without a hash, paths outside site-packages (``..``: console scripts
+    and data files; absolute paths), the installer's markers of ``*.dist-info``
+    (``INSTALLER``, ``REQUESTED``, ``direct_url.json``, ``RECORD``) and ``__pycache__/*.pyc``.
+    """
+    kept = set()
+    for path, digest in entries:
+        path = path.replace("\\", "/")
+        if not digest or path.startswith(("../", "/")) or path == ".." or _COMPILED.search(path):
+            continue
+        parent, _, base = path.rpartition("/")
+        if parent.endswith(".dist-info") and base in _INSTALL_MARKERS:
+            continue
+        kept.add((path, digest))
+    return sorted(kept)
+
+
+def files_sha256(entries: Iterable[tuple[str, str]]) -> str | None:
+    """The sha256 of a distribution's content entries (``content_entries``); None when it has none."""
+    kept = content_entries(entries)
+    if not kept:
+        return None
+    return hashlib.sha256("".join(f"{path}\t{digest}\n" for path, digest in kept).encode()).hexdigest()
+
+
+def _hashed_files(dist: metadata.Distribution, listing: str) -> list[tuple[str, str]]:
+    """(path below site-packages, sha256) of the files an ``installed-files.txt`` lists (paths
+    relative to the metadata directory), hashed as they are now."""
+    info = getattr(dist, "_path", None)  # the metadata directory (importlib's PathDistribution)
+    if info is None:
+        return []
+    out = []
+    for line in filter(None, listing.splitlines()):
+        path = os.path.normpath(os.path.join(Path(info).name, line)).replace(os.sep, "/")
+        try:
+            data = (Path(info).parent / path).read_bytes()
+        except OSError:
+            continue
+        out.append((path, "sha256=" + hashlib.sha256(data).hexdigest()))
+    return out
+
+
 def distribution_identity(name: str) -> dict | None:
-    """{"version", "record_sha256"} of an installed distribution, or None when it is not installed."""
+    """{"version", "files_sha256", "record_sha256"} of an installed distribution, or None when it is not installed.
+
+    ``files_sha256`` is what it contains (``files_sha256()`` of its RECORD), the same in
+    every environment it is installed in from the same wheel: the comparability key uses
+    it. A distribution without a RECORD is hashed by the files its ``installed-files.txt``
+    lists, as they are now; None when it lists none (an egg-link's source is in
+    code.modules). ``record_sha256`` hashes the whole RECORD or file list, for reading: it
+    changes with the environment's path and the installer.
+    """
     try:
         dist = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         return None
-    record = dist.read_text("RECORD") or dist.read_text("installed-files.txt") or ""
-    return {"version": dist.version, "record_sha256": hashlib.sha256(record.encode()).hexdigest() if record else None}
+    record = dist.read_text("RECORD")
+    listing = record or dist.read_text("installed-files.txt") or ""
+    content = files_sha256(parse_record(record) if record else _hashed_files(dist, listing))
+    return {"version": dist.version, "files_sha256": content,
+            "record_sha256": hashlib.sha256(listing.encode()).hexdigest() if listing else None}  # fmt: skip
 
 
 def gather(

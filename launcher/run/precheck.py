@@ -38,30 +38,40 @@ def current_data_hashes(stored: dict[str, str], cwd: str | None = None, root: st
                 for name in stored}  # fmt: skip
 
 
-def current_usage(stored_fp: dict, root: str | None = None) -> tuple[dict, dict, dict]:
-    """This machine's state of the modules, distributions and libraries a run used (its
-    modules as the laid-out snapshot ``root`` has them, when the rerun runs from one)."""
+def current_usage(stored_fp: dict, root: str | None = None, probed: dict | None = None) -> tuple[dict, dict, dict]:
+    """This machine's state of the modules, distributions and libraries a run used: its
+    modules as the laid-out snapshot ``root`` has them, when the rerun runs from one; the
+    distributions' identities this interpreter's, or ``probed["distributions"]``: those of
+    the interpreter the rerun will use (``launcher.run.rebuild.probe``)."""
     software = stored_fp.get("software") or {}
     with FileHashes() as hashes:
         modules = {name: {"path": m["path"], "sha256": hashes.sha256(snapshot.rooted(m["path"], root)) or "missing"}
                    for name, m in (stored_fp["code"].get("modules") or {}).items()}  # fmt: skip
         libraries = {path: hashes.sha256(path) or "missing" for path in software.get("libraries") or {}}
-    distributions = {name: usage.distribution_identity(name) for name in software.get("distributions") or {}}
+    identity = probed["distributions"].get if probed else usage.distribution_identity
+    distributions = {name: identity(name) for name in software.get("distributions") or {}}
     return modules, distributions, libraries
 
 
-def precheck(run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None,
-             root: str | None = None) -> list[tuple[str, object, object]]:
+def precheck(
+    run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None, *,
+    probed: dict | None = None,
+) -> list[tuple[str, object, object]]:
     """Key differences between the stored run and a rerun here, now, before running it."""
     stored = runs.read_json(run_dir / job.FINGERPRINT)
-    return key_differences_now(stored, run_dir, cwd, extra_env, root)
+    return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed)
 
 
 def key_differences_now(
-    stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None
+    stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None, *,
+    probed: dict | None = None,
 ) -> list[tuple[str, object, object]]:
     """Key differences between fingerprint ``stored`` of ``run_dir`` and a rerun started in
-    ``cwd`` (inside the laid-out snapshot ``root``, when it runs from one)."""
+    ``cwd`` (inside the laid-out snapshot ``root``, when it runs from one).
+
+    ``probed`` is the software as another interpreter sees it, the one the rerun will use
+    (``launcher.run.rebuild.probe``: {"software", "distributions"}); default: this one.
+    """
     fingerprint.check_schema(stored, str(run_dir))
     resolved = OmegaConf.load(run_dir / job.CONFIG)
     _, _, current = job.launch_fingerprint(resolved, cwd, extra_env, root)
@@ -81,10 +91,10 @@ def key_differences_now(
         # rebuild whose installed-package tree is checked against the stored packages_sha256.
         current["software"] = json.loads(json.dumps(stored["software"]))
     else:
-        current["software"] = probes.software()
+        current["software"] = dict(probed["software"]) if probed else probes.software()
         current["software"]["container"] = stored["software"].get("container")
     # What the job used is known only once it has ended; an interrupted run (resume) has none.
-    modules, distributions, libraries = current_usage(stored, root)
+    modules, distributions, libraries = current_usage(stored, root, probed)
     if current["software"] is not None and not stored["software"].get("container"):
         current["software"].update(distributions=stored["software"].get("distributions") and distributions,
                                    libraries=stored["software"].get("libraries") and libraries)  # fmt: skip

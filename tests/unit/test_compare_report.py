@@ -27,15 +27,15 @@ def _refused_pair():
     b.fingerprint = copy.deepcopy(b.fingerprint)
     b.fingerprint["config_sha256"] = "other"
     b.config = {**b.config, "determinism": {"intra_op_threads": 2}}
-    b.fingerprint["software"]["distributions"]["keras"]["record_sha256"] = "r" * 70
+    b.fingerprint["software"]["distributions"]["keras"]["files_sha256"] = "f" * 70
     return _record(), b
 
 
 TABLE = [
-    "  field                                       a                                             b",
-    "  software.distributions.keras.record_sha256  r1                                            "
-    + "r" * 43 + "…",
-    "  config.determinism.intra_op_threads         1                                             2",
+    "  field                                      a                                             b",
+    "  software.distributions.keras.files_sha256  f1                                            "
+    + "f" * 43 + "…",
+    "  config.determinism.intra_op_threads        1                                             2",
 ]
 
 
@@ -58,7 +58,7 @@ def test_forced_reports_say_whether_results_differ_and_where():
     b.result = {**b.result, "weights_sha256": "x", "layer_sha256": {"conv1": "c2", "logits": "l1"}}
     c = compare.decide(a, b, force=True)
     assert (c.first_differing_epoch, c.differing_layers, c.differences[0][0]) == (
-        2, ["conv1"], "software.distributions.keras.record_sha256")  # fmt: skip
+        2, ["conv1"], "software.distributions.keras.files_sha256")  # fmt: skip
     assert compare.report(c, Path("a"), Path("b")).splitlines() == [
         "NOT COMPARABLE (forced: results differ)",
         "  no step trace in common (a run has no trace.jsonl, or they recorded no common step)",

@@ -83,7 +83,7 @@ def _fp():
                      "machine": "x86_64", "tensorflow": "2.21.0", "tf_build": {}, "keras": "3.15.1",
                      "numpy": "2.4.6", "packages": ["keras==3.15.1", "rich==15.0.0"], "packages_sha256": "p",
                      "kernel": "6.1", "container": None,
-                     "distributions": {"keras": {"version": "3.15.1", "record_sha256": "r1"}},
+                     "distributions": {"keras": {"version": "3.15.1", "files_sha256": "f1", "record_sha256": "r1"}},
                      "libraries": {"/usr/lib/x86_64-linux-gnu/libm.so.6": "m1"}},
         "environment": {"TF_DETERMINISTIC_OPS": "1", "CUDA_VISIBLE_DEVICES": "0", "TF_CPP_MIN_LOG_LEVEL": "2"},
         "determinism": {"level": "strict", "intra_op_threads": 1, "op_determinism": True},

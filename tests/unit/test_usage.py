@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
+import sys
 import time
 
 import pytest
@@ -201,3 +203,106 @@ def test_a_file_is_recorded_as_the_job_named_it(tmp_path):
     used = usage.gather(opened, str(run), str(tmp_path), modules={}, maps_text="",
                         listed={str(tmp_path / "listed"): False}, started_ns=time.time_ns() + 1)  # fmt: skip
     assert set(used["data"]) == {"rel.npz", str(tmp_path / "abs.npz"), str(tmp_path / "listed" / "a.png")}
+
+
+# ---------------------------------------------------------------- a distribution's identity
+_RECORD = [  # (path, hash) as pip writes them for a wheel with a console script
+    ("demo/__init__.py", "sha256=module-a"),
+    ("demo/__pycache__/__init__.cpython-311.pyc", "sha256=compiled-at-install-1"),
+    ("demo-1.0.dist-info/METADATA", "sha256=metadata"),
+    ("demo-1.0.dist-info/entry_points.txt", "sha256=entry-points"),
+    ("demo-1.0.dist-info/INSTALLER", "sha256=pip"),
+    ("demo-1.0.dist-info/REQUESTED", "sha256=empty"),
+    ("demo-1.0.dist-info/direct_url.json", "sha256=from-/tmp/a"),
+    ("demo-1.0.dist-info/RECORD", ""),
+    ("../../../bin/demo", "sha256=shebang-of-/venv-a/bin/python"),
+]
+
+
+def _install(site, record: list[tuple[str, str]], version: str = "1.0"):
+    """A fake installed distribution ``demo``: its dist-info with METADATA and RECORD (CSV, as pip writes it)."""
+    info = site / f"demo-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: demo\nVersion: {version}\n")
+    with open(info / "RECORD", "w", newline="") as f:
+        csv.writer(f).writerows([(path, digest, "1" if digest else "") for path, digest in record])
+    return site
+
+
+def _identity(site, monkeypatch, name="demo"):
+    with monkeypatch.context() as m:
+        m.setattr(sys, "path", [str(site)])
+        return usage.distribution_identity(name)
+
+
+def test_the_same_wheel_installed_elsewhere_or_otherwise_has_the_same_identity(tmp_path, monkeypatch):
+    elsewhere = [
+        ("../../../bin/demo", "sha256=shebang-of-/other/venv/bin/python"),  # another venv's Python
+        ("demo-1.0.dist-info/INSTALLER", "sha256=uv"),
+        ("demo-1.0.dist-info/direct_url.json", "sha256=from-/tmp/b"),
+        ("demo/__pycache__/__init__.cpython-311.pyc", "sha256=compiled-at-install-2"),  # another source mtime
+        *[(p, h) for p, h in _RECORD if not p.startswith(("..", "demo/__pycache__")) and "INSTALLER" not in p
+          and "REQUESTED" not in p and "direct_url" not in p],  # no REQUESTED: installed as a dependency
+    ][::-1]  # fmt: skip
+    a = _identity(_install(tmp_path / "a", _RECORD), monkeypatch)
+    b = _identity(_install(tmp_path / "b", elsewhere), monkeypatch)
+    assert a["version"] == b["version"] == "1.0"
+    assert a["files_sha256"] == b["files_sha256"] and len(a["files_sha256"]) == 64
+    assert a["record_sha256"] != b["record_sha256"]  # the whole RECORD, for reading, tells them apart
+
+
+def test_a_changed_module_or_metadata_changes_the_identity(tmp_path, monkeypatch):
+    a = _identity(_install(tmp_path / "a", _RECORD), monkeypatch)
+    for i, (path, digest) in enumerate([("demo/__init__.py", "sha256=module-b"),
+                                        ("demo-1.0.dist-info/METADATA", "sha256=metadata-b")]):  # fmt: skip
+        record = [(p, digest if p == path else h) for p, h in _RECORD]
+        assert _identity(_install(tmp_path / f"b{i}", record), monkeypatch)["files_sha256"] != a["files_sha256"]
+    added = _identity(_install(tmp_path / "c", [*_RECORD, ("demo/extra.py", "sha256=x")]), monkeypatch)
+    assert added["files_sha256"] != a["files_sha256"]
+    assert _identity(tmp_path / "c", monkeypatch, "missing") is None
+
+
+def test_content_entries_keep_only_what_the_distribution_contains():
+    text = '"demo/a,b.py",sha256=comma,3\r\n"demo/q""uote.py",sha256=q,1\r\n../../../bin/demo,sha256=s,9\r\n'
+    assert usage.parse_record(text) == [("demo/a,b.py", "sha256=comma"), ('demo/q"uote.py', "sha256=q"),
+                                        ("../../../bin/demo", "sha256=s")]  # fmt: skip
+    kept = usage.content_entries([*_RECORD, ("/usr/share/demo/data.txt", "sha256=abs"), ("demo/legacy.pyc", "sha256=p"),
+                                  ("demo/none.py", ""), ("demo/__init__.py", "sha256=module-a")])  # fmt: skip
+    assert kept == [("demo-1.0.dist-info/METADATA", "sha256=metadata"),
+                    ("demo-1.0.dist-info/entry_points.txt", "sha256=entry-points"),
+                    ("demo/__init__.py", "sha256=module-a"),
+                    ("demo/legacy.pyc", "sha256=p")]  # a sourceless distribution's bytecode is its content
+    assert usage.files_sha256([("../../../bin/demo", "sha256=s")]) is None
+
+
+def test_a_distribution_without_a_record_is_hashed_by_the_files_it_lists(tmp_path, monkeypatch):
+    def legacy(site, source: str):
+        info = site / "demo-1.0-py3.11.egg-info"
+        info.mkdir(parents=True)
+        (info / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: demo\nVersion: 1.0\n")
+        (info / "installed-files.txt").write_text("../demo/__init__.py\n../demo/__pycache__/__init__.cpython-311.pyc\n"
+                                                  "../../../../bin/demo\nPKG-INFO\n")  # fmt: skip
+        (site / "demo" / "__pycache__").mkdir(parents=True)
+        (site / "demo" / "__init__.py").write_text(source)
+        (site / "demo" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(os.urandom(8))
+        return _identity(site, monkeypatch)
+
+    a, b, c = legacy(tmp_path / "a", "x = 1\n"), legacy(tmp_path / "b", "x = 1\n"), legacy(tmp_path / "c", "x = 2\n")
+    assert a["files_sha256"] == b["files_sha256"] != c["files_sha256"]
+
+
+def test_the_key_holds_a_distributions_version_and_content_and_an_old_record_is_unknown():
+    from launcher.record import key
+    from tests.unit.test_fingerprint import _fp
+
+    def fp(**keras):
+        out = _fp()
+        out["software"]["distributions"] = {"keras": {"version": "3.15.1", **keras}, "gone": None}
+        return out
+
+    assert key.KEY["software.distributions"](fp(files_sha256="f", record_sha256="r")) == {
+        "keras": {"version": "3.15.1", "files_sha256": "f"}, "gone": None}
+    assert key.key_differences(fp(files_sha256="f", record_sha256="r1"), fp(files_sha256="f", record_sha256="r2")) == []
+    ((field, old, new),) = key.key_differences(fp(record_sha256="r"), fp(files_sha256="f", record_sha256="r"))
+    assert (field, new) == ("software.distributions.keras.files_sha256", "f") and isinstance(old, key.Unknown)
+    assert key.key_differences(fp(record_sha256="r"), fp(record_sha256="r"))  # unknown equals nothing, itself included
