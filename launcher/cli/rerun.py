@@ -16,6 +16,8 @@ def rerun_args(name: str, description: str, argv: list[str], replay: bool = Fals
     if replay:
         p.add_argument("--data", action="append", metavar="NAME=PATH",
                        help="a copy of a data file the run read but did not keep (checked by its recorded hash)")
+        p.add_argument("--rebuild", action="store_true",
+                       help="replay in an environment with the run's recorded package versions (cached)")
     return p.parse_args(argv)
 
 

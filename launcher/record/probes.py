@@ -122,13 +122,14 @@ def parse_os_release(text: str) -> dict:
 
 
 def installed_distributions() -> list[str]:
-    """``name==version`` of every installed distribution, sorted, names normalized."""
-    found = set()
-    for dist in metadata.distributions():
+    """``name==version`` of every installed distribution, sorted, names normalized: the one
+    an import finds first where two versions are installed (a venv over shared site-packages)."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():  # in sys.path order
         name = dist.metadata["Name"]
         if name:
-            found.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={dist.version}")
-    return sorted(found)
+            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+    return sorted(f"{name}=={version}" for name, version in found.items())
 
 
 def _version(name: str) -> str | None:

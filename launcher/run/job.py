@@ -77,6 +77,7 @@ def execute(
     resume: dict | None = None,
     track: bool = True,
     root: str | None = None,
+    python: str | None = None,
 ) -> Outcome:
     """Run the prepared job in ``run_dir`` to its end and record how it ended.
 
@@ -85,6 +86,7 @@ def execute(
     a task's data are looked up there first. The run's TensorBoard events follow the job
     live and are sealed with it; MLflow (``tracking=mlflow``) hears of the run after it
     ended, unless ``track`` is false (a sweep logs its jobs itself, as children of the sweep).
+    ``python`` is the job's interpreter when not ours (a rebuilt environment).
     """
     cwd = cwd or os.getcwd()
     plan, env, fp = launch_fingerprint(resolved, cwd, extra_env, root)
@@ -103,7 +105,7 @@ def execute(
     )
     row = _row(run_dir, resolved, "running", replay_of=replay_of)
     index.record(run_dir.parent, row)
-    job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=cpus, echo=echo)
+    job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=cpus, echo=echo, python=python)
     with tbevents.follow(run_dir):
         try:
             returncode = runtime.get(str(resolved.runtime.name)).run(job)

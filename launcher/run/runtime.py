@@ -26,6 +26,7 @@ class Job:
     cpus: frozenset[int] | None = None  # CPU slot: the cores the job may run on
     echo: bool = True  # stream the job's output to our stdout
     extra: dict = field(default_factory=dict)
+    python: str | None = None  # the interpreter of a rebuilt environment (replay --rebuild); default: ours
 
 
 class Runtime(Protocol):
@@ -54,7 +55,7 @@ class LocalRuntime:
 
     def run(self, job: Job) -> int:
         return proc.run_streaming(
-            bootstrap_argv(sys.executable, job.run_dir),
+            bootstrap_argv(job.python or sys.executable, job.run_dir),
             env=job.env,
             log_path=job.run_dir / "log.txt",
             cwd=job.cwd,

@@ -46,10 +46,22 @@ def replay(
     cpus: frozenset[int] | None = None,
     extra_env: dict[str, str] | None = None,
     data: Mapping[str, str] | None = None,
+    rebuild: bool = False,
 ) -> ReplayResult:
-    """Rerun ``run_dir`` and compare; raises ``NotComparable`` when the key differs first."""
+    """Rerun ``run_dir`` and compare; raises ``NotComparable`` when the key differs first.
+
+    ``rebuild``: run it in an environment with the run's recorded distributions
+    (``launcher.run.rebuild``), checked against the key like this one would be.
+    """
     original = runs.verify_seal(run_dir)
     stored = snapshot.read(original)
+    python, probed = None, None
+    if rebuild:
+        from launcher.run import rebuild as _rebuild
+
+        fp = runs.read_json(original / job.FINGERPRINT)
+        python = _rebuild.environment(fp, echo=echo)
+        probed = _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
     work = None
     try:
         if stored is not None:
@@ -62,17 +74,18 @@ def replay(
             if data:
                 raise ConfigError(f"--data needs a run that kept a code snapshot; {original.name} has none")
             unkept, root, cwd = [], None, os.getcwd()
-        diffs = precheck.precheck(original, cwd, extra_env, root)
+        diffs = precheck.precheck(original, cwd, extra_env, root, probed=probed)
         if diffs and not allow_mismatch:
             tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
-            raise NotComparable(refusal(original, diffs, unkept), diffs)
+            raise NotComparable(refusal(original, diffs, unkept, rebuilt=rebuild), diffs)
         resolved = OmegaConf.load(original / job.CONFIG)
         new_run = job.create_run(resolved, original.parent, cwd)  # a refused replay leaves nothing behind
         notes = {"of": original.name, "comparable": not diffs, "from_snapshot": stored is not None,
+                 "rebuilt_environment": str(python) if python else None,
                  "precheck_differences": [list(map(str, d)) for d in diffs]}  # fmt: skip
         outcome = job.execute(
             resolved, new_run, cwd=cwd, cpus=cpus, echo=echo, extra_env=extra_env,
-            replay_of=original.name, replay_notes=notes, root=root,
+            replay_of=original.name, replay_notes=notes, root=root, python=str(python) if python else None,
         )  # fmt: skip
     finally:
         if work is not None:
@@ -120,10 +133,17 @@ def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str
     return unkept
 
 
-def refusal(original: Path, diffs: list, unkept: list[str]) -> str:
-    """The one-line reason of a refused replay; names ``--data`` when a data file it did not keep differs."""
+# Key fields a rebuilt environment can change: what is installed, and the versions read from it.
+REBUILDABLE = ("software.distributions", "software.tensorflow", "software.keras", "software.numpy")
+
+
+def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = False) -> str:
+    """The one-line reason of a refused replay; names ``--data`` when a data file it did not keep
+    differs, and ``--rebuild`` when only installed distributions differ."""
     text = (f"cannot replay {original.name} here: {len(diffs)} comparability field(s) differ "
             f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to run anyway")  # fmt: skip
+    if not rebuilt and diffs and all(d[0].startswith(REBUILDABLE) for d in diffs):
+        text += "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
     data = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.")]
     missing = [name for name in unkept if name in data]
     if missing:

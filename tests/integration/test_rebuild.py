@@ -134,3 +134,52 @@ def test_a_rebuilt_environment_has_the_recorded_version_and_shares_tensorflow(tm
     assert rebuild.mismatches(software["distributions"], probed["distributions"]) == []
     assert probed["software"]["python"] == software["python"]
     assert metadata.version("termcolor") == here  # this environment is untouched
+
+
+TERMCOLOR_SCRIPT = """import sys
+import numpy as np
+import tensorflow as tf
+import termcolor  # a distribution the job imports: its version is in the key
+
+with np.load(sys.argv[1]) as f:
+    x = f["x_train"].reshape(-1, 784).astype("float32") / 255.0
+    y = f["y_train"].astype("int64")
+model = tf.keras.Sequential([tf.keras.Input((784,)), tf.keras.layers.Dense(10)])
+model.compile(tf.keras.optimizers.SGD(0.1), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, batch_size=100, epochs=1, verbose=0)
+print(termcolor.colored("trained", "green"))
+"""
+
+
+def test_a_run_from_another_environment_is_refused_here_and_replays_rebuilt(tmp_path, other_termcolor, mnist_npz):
+    """Done when (issue 25): in another venv, another version of a distribution the job imports
+    refuses the replay, naming it; ``--rebuild`` then replays it as REPRODUCED."""
+    version, _ = other_termcolor
+    venv = tmp_path / "their venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                    "--no-deps", "--disable-pip-version-check", "--find-links", str(tmp_path / "w"), "--no-index",
+                    f"termcolor=={version}"], check=True)  # fmt: skip
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(TERMCOLOR_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": rebuild.LAUNCHER_ROOT, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def launch(python, *args):
+        return subprocess.run([str(python), "-m", "launcher", *args], cwd=project, env=env, capture_output=True,
+                              text=True, timeout=900, stdin=subprocess.DEVNULL)  # fmt: skip
+
+    done = launch(venv / "bin" / "python", "train=script", "train.script=train.py", f"train.args=[{mnist_npz}]",
+                  "store.root=runs")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    run = project / done.stdout.strip().splitlines()[-1].split()[2]
+    assert json.loads((run / "fingerprint.json").read_text())["software"]["distributions"]["termcolor"]["version"] \
+        == version  # fmt: skip
+
+    refused = launch(sys.executable, "replay", str(run))
+    assert refused.returncode == 3, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert "software.distributions.termcolor" in refused.stdout and "--rebuild" in refused.stdout
+
+    rebuilt = launch(sys.executable, "replay", str(run), "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr[-2000:]
+    assert "REPRODUCED: " in rebuilt.stdout
