@@ -221,5 +221,5 @@ def test_precheck_compares_the_identities_the_rebuilt_interpreter_probed(monkeyp
     monkeypatch.setattr(usage, "distribution_identity", lambda name: pytest.fail("this interpreter's identity used"))
     stored = {**_fp(), "code": {"modules": {}}}
     probed = {"software": {}, "distributions": {"termcolor": {"version": "3.2.0", "files_sha256": "t32"}}}
-    _, distributions, _ = precheck.current_usage(stored, probed)
+    _, distributions, _ = precheck.current_usage(stored, probed=probed)
     assert distributions == {"tensorflow-cpu": None, "termcolor": {"version": "3.2.0", "files_sha256": "t32"}}
