@@ -89,7 +89,8 @@ def main() -> None:
         script_run = _launch(project, *script, "store.root=script-store")
         print(f"snapshot per launch (medians of {N}; cold = every object copied, warm = all already stored)")
         data_kb = (project / "digits.npz").stat().st_size // 1024
-        for name, run in (("mnist task (bundled sample)", mnist_run), (f"script + 2 helpers + {data_kb} KiB", script_run)):
+        runs = (("mnist task (bundled sample)", mnist_run), (f"script + 2 helpers + {data_kb} KiB", script_run))
+        for name, run in runs:
             cold, warm = _time_snapshot(run, str(project), work / f"stores-{run.name}")
             files = json.loads((run / "snapshot.json").read_text())["files"]
             print(f"  {name:<34} {len(files)} file(s): cold {cold * 1000:6.1f} ms   warm {warm * 1000:6.1f} ms"
