@@ -20,8 +20,8 @@ GROUPS = sorted(Path(launcher.__file__).parent.glob("configs/train/*.yaml"))
 
 # Keys that cannot change a result, each with the test that shows the bits equal.
 NOT_RESULT_CHANGING = {
-    "train.observe": "tests/integration/test_user_code.py: an observed and an unobserved run, the same bits",
-    "train.save_weights": "tests/integration/test_user_code.py: weights.npz is written after training",
+    "train.observe": "test_user_code.py::test_gradient_tape_loop_over_bare_variables (observe=false: same params)",
+    "train.save_weights": "test_user_code.py::test_the_trace_and_saved_weights_never_change_the_weights",
 }
 # What a required (``???``) value is given, so the group composes.
 REQUIRED = {"entrypoint": "tasks.train:main", "script": "train.py"}

@@ -66,9 +66,15 @@ def _effective(plan, **over):
     return eff
 
 
-def test_verify_accepts_what_was_planned():
-    p = determinism.plan("strict", 1, 1, 1, False)
-    determinism.verify(p, _effective(p))
+def test_verify_accepts_what_was_planned_and_judges_only_what_was_planned():
+    strict = determinism.plan("strict", 1, 1, 1, False)
+    assert determinism.verify(strict, _effective(strict)) is None
+    with pytest.raises(DeterminismError, match=r"intra_op_threads=8 \(planned 1\)"):
+        determinism.verify(strict, _effective(strict, intra_op_threads=8))
+    seeded = determinism.plan("seeded", 1)  # no thread counts planned: TensorFlow's choice is not judged
+    assert determinism.verify(seeded, _effective(seeded, intra_op_threads=8, inter_op_threads=4)) is None
+    off = determinism.plan("off", 1)
+    assert determinism.verify(off, _effective(off, op_determinism=True, env={"PYTHONHASHSEED": "3"})) is None
 
 
 def test_verify_names_every_setting_that_did_not_take():
