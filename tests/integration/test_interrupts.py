@@ -65,6 +65,18 @@ def _default_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _two_slots_or_skip() -> None:
+    """runtime.slots=2 needs two devices: two cores in this process' affinity mask, or two GPUs."""
+    from launcher.errors import LauncherError
+    from launcher.record import probes
+    from launcher.sweep import slots
+
+    try:
+        slots.plan(2, probes.hardware()["gpus"], sorted(os.sched_getaffinity(0)))
+    except LauncherError as exc:
+        pytest.skip(f"runtime.slots=2 cannot run on this machine: {exc}")
+
+
 def _ready(proc: subprocess.Popen) -> list[str]:
     """The launcher's output up to the job's ``ready`` (the job is then sleeping)."""
     lines = []
@@ -135,6 +147,8 @@ def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(
                                                                                 _launch):
     from launcher.sweep.multirun import hydra_quote
 
+    if slots == 2:
+        _two_slots_or_skip()
     jobs = slots + 2
     proc = _launch("-m", "train=script", f"train.script={hydra_quote(str(sleeper))}", f"+seed=range({jobs})",
                    f"runtime.slots={slots}", f"store.root={hydra_quote(str(store))}", cwd=tmp_path)
