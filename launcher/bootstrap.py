@@ -6,7 +6,7 @@ itself lives in :mod:`launcher.run.bootstrap`.
 
 import sys
 
-from launcher.run.bootstrap import main
+from launcher.run.bootstrap import job_main, main  # noqa: F401 (main: the public name)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(job_main())

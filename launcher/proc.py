@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# How long a job asked to stop may take before it is killed: below the 30 s that Slurm
+# (KillWait) and Kubernetes (terminationGracePeriodSeconds) give by default between their
+# SIGTERM and SIGKILL, so the launcher still has time to record how the run ended.
+STOP_GRACE_S = 20.0
 
 
 def run_streaming(
@@ -61,6 +71,107 @@ def run_streaming(
                 proc.wait()
 
 
+@dataclass(frozen=True)
+class Ended:
+    """How a job started by ``run_job`` ended."""
+
+    returncode: int  # negative for a signal, as ``subprocess`` reports it
+    stop: int | None = None  # the signal (SIGINT, SIGTERM) that asked us to stop the job, if one came
+    killed: str | None = None  # why we killed the job instead of letting it stop, if we did
+
+
+def run_job(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    cwd: str | None = None,
+    echo: bool = True,
+    preexec_affinity: set[int] | None = None,
+    grace_s: float = STOP_GRACE_S,
+) -> Ended:
+    """Run a job like ``run_streaming``, but this process owns SIGINT and SIGTERM.
+
+    The job runs in a session of its own (a terminal's Ctrl-C reaches only us) and starts
+    with SIGINT and SIGTERM blocked, to be unblocked when it can stop cleanly (a signal sent
+    before then waits). Our first SIGINT or SIGTERM is sent on to the job, once; a second
+    one, or ``grace_s`` seconds without the job ending, kills its process group. A handler
+    installed before ours (a sweep's) hears each signal too. A signal ignored when we
+    started (``launch &`` in a script) stays ignored; off the main thread, where no handler
+    can be installed, the job shares our process group instead, as ``run_streaming``'s does.
+    """
+    own = threading.current_thread() is threading.main_thread()
+
+    def _child_setup() -> None:
+        _die_with_parent()
+        if preexec_affinity:
+            os.sched_setaffinity(0, preexec_affinity)
+        if own:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_child_setup,
+            start_new_session=own,
+        )
+        stopper = _Stopper(proc, grace_s)
+        previous = {s: signal.getsignal(s) for s in STOP_SIGNALS} if own else {}
+        stopper.previous = previous
+        try:
+            for signum, handler in previous.items():
+                if handler is not signal.SIG_IGN:
+                    signal.signal(signum, stopper.handle)
+            _pump(proc, log, echo, tick=stopper.tick)
+            return Ended(proc.wait(), stopper.signal, stopper.killed)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            if proc.poll() is None:
+                stopper.kill("the launcher stopped")
+                proc.wait()
+
+
+class _Stopper:
+    """Our side of a stop: the first signal asks the job, a second one or the grace's end kills it."""
+
+    def __init__(self, proc: subprocess.Popen, grace_s: float) -> None:
+        self.proc, self.grace_s = proc, grace_s
+        self.signal: int | None = None
+        self.deadline: float | None = None
+        self.killed: str | None = None
+        self.previous: dict = {}
+
+    def handle(self, signum: int, frame) -> None:
+        if self.signal is None:
+            self.signal = signum
+            self.deadline = time.monotonic() + self.grace_s
+            if self.proc.poll() is None:
+                self.proc.send_signal(signum)
+        elif self.killed is None:
+            self.kill(f"a second {signal.Signals(signum).name}")
+        earlier = self.previous.get(signum)
+        if callable(earlier) and earlier is not signal.default_int_handler:
+            earlier(signum, frame)  # e.g. a sweep's: it starts no queued job
+
+    def tick(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline and self.killed is None:
+            self.kill(f"it did not stop within {self.grace_s:g} s")
+
+    def kill(self, why: str) -> None:
+        if self.proc.poll() is not None:
+            return
+        self.killed = why
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the job and whatever it started
+        except (ProcessLookupError, PermissionError):
+            self.proc.kill()
+
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this (child) process when its parent dies: a killed
     launcher must not leave a job training on, orphaned."""
@@ -71,12 +182,20 @@ def _die_with_parent() -> None:
         pass  # not glibc/Linux: the job outlives a killed launcher
 
 
-def _pump(proc: subprocess.Popen, log, echo: bool) -> None:
+def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
+    """Copy the child's output until it closes it; with ``tick``, call it at least every 0.2 s."""
     assert proc.stdout is not None
     out = sys.stdout.buffer
     logging = True
+    fd = proc.stdout.fileno()
     while True:
-        chunk = proc.stdout.read1(65536)
+        if tick is not None:
+            tick()
+            if not select.select([fd], [], [], 0.2)[0]:
+                continue
+            chunk = os.read(fd, 65536)
+        else:
+            chunk = proc.stdout.read1(65536)
         if not chunk:
             return
         if logging:

@@ -10,12 +10,15 @@ with ``LAUNCH_FULL_ERROR=1``).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from launcher.cli import hydraflags
 from launcher.cli.args import UsageError
@@ -87,6 +90,28 @@ def resume_hint(outcome) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with _sigterm_as_ctrl_c():
+        return _main(argv)
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (Slurm's, Kubernetes', ``kill``) ends a command as Ctrl-C does: runs end
+    ``interrupted``, with exit code 130, instead of the process vanishing mid-record."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] in COMMANDS:

@@ -10,7 +10,6 @@ of the fingerprint. Errors are written to ``error.json`` for the launcher to rep
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 import traceback
@@ -31,8 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args[0])
     from launcher.errors import LauncherError
     from launcher.record import runs
+    from launcher.run import interrupts
 
     try:
+        if _IS_JOB_PROCESS:  # a stop the launcher sent while we started arrives here, inside the try
+            interrupts.install()
         _run(run_dir)
         return 0
     except LauncherError as exc:
@@ -44,15 +46,38 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             runs.write_json(run_dir / ERROR, {"type": "SystemExit", "message": f"exit status {code}"})
         return code
-    except KeyboardInterrupt:  # Ctrl-C: the launcher says so in one line; no traceback from here
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher passes the same Ctrl-C on again
-        runs.write_json(run_dir / ERROR, {"type": "KeyboardInterrupt", "message": "Ctrl-C"})
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the launcher says so in one line; no traceback from here
+        reason = interrupts.stopping()  # further signals are ignored
+        runs.write_json(run_dir / ERROR, {"type": "KeyboardInterrupt", "message": reason})
+        _exit_now(130)
         return 130
     except BaseException as exc:
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
         runs.write_json(run_dir / ERROR, {"type": type(exc).__name__, "message": message})
         return 1
+
+
+def _exit_now(code: int) -> None:
+    """End the interrupted job process now, skipping the interpreter's teardown.
+
+    TensorFlow's own threads may still be running native code (a prefetching input
+    pipeline, an inter-op pool); tearing the interpreter down under them is how an
+    interrupted job could die of signal 11, or hang until it was killed. Everything the
+    run needs is written; our output is flushed first. Only when this process is the job
+    (``python -m launcher.bootstrap``), never when ``main`` is called in another process.
+    """
+    if not _IS_JOB_PROCESS:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+_IS_JOB_PROCESS = False  # set by the entry points (this module's __main__, launcher.bootstrap)
 
 
 def _run(run_dir: Path) -> None:
@@ -132,5 +157,12 @@ def _run(run_dir: Path) -> None:
     runs.write_json(run_dir / RESULT, result)
 
 
+def job_main() -> int:
+    """The job process's entry point: ``main`` in a process of its own."""
+    global _IS_JOB_PROCESS
+    _IS_JOB_PROCESS = True
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(job_main())

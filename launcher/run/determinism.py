@@ -123,6 +123,8 @@ def apply(p: Plan) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(p.inter_op_threads)
     if p.op_determinism:
         tf.config.experimental.enable_op_determinism()
+    if p.jit_compile is False:  # XLA off: TensorFlow's own auto-clustering too, not only Keras' per model
+        tf.config.optimizer.set_jit(False)
     if p.seed_everything:
         import keras
 
@@ -172,14 +174,39 @@ def read_back(p: Plan) -> dict:
         "op_determinism": _op_determinism_enabled(tf),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-        "deterministic_data": p.deterministic_data,
-        "jit_compile": p.jit_compile,
+        "deterministic_data": data_order(tf, p.deterministic_data),
+        "jit_compile": xla(tf, p.jit_compile),
         "env": {name: os.environ.get(name) for name in sorted(_PLANNED_ENV_NAMES)},
         "keras": keras_config(),
         "sessions": tf1.sessions(),
         "random_ops": p.random_ops,
     }
     return effective
+
+
+def data_order(tf, planned: bool | None) -> bool | None:
+    """Whether tf.data keeps its elements in order, as TensorFlow decides it.
+
+    Op determinism forces order whatever a dataset's options say (TensorFlow's documentation
+    of ``enable_op_determinism``), so it is read first; otherwise a dataset keeps the
+    ``tf.data.Options.deterministic`` the task gives it (``planned``; None: tf.data's default).
+    """
+    if _op_determinism_enabled(tf):
+        return True
+    options = tf.data.Options()
+    if planned is not None:
+        options.deterministic = planned
+    return options.deterministic
+
+
+def xla(tf, planned: bool | None) -> bool | None:
+    """Whether XLA compiles the job's functions, as far as TensorFlow tells before a model
+    exists: its global auto-clustering (``tf.config.optimizer.get_jit()``, which user code or
+    a wrapper may have turned on) compiles every function; otherwise it is each Keras model's
+    ``jit_compile`` (``planned``), which the mnist task reads back from its model once built."""
+    if tf.config.optimizer.get_jit():
+        return True
+    return planned
 
 
 def keras_config() -> dict:
@@ -218,14 +245,19 @@ def verify(p: Plan, effective: dict) -> None:
             problems.append(f"{name}={got!r} (planned {value!r})")
     if p.op_determinism and not effective["op_determinism"]:
         problems.append("op determinism is not enabled")
-    for key in ("intra_op_threads", "inter_op_threads"):
+    for key in ("intra_op_threads", "inter_op_threads", "deterministic_data", "jit_compile"):
         planned = getattr(p, key)
-        if planned is not None and effective[key] != planned:
+        if planned is not None and effective.get(key, planned) != planned and not _stricter(key, planned, effective):
             problems.append(f"{key}={effective[key]} (planned {planned})")
     if problems:
         raise DeterminismError(
             "determinism settings did not take effect: " + "; ".join(problems), problems
         )
+
+
+def _stricter(key: str, planned, effective: dict) -> bool:
+    """tf.data kept its order though a dataset asked for none: op determinism overrides it."""
+    return key == "deterministic_data" and planned is False and effective[key] is True
 
 
 def resolve_threads(value: object, cpu_count: int | None) -> int | None:

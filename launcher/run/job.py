@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import LauncherError
 from launcher.record import fingerprint, index, key, runs, snapshot, tbevents, tracking
-from launcher.run import config, determinism, gpus, runtime
+from launcher.run import config, determinism, gpus, interrupts, runtime
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 
 FINGERPRINT = "fingerprint.json"
@@ -144,7 +144,16 @@ def launch_fingerprint(
 def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row,
            launch_dir: str | None = None, root: str | None = None) -> Outcome:
     """Seal a successful job with its code snapshot; mark any other ending failed or
-    interrupted, with its reason."""
+    interrupted, with its reason.
+
+    A Ctrl-C or SIGTERM meanwhile waits until the run's ending is on record.
+    """
+    with interrupts.held():
+        return _finish(run_dir, resolved, fp, returncode, row, launch_dir, root)
+
+
+def _finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row,
+            launch_dir: str | None, root: str | None) -> Outcome:
     seed = int(resolved.seed)
     if returncode == 0 and (run_dir / RESULT).exists() and (run_dir / JOB_FACTS).exists():
         container = runs.read_json(run_dir / CONTAINER) if (run_dir / CONTAINER).exists() else None
@@ -188,6 +197,10 @@ def run(cfg: DictConfig, *, store_root: Path | None = None, **kwargs) -> Outcome
     except Exception as exc:  # an expected error or a bug: either way the run never stays "running"
         runs.set_status(run_dir, "failed", error=str(exc) if isinstance(exc, LauncherError) else repr(exc))
         raise
+    except KeyboardInterrupt:  # before the job started or after it ended: never "running" either
+        if runs.status(run_dir).get("state") == "running":
+            runs.set_status(run_dir, "interrupted", error="Ctrl-C or SIGTERM to the launcher", returncode=130)
+        raise
 
 
 def summary_line(outcome: Outcome) -> str:
@@ -206,6 +219,8 @@ def _job_error(run_dir: Path, returncode: int) -> str:
         return runs.read_json(run_dir / ERROR).get("message", "job failed")
     if returncode < 0:
         return f"job killed by signal {-returncode}"
+    if returncode == 130:  # stopped without a word from the job (a container, or a sweep aborted at once)
+        return "Ctrl-C"
     if returncode == 0:
         return "job ended without writing result.json"
     return f"job exited with status {returncode} (see {run_dir / 'log.txt'})"

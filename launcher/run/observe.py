@@ -18,6 +18,9 @@ entry points and changes none of their arguments that reach the math:
   (``w.assign_sub(lr * dw)``, as TensorFlow's basic training loop guide does). Calls
   from Keras and TensorFlow themselves (optimizers, metrics) are theirs, not noted.
 
+The wrapped steps and fits are also where a Ctrl-C or SIGTERM stops the job
+(``launcher.run.interrupts``): after the current step or batch, never inside one.
+
 ``keras.Model`` creation is noted (weakly) so that variables trained in a custom loop
 can be traced back to their model, whose non-trainable weights are then hashed too.
 
@@ -50,7 +53,7 @@ import numpy as np
 
 from launcher.record import usage
 from launcher.record.hashing import keras_weights, weights_digest
-from launcher.run import tf1, trace
+from launcher.run import interrupts, tf1, trace
 
 _observer: Observer | None = None
 
@@ -265,12 +268,14 @@ def _wrap_fit(keras, obs: Observer) -> None:
         recorder_class = trace.recorder_class()
         if obs.trace_every and not any(isinstance(c, recorder_class) for c in callbacks):
             callbacks.append(recorder_class(obs.run_dir / trace.FILE, obs.trace_every))
+        callbacks.append(interrupts.keras_callback(keras))
         bound.arguments["callbacks"] = callbacks
         obs.note_model(self)
         obs.fits += 1
         obs.in_fit += 1
         try:
-            return original(*bound.args, **bound.kwargs)
+            with interrupts.deferred():  # a Ctrl-C stops the job between two batches
+                return original(*bound.args, **bound.kwargs)
         finally:
             obs.in_fit -= 1
             existing = trace.read(obs.run_dir)
@@ -313,7 +318,8 @@ def _wrap_keras_apply(keras, tf, obs: Observer) -> None:
                     obs.record_initial()
                 except Exception:  # reading weights mid-trace failed: no step-0 point
                     pass
-        result = original(self, grads, variables if variables is not None else trainable_variables)
+        with interrupts.deferred():  # a Ctrl-C stops the job after this step, never inside it
+            result = original(self, grads, variables if variables is not None else trainable_variables)
         if variables is None:  # a built optimizer applying to its own variables
             obs.note_optimizer(self)
             obs.note_variables(list(self._trainable_variables))
@@ -336,7 +342,8 @@ def _wrap_v1_apply(tf, obs: Observer) -> None:
             obs.note_variables([v for _, v in pairs if v is not None])
             if obs.v1_steps == 0:
                 obs.record_initial()
-        result = original(self, pairs, *args, **kwargs)
+        with interrupts.deferred():
+            result = original(self, pairs, *args, **kwargs)
         if eager:
             obs.v1_steps += 1
             obs.after_step()
@@ -352,7 +359,8 @@ def _wrap_function_call(function_class, tf, obs: Observer) -> None:
 
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
+        with interrupts.deferred():  # a training step: a Ctrl-C stops the job after it
+            result = original(self, *args, **kwargs)
         if obs.optimizers and not obs.in_fit and tf.executing_eagerly():
             if getattr(result, "shape", None) == () and getattr(result, "dtype", None) is not None \
                     and result.dtype.is_floating:  # fmt: skip

@@ -14,6 +14,9 @@ from typing import Protocol
 
 from launcher import proc
 from launcher.errors import ConfigError
+from launcher.record import runs
+from launcher.run import interrupts
+from launcher.run.bootstrap import ERROR
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ class LocalRuntime:
         """Nothing to check: the job runs here, as ``launch`` does."""
 
     def run(self, job: Job) -> int:
-        return proc.run_streaming(
+        """The job's exit code; 130 whenever a SIGINT or SIGTERM stopped it (its error says why)."""
+        ended = proc.run_job(
             bootstrap_argv(job.python or sys.executable, job.run_dir),
             env=job.env,
             log_path=job.run_dir / "log.txt",
@@ -62,6 +66,25 @@ class LocalRuntime:
             echo=job.echo,
             preexec_affinity=set(job.cpus) if job.cpus else None,
         )
+        if ended.stop is None:
+            return ended.returncode
+        interrupts.stopping_launcher()  # a second Ctrl-C has nothing left to stop
+        if ended.returncode == 0:
+            return 0  # it completed before it could be stopped
+        error = job.run_dir / ERROR
+        if ended.returncode != 130 or not error.exists():  # killed, or ended otherwise: say what stopped it
+            runs.write_json(error, {"type": "KeyboardInterrupt", "message": stop_reason(ended)})
+        return 130
+
+
+def stop_reason(ended: proc.Ended) -> str:
+    """The error of a run whose job was stopped by a signal but did not end by itself as asked."""
+    reason = interrupts.REASONS.get(ended.stop, "interrupted")
+    if ended.killed:
+        return f"{reason}; the job was killed: {ended.killed}"
+    if ended.returncode < 0:
+        return f"{reason}; the job died of signal {-ended.returncode} while stopping"
+    return f"{reason}; the job ended with status {ended.returncode} while stopping"
 
 
 def job_env(base: dict[str, str], plan_env: dict[str, str], launcher_root: str) -> dict[str, str]:

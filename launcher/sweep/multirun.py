@@ -433,8 +433,9 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
 
 @contextmanager
 def _outlive_ctrl_c() -> Iterator[None]:
-    """In a worker: Ctrl-C reaches the job process itself (one process group), which ends
-    as ``interrupted``; the worker must live on to record that, not die with it."""
+    """In a worker: Ctrl-C reaches the worker (it shares ``launch``'s process group), which
+    passes it on to its job (``launcher.proc.run_job``, the job in a session of its own); the
+    job ends as ``interrupted`` and the worker must live on to record that, not die with it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.errors import ConfigError, NotComparable
+from launcher.errors import ConfigError, NotComparable, StoreError
 from launcher.record import runs, snapshot, tracking
 from launcher.run import job, precheck
 from launcher.verdict import compare
@@ -65,9 +65,15 @@ def replay(
     work = None
     try:
         if stored is not None:
-            work = Path(tempfile.mkdtemp(prefix=".replay-", dir=original.parent)).resolve()
+            try:
+                work = Path(tempfile.mkdtemp(prefix=".replay-", dir=original.parent)).resolve()
+            except OSError as exc:  # a replay writes its run there too
+                raise StoreError(f"store {str(original.parent)!r} is not writable ({exc.strerror})") from None
             work.chmod(0o755)  # a container's user must reach the code
-            snapshot.materialize(original.parent, stored, work)
+            try:
+                snapshot.materialize(original.parent, stored, work)
+            except OSError as exc:  # a full disk, a quota
+                raise StoreError(f"cannot lay out the snapshot of {original.name} in {work}: {exc.strerror}") from None
             unkept = place_data(original, stored, work, data or {})
             root, cwd = str(work), str(work) + str(stored["launch_dir"])
         else:  # a run from before snapshots: its code and data where they are now

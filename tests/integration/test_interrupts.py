@@ -1,18 +1,21 @@
-"""Ctrl-C and a killed launcher, with real signals to real processes (issue 17).
+"""Ctrl-C, SIGTERM and a killed launcher, with real signals to real processes (issues 17, 27).
 
 A silent job (it prints ``ready``, then sleeps) stands in for a long training run: it never
 writes to its output after starting, so nothing but the launcher's own handling (Ctrl-C passed
-to the job; PR_SET_PDEATHSIG when the launcher is killed) can end it.
+to the job; PR_SET_PDEATHSIG when the launcher is killed) can end it. The stress test
+interrupts real training at random moments, from the job's start to its epochs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,7 +43,7 @@ def _launch(store):
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)  # fmt: skip
+                                start_new_session=True, preexec_fn=_default_signals)  # fmt: skip
         started.append(proc)
         return proc
 
@@ -53,6 +56,25 @@ def _launch(store):
         proc.wait()
     for pid in _pids_mentioning(store):  # a job whose launcher died first has left the group's tree
         os.kill(pid, signal.SIGKILL)
+
+
+def _default_signals() -> None:
+    """As a terminal's foreground command starts: Ctrl-C and SIGTERM not ignored (pytest may
+    have been started in the background of a script, where SIGINT is ignored and inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _two_slots_or_skip() -> None:
+    """runtime.slots=2 needs two devices: two cores in this process' affinity mask, or two GPUs."""
+    from launcher.errors import LauncherError
+    from launcher.record import probes
+    from launcher.sweep import slots
+
+    try:
+        slots.plan(2, probes.hardware()["gpus"], sorted(os.sched_getaffinity(0)))
+    except LauncherError as exc:
+        pytest.skip(f"runtime.slots=2 cannot run on this machine: {exc}")
 
 
 def _ready(proc: subprocess.Popen) -> list[str]:
@@ -125,6 +147,8 @@ def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(
                                                                                 _launch):
     from launcher.sweep.multirun import hydra_quote
 
+    if slots == 2:
+        _two_slots_or_skip()
     jobs = slots + 2
     proc = _launch("-m", "train=script", f"train.script={hydra_quote(str(sleeper))}", f"+seed=range({jobs})",
                    f"runtime.slots={slots}", f"store.root={hydra_quote(str(store))}", cwd=tmp_path)
@@ -150,3 +174,112 @@ def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(
     for run in ran:
         assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
         assert _gone(run, 10)
+
+
+def test_sigterm_to_the_launcher_ends_a_local_run_interrupted_with_130(store, sleeper, tmp_path, _launch):
+    proc = _launch("train=script", f"train.script={q(sleeper)}", f"store.root={q(store)}", cwd=tmp_path)
+    _ready(proc)
+    run = _only_run(store)
+    proc.send_signal(signal.SIGTERM)  # what Slurm and Kubernetes send, to the launcher alone
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert out.strip().splitlines()[-1] == f"[launch] run {run} INTERRUPTED: SIGTERM", out[-2000:]
+    assert "Traceback" not in err + out
+    assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
+    assert _gone(run, 10)
+
+
+def test_a_job_that_ignores_the_stop_is_killed_and_the_run_still_ends_interrupted(store, tmp_path, _launch):
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                        "print('ready', flush=True)\ntime.sleep(600)\n")  # fmt: skip
+    proc = _launch("train=script", f"train.script={q(stubborn)}", f"store.root={q(store)}", cwd=tmp_path)
+    _ready(proc)
+    run = _only_run(store)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(1)
+    assert proc.poll() is None, "the launcher did not wait for its job"
+    os.killpg(proc.pid, signal.SIGINT)  # a second Ctrl-C: the job is killed at once
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert out.strip().splitlines()[-1] == (f"[launch] run {run} INTERRUPTED: Ctrl-C; "
+                                            "the job was killed: a second SIGINT"), out[-2000:]  # fmt: skip
+    assert "Traceback" not in err + out
+    assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
+    assert _gone(run, 10)
+
+
+STRESS_LAUNCHES = 20
+# (how, count): SIGINT to the launcher's process group, as a terminal's Ctrl-C; SIGTERM to the
+# launcher alone, as Slurm or Kubernetes; two Ctrl-Cs 0.2 s apart (the second kills the job).
+STRESS_KINDS = ["ctrl-c", "sigterm", "ctrl-c", "ctrl-c twice", "ctrl-c"]
+STRESS_WINDOW_S = 8.0  # the moments: uniform over the job's first seconds (TensorFlow's import to epochs)
+
+
+def test_stress_interrupts_at_random_moments_always_end_interrupted(mnist_npz, tmp_path):
+    """20 real training launches, each interrupted at a random moment after its job started:
+    every one ends INTERRUPTED with exit code 130, status.json ``interrupted``, no traceback,
+    no job left behind, and the resume hint exactly when the run can be resumed."""
+    from launcher.errors import LauncherError
+    from launcher.run import resume
+
+    seed = int(os.environ.get("LAUNCH_STRESS_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    plan = [(i, STRESS_KINDS[i % len(STRESS_KINDS)], rng.uniform(0, STRESS_WINDOW_S)) for i in range(STRESS_LAUNCHES)]
+
+    def one(item: tuple[int, str, float]) -> str | None:
+        i, kind, delay = item
+        store = tmp_path / f"store {i}"
+        store.mkdir()
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        argv = [sys.executable, "-m", "launcher", f"train.data={mnist_npz}", f"store.root={store}",
+                "train.epochs=200", "train.batch_size=100"]  # fmt: skip
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=_default_signals)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while not list(store.glob("*/log.txt")):  # the job has started
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    return f"launch {i}: the job never started: {proc.communicate()}"
+                time.sleep(0.01)
+            time.sleep(delay)
+            if kind == "sigterm":
+                proc.send_signal(signal.SIGTERM)
+            else:
+                os.killpg(proc.pid, signal.SIGINT)
+                if kind == "ctrl-c twice":
+                    time.sleep(0.2)
+                    os.killpg(proc.pid, signal.SIGINT)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        (run,) = [p for p in store.iterdir() if p.is_dir()]
+        what = f"launch {i} ({kind} after {delay:.2f} s, exit {proc.returncode})"
+        status = json.loads((run / "status.json").read_text())
+        last = out.strip().splitlines()[-1] if out.strip() else ""
+        try:
+            resume.check_resumable(run)
+            resumable = True
+        except LauncherError:
+            resumable = False
+        problems = [
+            proc.returncode != 130 and "exit code is not 130",
+            status["state"] != "interrupted" and f"status.json says {status['state']}",
+            not last.startswith(f"[launch] run {run} INTERRUPTED: ") and "the last line is not INTERRUPTED",
+            ("continue it with: launch resume" in last) != resumable and f"resume hint wrong (resumable: {resumable})",
+            ("Traceback" in out + err or "KeyboardInterrupt" in out + err) and "a traceback",
+            (run / "manifest.json").exists() and "sealed",
+            not _gone(run, 10) and "the job outlived its launcher",
+        ]
+        problems = [p for p in problems if p]
+        if not problems:
+            return None
+        return f"{what}: {', '.join(problems)}; status {status}\n{out[-1500:]}\n{err[-1500:]}"
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: the job's moments vary more, in half the time
+        failures = [f for f in pool.map(one, plan) if f]
+    assert not failures, f"{len(failures)} of {STRESS_LAUNCHES} interrupts were not clean " \
+                         f"(LAUNCH_STRESS_SEED={seed}):\n" + "\n\n".join(failures)  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ def test_four_seed_sweep_runs_summarizes_and_repeats_bit_for_bit(launch, store, 
 
 
 def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_npz):
+    _two_slots_or_skip()
     done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=5,5", "runtime.slots=2")
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = _summary(sweep_dir)["jobs"]
@@ -107,3 +109,15 @@ def test_sweep_verify_replays_every_job(launch, store, mnist_npz):
     verified = launch("sweep", "verify", sweep_dir)
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
     assert "2 of 2 jobs reproduced bit for bit" in verified.stdout
+
+
+def _two_slots_or_skip() -> None:
+    """runtime.slots=2 needs two devices: two cores in this process' affinity mask, or two GPUs."""
+    from launcher.errors import LauncherError
+    from launcher.record import probes
+    from launcher.sweep import slots
+
+    try:
+        slots.plan(2, probes.hardware()["gpus"], sorted(os.sched_getaffinity(0)))
+    except LauncherError as exc:
+        pytest.skip(f"runtime.slots=2 cannot run on this machine: {exc}")

@@ -1,5 +1,7 @@
-"""Errors that teach (issue 13): the exact cases, as `launch` prints them, exit 2, nothing written."""
+"""Errors that teach (issue 13): the exact cases, as `launch` prints them, exit 2, nothing written;
+and an unexpected error (a bug): exit 70, a short traceback, the whole one with LAUNCH_FULL_ERROR."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -93,3 +95,49 @@ def test_a_run_without_metrics_ends_with_single_spaces():
     assert job.summary_line(outcome) == "[launch] run runs/x complete; seed=0 weights_sha256=(no model recorded)"
     outcome.result["final_metrics"] = {"loss": 0.5}
     assert job.summary_line(outcome).endswith("seed=0 loss=0.5000 weights_sha256=(no model recorded)")
+
+
+def test_no_docker_daemon_is_one_line_exit_2_and_no_run(capsys, monkeypatch, tmp_path):
+    """What a machine without Docker shows (moved from tests/integration/test_docker.py, whose
+    module skips every test on exactly such a machine)."""
+    url = f"unix://{tmp_path}/none.sock"
+    monkeypatch.setenv("DOCKER_HOST", url)
+    store = tmp_path / "store"
+    code, err = _launch(capsys, "determinism=strict", "train=mnist", "runtime=docker", "image.base=local",
+                        f"store.root={store}")  # fmt: skip
+    assert code == 2
+    assert err == [f"launch: error: no Docker daemon answers at {url}: start one (dockerd) or use runtime=local"]
+    for run in (p for p in store.iterdir() if p.is_dir()):  # found out after the run directory: marked failed
+        assert json.loads((run / "status.json").read_text())["state"] == "failed"
+
+
+def _crashing(args: list[str]) -> int:
+    def one_level(depth: int) -> int:
+        if depth == 0:
+            raise RuntimeError("boom")
+        return one_level(depth - 1)
+
+    return one_level(3)
+
+
+def test_an_unexpected_error_is_a_short_traceback_and_exit_70(capsys, monkeypatch):
+    monkeypatch.delenv("LAUNCH_FULL_ERROR", raising=False)
+    monkeypatch.setattr(cli, "command", lambda name: _crashing)
+    code = cli.main(["runs"])
+    err = capsys.readouterr().err
+    assert code == 70
+    assert err.strip().splitlines()[-2:] == ["launch: internal error: RuntimeError: boom",
+                                             "launch: set LAUNCH_FULL_ERROR=1 for the full traceback"]  # fmt: skip
+    assert "Traceback (most recent call last)" not in err
+    assert err.count('  File "') == 3 and "in one_level" in err  # the innermost three frames, no more
+
+
+def test_launch_full_error_prints_the_whole_traceback(capsys, monkeypatch):
+    monkeypatch.setenv("LAUNCH_FULL_ERROR", "1")
+    monkeypatch.setattr(cli, "command", lambda name: _crashing)
+    code = cli.main(["runs"])
+    err = capsys.readouterr().err
+    assert code == 70
+    assert err.startswith("Traceback (most recent call last):") and err.strip().endswith("RuntimeError: boom")
+    assert err.count('  File "') == 6  # _main, _crashing and its four levels: every frame
+    assert "LAUNCH_FULL_ERROR" not in err

@@ -1,4 +1,5 @@
 import gzip
+import shutil
 
 import numpy as np
 import pytest
@@ -69,9 +70,19 @@ def test_idx_directory_with_a_truncated_file(tmp_path, mnist_idx_dir):
 
 
 # ---------------------------------------------------------------- the launcher's check (issue 13)
-def test_check_accepts_every_good_source(mnist_npz, mnist_idx_dir):
+def test_check_accepts_every_good_source_and_refuses_it_spoiled(mnist_npz, mnist_idx_dir, tmp_path):
     for spec in ("sample", str(mnist_npz), str(mnist_idx_dir)):
-        data.check(spec)
+        assert data.check(spec) is None
+    # The same sources with one flaw each: the check looks, it does not wave through.
+    with np.load(mnist_npz) as f:
+        arrays = dict(f)
+    np.savez(tmp_path / "spoiled.npz", **{**arrays, "y_train": arrays["y_train"][:-1]})
+    with pytest.raises(DataError, match="x_train holds 600 images but y_train holds 599 labels"):
+        data.check(str(tmp_path / "spoiled.npz"))
+    shutil.copytree(mnist_idx_dir, tmp_path / "idx")
+    (next((tmp_path / "idx").glob("t10k-labels-idx1-ubyte*"))).unlink()
+    with pytest.raises(DataError, match="no t10k-labels-idx1-ubyte"):
+        data.check(str(tmp_path / "idx"))
 
 
 def test_a_file_that_is_not_an_npz_is_refused_without_pickle_advice():

@@ -66,9 +66,15 @@ def _effective(plan, **over):
     return eff
 
 
-def test_verify_accepts_what_was_planned():
-    p = determinism.plan("strict", 1, 1, 1, False)
-    determinism.verify(p, _effective(p))
+def test_verify_accepts_what_was_planned_and_judges_only_what_was_planned():
+    strict = determinism.plan("strict", 1, 1, 1, False)
+    assert determinism.verify(strict, _effective(strict)) is None
+    with pytest.raises(DeterminismError, match=r"intra_op_threads=8 \(planned 1\)"):
+        determinism.verify(strict, _effective(strict, intra_op_threads=8))
+    seeded = determinism.plan("seeded", 1)  # no thread counts planned: TensorFlow's choice is not judged
+    assert determinism.verify(seeded, _effective(seeded, intra_op_threads=8, inter_op_threads=4)) is None
+    off = determinism.plan("off", 1)
+    assert determinism.verify(off, _effective(off, op_determinism=True, env={"PYTHONHASHSEED": "3"})) is None
 
 
 def test_verify_names_every_setting_that_did_not_take():
@@ -104,3 +110,44 @@ def test_a_strict_run_that_leaves_most_of_a_big_machine_idle_says_so_once():
     assert determinism.idle_note("strict", 17, 64) is None  # more than a quarter of the machine in use
     assert determinism.idle_note("strict", "auto", 64) is None
     assert determinism.idle_note("seeded", None, 64) is None
+
+
+READ_BACK = """
+import json
+import tensorflow as tf
+from launcher.errors import DeterminismError
+from launcher.run import determinism
+
+out = {}
+p = determinism.plan("strict", 0, 1, 1, False, deterministic_data=False)
+determinism.apply(p)
+out["applied"] = {k: determinism.read_back(p)[k] for k in ("deterministic_data", "jit_compile", "op_determinism")}
+tf.config.optimizer.set_jit("autoclustering")  # the job's own code turns XLA's auto-clustering on
+effective = determinism.read_back(p)
+out["user_jit"] = effective["jit_compile"]
+try:
+    determinism.verify(p, effective)
+except DeterminismError as exc:
+    out["refused"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_read_back_asks_tensorflow_what_took_effect_not_the_plan():
+    """XLA and tf.data's order as TensorFlow reports them (one process: TensorFlow is imported,
+    nothing trains). Op determinism keeps tf.data in order even where a dataset asks for none."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    planned = determinism.plan("strict", 0, 1, 1, False, deterministic_data=False).env  # set before start
+    env = {**os.environ, **planned, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", READ_BACK], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["applied"] == {"deterministic_data": True, "jit_compile": False, "op_determinism": True}
+    assert out["user_jit"] is True
+    assert out["refused"] == "determinism settings did not take effect: jit_compile=True (planned False)"

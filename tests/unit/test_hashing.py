@@ -10,6 +10,10 @@ of the weights fails here, not silently in a stored run's comparison.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -148,12 +152,35 @@ def test_source_files_and_version(tmp_path):
     assert hashing.source_version("0.1.0", files) != f"0.1.0+src.{expected}"
 
 
-def test_the_launchers_source_version_is_this_tree():
+def _source_version_of(root: Path) -> str:
+    """launcher_source_version() as the launcher package copied under ``root`` computes it."""
+    code = "from launcher.record import hashing; print(hashing.launcher_source_version())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_launchers_source_version_follows_every_file_of_its_package_and_nothing_else(tmp_path):
+    """The whole package, wherever it is installed: a task, a config file, the bundled data
+    change it; caches and the place do not."""
     from launcher.version import __version__
 
     package = Path(hashing.__file__).resolve().parents[1]
-    assert hashing.launcher_source_version() == hashing.source_version(__version__, hashing.source_files(package))
-    assert hashing.launcher_source_version().startswith(f"{__version__}+src.")
+    here = hashing.launcher_source_version()
+    assert here.startswith(f"{__version__}+src.") and len(here) == len(f"{__version__}+src.") + 16
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(package, copy / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
+    assert _source_version_of(copy) == here  # another place, the same content
+    (copy / "launcher" / "__pycache__").mkdir(exist_ok=True)
+    (copy / "launcher" / "__pycache__" / "stale.cpython-311.pyc").write_bytes(b"cache")
+    assert _source_version_of(copy) == here
+    seen = {here}
+    for rel in ("run/tasks/mnist.py", "configs/train/mnist.yaml", "run/bootstrap.py"):
+        with open(copy / "launcher" / rel, "a") as f:
+            f.write("\n# changed\n")
+        seen.add(_source_version_of(copy))
+    assert len(seen) == 4  # each change gave a new version
 
 
 @pytest.mark.parametrize("layer", ["dense", "out"])

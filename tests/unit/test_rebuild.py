@@ -2,7 +2,7 @@
 
 The pure parts are tested on recorded fingerprints; the build itself on a fake ``proc``
 that refuses calls it does not know (no network, no pip): what a failed or killed build
-leaves behind. tests/integration/test_rebuild.py builds a real one.
+leaves behind. tests/integration/test_rebuild_environment.py builds a real one.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -153,8 +154,20 @@ def test_no_tracking_configured_means_no_mlflow_at_all(tmp_path):
     assert not (tmp_path / tracking.DB).exists()
 
 
+def _closed_port() -> int:
+    """A local port nothing listens on, found now (a fixed one may be open on some machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with socket.socket() as probe:  # closed again: a connection is refused, not left waiting
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            pytest.skip(f"port {port} was taken between two calls; no closed port to test with")
+    return port
+
+
 def test_a_dead_server_is_one_warning_quickly_and_the_run_is_untouched(tmp_path, capsys):
-    down = {**CFG, "tracking": {"name": "mlflow", "uri": "http://127.0.0.1:9", "experiment": None}}
+    url = f"http://127.0.0.1:{_closed_port()}"
+    down = {**CFG, "tracking": {"name": "mlflow", "uri": url, "experiment": None}}
     run = sealed_run(tmp_path, cfg=down)
     manifest = (run / runs.MANIFEST).read_bytes()
     started = time.monotonic()
@@ -162,7 +175,7 @@ def test_a_dead_server_is_one_warning_quickly_and_the_run_is_untouched(tmp_path,
     assert time.monotonic() - started < 60  # MLflow's own retries would take minutes
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0].startswith("[launch] warning: MLflow tracking to http://127.0.0.1:9 failed, the run is unaffected")
+    assert err[0].startswith(f"[launch] warning: MLflow tracking to {url} failed, the run is unaffected")
     assert "Connection refused" in err[0]
     assert (run / runs.MANIFEST).read_bytes() == manifest and runs.verify_seal(run)
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # restored: later jobs do not inherit it

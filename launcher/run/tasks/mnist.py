@@ -15,7 +15,7 @@ import numpy as np
 from launcher.record import snapshot
 from launcher.record.hashing import keras_weights, weights_digest
 from launcher.run import data as mnist_data
-from launcher.run import trace
+from launcher.run import interrupts, trace
 from launcher.run.checkpoints import Checkpointer
 from launcher.run.tasks import TaskContext
 
@@ -114,28 +114,31 @@ def run(ctx: TaskContext) -> dict:
     trace_times: list[float] = []
     checkpoint_times: list[float] = []
     history: dict[str, float] = {}
+    safe_points = interrupts.keras_callback(keras)
     for epoch in range(first_epoch, int(train.epochs)):
-        t0 = time.perf_counter()
-        order = epoch_order(ctx.seed, epoch, len(x_train))
-        ds = make_dataset(tf, x_train[order], y_train[order], train.batch_size, deterministic, calls)
-        traced = getattr(recorder, "seconds", 0.0)
-        fit = model.fit(
-            ds,
-            validation_data=val,
-            epochs=int(train.epochs),  # so Keras' progress says "Epoch N/total"
-            initial_epoch=epoch,
-            verbose=1 if ctx.progress else 2,
-            shuffle=False,  # the order comes from epoch_order(), not from Keras
-            callbacks=[recorder, one_epoch],  # one epoch per fit: its data is this epoch's order
-        )
-        trace_times.append(getattr(recorder, "seconds", 0.0) - traced)
-        history = {k: float(v[-1]) for k, v in sorted(fit.history.items())}
-        ctx.log_epoch(epoch + 1, history)
-        trained = time.perf_counter()
-        if checkpointer and (epoch + 1) % int(train.checkpoint_every) == 0:
-            checkpointer.save(epoch + 1)
-            checkpoint_times.append(time.perf_counter() - trained)
-        epoch_times.append(time.perf_counter() - t0)
+        with interrupts.deferred():  # a stop waits for the current batch, or the epoch's checkpoint, to end
+            t0 = time.perf_counter()
+            order = epoch_order(ctx.seed, epoch, len(x_train))
+            ds = make_dataset(tf, x_train[order], y_train[order], train.batch_size, deterministic, calls)
+            traced = getattr(recorder, "seconds", 0.0)
+            fit = model.fit(
+                ds,
+                validation_data=val,
+                epochs=int(train.epochs),  # so Keras' progress says "Epoch N/total"
+                initial_epoch=epoch,
+                verbose=1 if ctx.progress else 2,
+                shuffle=False,  # the order comes from epoch_order(), not from Keras
+                # one epoch per fit (its data is this epoch's order); a Ctrl-C stops it between batches
+                callbacks=[recorder, one_epoch, safe_points],
+            )
+            trace_times.append(getattr(recorder, "seconds", 0.0) - traced)
+            history = {k: float(v[-1]) for k, v in sorted(fit.history.items())}
+            ctx.log_epoch(epoch + 1, history)
+            trained = time.perf_counter()
+            if checkpointer and (epoch + 1) % int(train.checkpoint_every) == 0:
+                checkpointer.save(epoch + 1)
+                checkpoint_times.append(time.perf_counter() - trained)
+            epoch_times.append(time.perf_counter() - t0)
 
     model.save_weights(ctx.run_dir / WEIGHTS_FILE)
     total, per_layer = weights_digest(keras_weights(model))

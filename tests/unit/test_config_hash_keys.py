@@ -1,0 +1,94 @@
+"""Every result-changing ``train.*`` key of every train config group changes ``config_sha256``.
+
+The keys come from the config files themselves (``launcher/configs/train/*.yaml``), so a key
+added to a group is held to the promise at once, and a key dropped from the hash (a mutant:
+``train.learning_rate`` added to ``config.NOT_IN_HASH``) fails here. The only keys allowed to
+leave the hash unchanged are those whose runs are shown bit-identical by a test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+import launcher
+from launcher.run import config
+
+GROUPS = sorted(Path(launcher.__file__).parent.glob("configs/train/*.yaml"))
+
+# Keys that cannot change a result, each with the test that shows the bits equal.
+NOT_RESULT_CHANGING = {
+    "train.observe": "test_user_code.py::test_gradient_tape_loop_over_bare_variables (observe=false: same params)",
+    "train.save_weights": "test_user_code.py::test_the_trace_and_saved_weights_never_change_the_weights",
+}
+# What a required (``???``) value is given, so the group composes.
+REQUIRED = {"entrypoint": "tasks.train:main", "script": "train.py"}
+
+
+def _keys(node, prefix: str) -> list[str]:
+    """Dotted paths of the leaves of a config node (lists are leaves)."""
+    if OmegaConf.is_dict(node):
+        out = []
+        for name in node:
+            out += _keys(node._get_node(name), f"{prefix}.{name}")
+        return out
+    return [prefix]
+
+
+def _other(value):
+    """A different value of the same kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 2
+    if isinstance(value, str):
+        return value + "-other"
+    if isinstance(value, list):
+        return [*value, "--other"]
+    if value is None:
+        return 1
+    raise AssertionError(f"no other value for {value!r}")
+
+
+def _composed(group: Path) -> dict:
+    raw = OmegaConf.load(group)
+    fills = [f"train.{k}={v}" for k, v in REQUIRED.items() if k in raw and OmegaConf.is_missing(raw, k)]
+    return OmegaConf.to_container(config.compose([f"train={group.stem}", *fills]), resolve=False)
+
+
+def _cases() -> list[tuple[str, str]]:
+    cases = []
+    for group in GROUPS:
+        raw = OmegaConf.load(group)
+        cases += [(group.stem, key) for key in _keys(raw, "train") if key != "train.name"]
+    return cases
+
+
+def test_every_train_group_is_found():
+    assert {g.stem for g in GROUPS} >= {"mnist", "custom", "script"}
+    assert len(_cases()) > 15
+
+
+@pytest.mark.parametrize("group,key", _cases())
+def test_a_train_key_changes_the_config_hash_unless_it_cannot_change_results(group, key):
+    data = _composed(next(g for g in GROUPS if g.stem == group))
+    *parents, leaf = key.split(".")
+    node = data
+    for name in parents:
+        node = node[name]
+    before = config.config_hash(data)
+    node[leaf] = _other(node[leaf])
+    changed = config.config_hash(data) != before
+    if key in NOT_RESULT_CHANGING:
+        assert not changed, f"{key} cannot change a result ({NOT_RESULT_CHANGING[key]}) but changes the config hash"
+    else:
+        assert changed, f"train={group}: {key} changes what a run computes but not config_sha256"
+
+
+def test_the_not_result_changing_keys_are_exactly_the_train_keys_left_out_of_the_hash():
+    left_out = {k for k in config.NOT_IN_HASH if k.startswith("train.")}
+    assert left_out == set(NOT_RESULT_CHANGING)
