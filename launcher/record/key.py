@@ -49,6 +49,12 @@ def _since_schema_2(getter: Callable[[dict], object]) -> Callable[[dict], object
     return get
 
 
+def _cpu(fp: dict, name: str) -> object:
+    """A CPU field added with fingerprint schema 3: unknown where a run did not record it."""
+    cpu = fp["hardware"]["cpu"]
+    return cpu[name] if name in cpu else Unknown("not recorded by this run's fingerprint")
+
+
 def _software(fp: dict) -> dict:
     return fp.get("software") or {}
 
@@ -58,6 +64,16 @@ KEY: dict[str, Callable[[dict], object]] = {
     "hardware.cpu.vendor": lambda fp: fp["hardware"]["cpu"]["vendor"],
     "hardware.cpu.model": lambda fp: fp["hardware"]["cpu"]["model"],
     "hardware.cpu.isa": lambda fp: fp["hardware"]["cpu"]["isa"],
+    # The model name masks generations: two CPUs both named "AMD EPYC", with different ISA
+    # subsets, gave different bits for one strict run (FIELD-NOTES). Family, model number and
+    # stepping name the microarchitecture, whose kernels and cache sizes (which set oneDNN's
+    # and Eigen's blocking) decide the order of the sums. Out: microcode (recorded for
+    # reading): its updates fix errata and security issues, they do not select kernels.
+    "hardware.cpu.family": lambda fp: _cpu(fp, "family"),
+    "hardware.cpu.model_number": lambda fp: _cpu(fp, "model_number"),
+    "hardware.cpu.stepping": lambda fp: _cpu(fp, "stepping"),
+    "hardware.cpu.cache_size": lambda fp: _cpu(fp, "cache_size"),
+    "hardware.cpu.caches": lambda fp: _cpu(fp, "caches"),
     # GPU model, compute capability and driver pick cuDNN/cuBLAS algorithms. Out: index,
     # UUID (a serial number) and MIG/memory, which do not change kernels.
     "hardware.gpus": lambda fp: [
@@ -107,8 +123,9 @@ KEY: dict[str, Callable[[dict], object]] = {
     # sweep code never run in the job, so a new CLI message refuses no old run. Out: the
     # launch directory's git commit and diff (recorded for reading): the code that ran is
     # hashed directly, in a git repository or not.
+    # A run that did not record the files (an older launcher) is held to its whole package.
     "code.launcher": lambda fp: (fp["code"].get("launcher_modules")
-                                 or Unknown("not recorded by this run's fingerprint (schema < 3)")),
+                                 or {"(the whole package)": fp["code"].get("launcher_version")}),
     "code.script_sha256": lambda fp: fp["code"].get("script_sha256"),
     "code.modules": _since_schema_2(
         lambda fp: {name: m["sha256"] for name, m in (fp["code"].get("modules") or {}).items()}
@@ -120,13 +137,21 @@ KEY: dict[str, Callable[[dict], object]] = {
 
 
 def _distributions_key(distributions: dict | None) -> object:
-    """{name: {version, files_sha256}}; files_sha256 is ``Unknown`` for a distribution recorded
-    before it existed, and one recorded as not installed (``None``) stays ``None``."""
+    """{name: {version, files_sha256}} (``record_sha256`` for a distribution recorded before
+    files_sha256 existed); one recorded as not installed (``None``) stays ``None``."""
     if distributions is None:
         return None
-    unknown = Unknown("files_sha256 not recorded (recorded before it existed)")
-    return {name: None if d is None else {"version": d.get("version"), "files_sha256": d.get("files_sha256", unknown)}
+    return {name: None if d is None else {"version": d.get("version"), **_content(d)}
             for name, d in distributions.items()}  # fmt: skip
+
+
+def _content(identity: dict) -> dict:
+    """What says a distribution's content: its own files, or, for a run recorded before they
+    were hashed, its installed RECORD (never equal to a files hash: such runs compare only
+    with each other on it)."""
+    if "files_sha256" in identity:
+        return {"files_sha256": identity["files_sha256"]}
+    return {"record_sha256": identity.get("record_sha256", Unknown("not recorded"))}
 
 
 def _container_key(container: dict | None) -> object:
@@ -155,9 +180,14 @@ def key_differences(a: dict, b: dict) -> list[tuple[str, object, object]]:
     return out
 
 
+def unknown_on_both(a: dict, b: dict) -> list[str]:
+    """The key fields neither fingerprint recorded: not a difference, but nothing vouches for them."""
+    return [name for name, getter in KEY.items() if isinstance(getter(a), Unknown) and isinstance(getter(b), Unknown)]
+
+
 def _diff(name: str, x: object, y: object, out: list) -> None:
-    if x == y:
-        return
+    if x == y or (isinstance(x, Unknown) and isinstance(y, Unknown)):
+        return  # unknown on both sides: nothing to tell them apart by (unknown on one side is a difference)
     if isinstance(x, dict) and isinstance(y, dict):
         for k in sorted(set(x) | set(y)):
             _diff(f"{name}.{k}", x.get(k), y.get(k), out)

@@ -39,7 +39,33 @@ def parse_cpuinfo(text: str) -> dict:
         "vendor": fields.get("vendor_id") or fields.get("CPU implementer"),
         "model": fields.get("model name") or fields.get("CPU part"),
         "isa": isa,
+        # The generation behind a model name ("AMD EPYC" names several): x86's family, model
+        # and stepping, or ARM's architecture, variant and revision.
+        "family": fields.get("cpu family") or fields.get("CPU architecture"),
+        "model_number": fields.get("model") or fields.get("CPU variant"),
+        "stepping": fields.get("stepping") or fields.get("CPU revision"),
+        "cache_size": fields.get("cache size"),
+        "microcode": fields.get("microcode"),
     }
+
+
+def parse_cpu_caches(entries: list[tuple[str, str, str]]) -> dict[str, str]:
+    """``{"L1d": "48K", "L1i": "32K", "L2": "1024K", "L3": "32768K"}`` from (level, type, size)
+    of ``/sys/devices/system/cpu/cpu0/cache/index*``."""
+    out = {}
+    for level, kind, size in entries:
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        out[f"L{level}{suffix}"] = size
+    return dict(sorted(out.items()))
+
+
+def _cpu_caches() -> dict[str, str]:
+    entries = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        level, kind, size = (_read(str(index / name)).strip() for name in ("level", "type", "size"))
+        if level and size:
+            entries.append((level, kind, size))
+    return parse_cpu_caches(entries)
 
 
 def parse_meminfo(text: str) -> int | None:
@@ -107,6 +133,7 @@ def gpus() -> list[dict]:
 
 def hardware() -> dict:
     cpu = parse_cpuinfo(_read("/proc/cpuinfo"))
+    cpu["caches"] = _cpu_caches()
     cpu["logical_cores"] = os.cpu_count()
     info = {"cpu": cpu, "memory_bytes": parse_meminfo(_read("/proc/meminfo")), "gpus": gpus()}
     if info["gpus"]:

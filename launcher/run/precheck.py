@@ -79,11 +79,7 @@ def key_differences_now(
     # not report them (it was interrupted, or a launcher before schema 3 wrote it) is held to
     # the launcher's whole package instead: the same package, or refused.
     stored_launcher = stored["code"].get("launcher_modules")
-    if stored_launcher:
-        current["code"]["launcher_modules"] = hashing.launcher_files(stored_launcher)
-    else:
-        stored = {**stored, "code": {**stored["code"], "launcher_modules": _whole(stored)}}
-        current["code"]["launcher_modules"] = _whole(current)
+    current["code"]["launcher_modules"] = hashing.launcher_files(stored_launcher) if stored_launcher else None
     if stored.get("software") is None:
         current["software"] = None  # the job never reported: nothing to check it against
     elif stored["software"].get("container"):
@@ -115,10 +111,6 @@ def key_differences_now(
         if current["software"].get(name) and stored["software"].get(name):
             current["software"][name] = _same_release(current["software"][name], stored["software"][name])
     return key.key_differences(stored, current)
-
-
-def _whole(fp: dict) -> dict:
-    return {"(the whole package)": fp["code"].get("launcher_version")}
 
 
 def _same_release(now: str, then: str) -> str:

@@ -171,8 +171,14 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
                "launcher.record_model(model), or save results under launcher.output_dir()"]  # fmt: skip
         return Comparison("NOTHING COMPARED", NOTHING_COMPARED, notes=why, equal=None)
     notes = [] if a.result.get("weights_sha256") else ["no weights were recorded: compared what is listed above"]
+    unknown = comparability.unknown_on_both(a.fingerprint, b.fingerprint)
+    if unknown:
+        notes.append(f"neither run recorded {', '.join(unknown)} (an older launcher)")
     if equal:
         return Comparison("IDENTICAL", 0, notes=notes, divergence=divergence, equal=True, compared=compared)
+    if unknown:  # what neither run recorded may be what differs: no determinism bug is claimed
+        return Comparison("NOT COMPARABLE", 3, [], epoch, layers, [*notes, "results differ"], divergence,
+                          equal=False, compared=compared)  # fmt: skip
     return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False, compared=compared)
 
 
@@ -245,11 +251,44 @@ def _short(value: object, width: int = 44) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def item_differences(x: object, y: object, a: str = "run A", b: str = "run B") -> str | None:
+    """What tells two lists (or mappings) apart, item by item: ``only in run A: avx512_vnni;
+    only in run B: amx_tile`` (mappings: ``changed: k``); None for other values."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        changed = sorted(str(k) for k in set(x) & set(y) if x[k] != y[k])
+        parts = [f"only in {a}: {', '.join(sorted(map(str, set(x) - set(y))))}" if set(x) - set(y) else "",
+                 f"only in {b}: {', '.join(sorted(map(str, set(y) - set(x))))}" if set(y) - set(x) else "",
+                 f"changed: {', '.join(changed)}" if changed else ""]  # fmt: skip
+    elif isinstance(x, list) and isinstance(y, list):
+        sx, sy = [json.dumps(v, sort_keys=True, default=str) for v in x], [json.dumps(v, default=str) for v in y]
+        only_a, only_b = [v for v in sx if v not in sy], [v for v in sy if v not in sx]
+        parts = [f"only in {a}: {', '.join(v.strip(chr(34)) for v in only_a)}" if only_a else "",
+                 f"only in {b}: {', '.join(v.strip(chr(34)) for v in only_b)}" if only_b else ""]  # fmt: skip
+        if not only_a and not only_b:
+            parts = ["the same items in another order"]
+    else:
+        return None
+    return "; ".join(p for p in parts if p)
+
+
 def difference_table(diffs: list[tuple[str, object, object]], a: str = "run A", b: str = "run B") -> list[str]:
+    """One row per differing key field with both values; a list or mapping is shown by the
+    items that differ (never a truncated value that hides them), wrapped onto following lines."""
     width = max([len("field"), *(len(name) for name, _, _ in diffs)])
     lines = [f"  {'field':<{width}}  {a:<44}  {b}"]
-    lines += [f"  {name:<{width}}  {_short(x):<44}  {_short(y)}" for name, x, y in diffs]
+    for name, x, y in diffs:
+        items = item_differences(x, y, a, b)
+        if items is None:
+            lines.append(f"  {name:<{width}}  {_short(x):<44}  {_short(y)}")
+        else:
+            lines += [f"  {name if i == 0 else '':<{width}}  {chunk}" for i, chunk in enumerate(_wrap(items, 88))]
     return lines
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [text]
 
 
 def _where_they_split(c: Comparison) -> list[str]:

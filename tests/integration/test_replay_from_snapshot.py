@@ -172,6 +172,7 @@ def test_replay_of_a_run_recorded_by_an_older_launcher(launch, tmp_path):
     done = launch("replay", str(run), cwd=tmp_path)
     assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
     assert "code.launcher" in done.stdout and "(the whole package)" in done.stdout
+    assert "hardware.cpu.stepping" in done.stdout and "unknown (not recorded" in done.stdout  # what it lacks
     done = launch("replay", str(run), "--allow-mismatch", cwd=tmp_path)
     assert done.returncode in (0, 1, 3), done.stdout[-3000:] + done.stderr[-2000:]
     head = done.stdout.splitlines()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ConfigError, SchemaError, SealError
-from launcher.record import runs
+from launcher.record import key, runs
 from launcher.run import trace
 from launcher.verdict import compare
 from tests.unit.test_compare import _record, _steps
@@ -302,3 +302,21 @@ def test_compare_runs_checks_seals_and_schemas_first(tmp_path):
     assert str(info.value) == f"{future_run}: fingerprint schema 99 is not readable by this launcher (reads 1, 2, 3)"
     with pytest.raises(SealError, match="not complete"):
         compare.load(_sealed(tmp_path, "d", seal=False))
+
+
+def test_a_refusal_on_cpu_flags_names_the_flags_that_differ():
+    """Two flag lists that share a long prefix printed identically when truncated; the table
+    names the items instead (and keeps scalars as values)."""
+    common = ["avx", "avx2", "avx512_bf16", "avx512_bitalg", "avx512bw", "avx512cd", "avx512dq", "avx512f"]
+    a, b = _fp(), _fp()
+    a["hardware"]["cpu"]["isa"] = [*common, "avx512_vp2intersect", "avx_vnni"]
+    b["hardware"]["cpu"]["isa"] = [*common, "amx_tile"]
+    b["hardware"]["cpu"]["stepping"] = "8"
+    b["software"]["distributions"]["keras"] = {"version": "3.16.0", "files_sha256": "f1"}
+    table = "\n".join(compare.difference_table(key.key_differences(a, b), "A", "B"))
+    assert "hardware.cpu.isa" in table and "only in A: avx512_vp2intersect, avx_vnni; only in B: amx_tile" in table
+    assert "hardware.cpu.stepping" in table and " 7 " in table.replace('"', " ")
+    assert "software.distributions.keras.version" in table and "3.16.0" in table
+    mapping = compare.item_differences({"x": 1, "y": 2}, {"y": 3, "z": 4}, "A", "B")
+    assert mapping == "only in A: x; only in B: z; changed: y"
+    assert compare.item_differences([1, 2], [2, 1]) == "the same items in another order"

@@ -1,6 +1,7 @@
 """Fingerprint parsers on recorded outputs, the env allowlist, and the comparability key."""
 
 import copy
+import json
 from pathlib import Path
 
 from launcher.record import environment, key, probes
@@ -20,8 +21,36 @@ def test_parse_cpuinfo_arm():
         "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm sve i8mm bf16\n"
         "CPU implementer\t: 0x41\nCPU part\t: 0xd40\n"
     )
+    cpu = probes.parse_cpuinfo(text + "CPU architecture: 8\nCPU variant\t: 0x1\nCPU revision\t: 1\n")
+    assert cpu == {"vendor": "0x41", "model": "0xd40", "isa": ["asimd", "bf16", "i8mm", "sve"], "family": "8",
+                   "model_number": "0x1", "stepping": "1", "cache_size": None, "microcode": None}
+
+
+def test_parse_cpuinfo_names_the_generation_behind_the_model_name():
+    text = (Path(__file__).parent / "recorded" / "cpuinfo-epyc.txt").read_text()
     cpu = probes.parse_cpuinfo(text)
-    assert cpu == {"vendor": "0x41", "model": "0xd40", "isa": ["asimd", "bf16", "i8mm", "sve"]}
+    assert (cpu["model"], cpu["family"], cpu["model_number"], cpu["stepping"]) == ("AMD EPYC", "25", "17", "1")
+    assert cpu["cache_size"] == "1024 KB" and cpu["microcode"] == "0x1000065"
+    assert probes.parse_cpu_caches([("1", "Data", "32K"), ("1", "Instruction", "32K"), ("2", "Unified", "1024K"),
+                                    ("3", "Unified", "32768K")]) == {"L1d": "32K", "L1i": "32K", "L2": "1024K",
+                                                                     "L3": "32768K"}  # fmt: skip
+
+
+def test_cpu_generation_is_keyed_and_microcode_is_not():
+    a, b = _fp(), _fp()
+    b["hardware"]["cpu"].update(stepping="8", microcode="0x9")
+    assert key.key_differences(a, b) == [("hardware.cpu.stepping", "7", "8")]
+    old = _fp()
+    for name in ("family", "model_number", "stepping", "cache_size", "caches"):
+        del old["hardware"]["cpu"][name]
+    diffs = key.key_differences(old, a)  # unknown on one side: a difference
+    assert [d[0] for d in diffs] == ["hardware.cpu.family", "hardware.cpu.model_number", "hardware.cpu.stepping",
+                                     "hardware.cpu.cache_size", "hardware.cpu.caches"]  # fmt: skip
+    assert all(isinstance(d[1], key.Unknown) for d in diffs)
+    assert key.key_differences(old, json.loads(json.dumps(old))) == []  # unknown on both: not a difference
+    assert key.unknown_on_both(old, old) == ["hardware.cpu.family", "hardware.cpu.model_number",
+                                             "hardware.cpu.stepping", "hardware.cpu.cache_size",
+                                             "hardware.cpu.caches"]  # fmt: skip
 
 
 def test_parse_meminfo():
@@ -77,7 +106,9 @@ def test_environment_is_recorded_by_allowlist_only_and_never_secrets():
 def _fp():
     return {
         "schema": 2,
-        "hardware": {"cpu": {"vendor": "GenuineIntel", "model": "Xeon", "isa": ["avx2"], "logical_cores": 2},
+        "hardware": {"cpu": {"vendor": "GenuineIntel", "model": "Xeon", "isa": ["avx2"], "logical_cores": 2,
+                             "family": "6", "model_number": "85", "stepping": "7", "cache_size": "36608 KB",
+                             "caches": {"L1d": "32K", "L2": "1024K"}, "microcode": "0x5003"},
                      "memory_bytes": 1, "gpus": []},
         "software": {"os": {"id": "debian", "version_id": "12"}, "libc": "glibc-2.36", "python": "3.11.7",
                      "machine": "x86_64", "tensorflow": "2.21.0", "tf_build": {}, "keras": "3.15.1",
@@ -129,12 +160,15 @@ def test_key_holds_what_the_job_ran_and_read_by_name():
         assert [(d[0], d[2]) for d in diffs] == [(field, got)], diffs
 
 
-def test_schema_1_runs_lack_fields_that_are_unknown_never_equal():
+def test_schema_1_runs_lack_fields_that_are_unknown_to_both_and_different_from_known():
     old_a, old_b = _fp(), _fp()
     for fp in (old_a, old_b):
         fp["schema"] = 1
         del fp["code"]["modules"], fp["software"]["distributions"], fp["software"]["libraries"]
-    fields = [d[0] for d in key.key_differences(old_a, old_b)]
+    assert key.key_differences(old_a, old_b) == []  # nothing tells them apart ...
+    assert key.unknown_on_both(old_a, old_b) == ["software.distributions", "software.libraries", "code.modules",
+                                                 "data"]  # ... and nothing vouches for these  # fmt: skip
+    fields = [d[0] for d in key.key_differences(old_a, _fp())]
     assert fields == ["software.distributions", "software.libraries", "code.modules", "data"]
     assert all(isinstance(d[1], key.Unknown) for d in key.key_differences(old_a, _fp()))
 

@@ -34,6 +34,13 @@ IN_KEY = {  # key field -> (change, the differences it must produce as (field, a
     "hardware.cpu.model": (_set("hardware/cpu/model", "EPYC"), [("hardware.cpu.model", "Xeon", "EPYC")]),
     "hardware.cpu.isa": (_set("hardware/cpu/isa", ["avx2", "amx"]),
                          [("hardware.cpu.isa", ["avx2"], ["avx2", "amx"])]),
+    "hardware.cpu.family": (_set("hardware/cpu/family", "25"), [("hardware.cpu.family", "6", "25")]),
+    "hardware.cpu.model_number": (_set("hardware/cpu/model_number", "143"),
+                                  [("hardware.cpu.model_number", "85", "143")]),
+    "hardware.cpu.stepping": (_set("hardware/cpu/stepping", "8"), [("hardware.cpu.stepping", "7", "8")]),
+    "hardware.cpu.cache_size": (_set("hardware/cpu/cache_size", "1024 KB"),
+                                [("hardware.cpu.cache_size", "36608 KB", "1024 KB")]),
+    "hardware.cpu.caches": (_set("hardware/cpu/caches/L3", "32768K"), [("hardware.cpu.caches.L3", None, "32768K")]),
     "hardware.gpus": (_set("hardware/gpus", [{"name": "A100", "compute_capability": "8.0", "driver_version": "550",
                                               "index": 0, "uuid": "GPU-1"}]),
                       [("hardware.gpus", [], [("A100", "8.0", "550")])]),
@@ -85,6 +92,8 @@ def test_a_change_to_one_key_field_is_named_with_both_values(field):
 
 OUT_OF_KEY = {  # what is recorded for reading and deliberately out of the key (docs/fingerprint.md)
     "logical cores": _set("hardware/cpu/logical_cores", 64),
+    "CPU microcode": _set("hardware/cpu/microcode", "0x9999"),
+    "the launcher's version and whole-package hash": _set("code/launcher_version", "0.2.0+src.def"),
     "memory": _set("hardware/memory_bytes", 2),
     "a GPU's index, UUID and memory": _set("hardware/gpus", []),  # paired below with a GPU in both
     "hostname": _set("host/hostname", "b"),
