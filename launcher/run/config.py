@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -365,13 +366,44 @@ def _unknown_key(
     key = head.removeprefix("Could not override ").strip("'.")
     append = next((line.strip().removeprefix("To append to your config use ") for line in message.splitlines()
                    if line.strip().startswith("To append")), None)  # fmt: skip
-    close = difflib.get_close_matches(key, _known_keys(key, overrides, config_dir), n=1, cutoff=SUGGEST_CUTOFF)
     missing = "no such key in the config" if full_key == key else f"{full_key!r} is not in the config"
     text = f"Could not override {key!r}: {missing}"
+    group = _group_with_key(key, overrides, config_dir)
+    if group:  # train.script=x.py without train=script: never a silent +train.script on mnist
+        value = next((o.partition("=")[2] for o in overrides or [] if o.partition("=")[0].lstrip("+~") == key), "...")
+        others = [o for o in overrides or [] if o.partition("=")[0].lstrip("+~") not in (key, group.partition("=")[0])]
+        return f"{text}; it belongs to {group}: launch {' '.join([group, *others, f'{key}={value}'])}"
+    close = difflib.get_close_matches(key, _known_keys(key, overrides, config_dir), n=1, cutoff=SUGGEST_CUTOFF)
     if close:
         text += f"; did you mean {close[0]}?"
         return text + (f" (to add a new key, use {append})" if append else "")
     return text + (f"; to add it, use {append}" if append else "")
+
+
+def _group_with_key(key: str, overrides: Sequence[str] | None, config_dir: str | None) -> str | None:
+    """``train=script`` when ``key`` (``train.script``) is a key of that option of its config
+    group and not of the one chosen; None otherwise."""
+    group, _, leaf = key.partition(".")
+    if not leaf or "." in leaf:
+        return None
+    options = sorted({p.stem for d in _group_dirs(group, config_dir) for p in d.glob("*.yaml")})
+    chosen = next((o.partition("=")[2] for o in overrides or [] if o.partition("=")[0].lstrip("+~") == group), None)
+    for option in options:
+        if option == chosen:
+            continue
+        for path in (d / f"{option}.yaml" for d in _group_dirs(group, config_dir)):
+            if path.is_file() and leaf in list((OmegaConf.load(path) or {}).keys()):
+                return f"{group}={option}"
+    return None
+
+
+def _group_dirs(group: str, config_dir: str | None) -> list[Path]:
+    from importlib import resources
+
+    dirs = [Path(str(resources.files("launcher").joinpath("configs", group)))]
+    if config_dir:
+        dirs.append(Path(config_dir) / group)
+    return [d for d in dirs if d.is_dir()]
 
 
 def _known_keys(key: str, overrides: Sequence[str] | None, config_dir: str | None) -> list[str]:

@@ -141,3 +141,16 @@ def test_launch_full_error_prints_the_whole_traceback(capsys, monkeypatch):
     assert err.startswith("Traceback (most recent call last):") and err.strip().endswith("RuntimeError: boom")
     assert err.count('  File "') == 6  # _main, _crashing and its four levels: every frame
     assert "LAUNCH_FULL_ERROR" not in err
+
+
+@pytest.mark.parametrize(
+    "args,group",
+    [(["train.script=x.py", "train.args=[a]"], "train=script"), (["train.entrypoint=pkg.mod:main"], "train=custom")],
+)
+def test_a_key_of_another_group_option_is_refused_with_the_corrected_command(capsys, tmp_path, args, group):
+    """``train.script=x.py`` without ``train=script`` once trained mnist with a +train.script hint."""
+    code, err = _launch(capsys, f"store.root={tmp_path}", *args)
+    assert code == 2 and len(err) == 1 and list(tmp_path.iterdir()) == []
+    key, _, value = args[0].partition("=")
+    assert f"it belongs to {group}: launch {group} store.root={tmp_path}" in err[0]
+    assert err[0].endswith(f"{key}={value}") and "use +" not in err[0]
