@@ -37,6 +37,7 @@ NOT_IN_HASH = (
     "determinism.trace_every",  # the trace reads weights, never changes them
     "train.observe",  # observation reads weights, never changes them (tested bit for bit)
     "train.save_weights",  # a copy of the final weights, written after training
+    "train.save_weights_max_mb",  # how large that copy may be
     "tracking",  # MLflow logging reads the sealed run, after it ended (tested bit for bit)
 )
 # Hydra plugins the launcher works with, by the config they add: the extra that installs them.

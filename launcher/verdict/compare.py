@@ -193,6 +193,19 @@ def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, forc
     return Comparison(*verdict, diffs, notes=problems[:10])
 
 
+def _unjudged(a: RunRecord, b: RunRecord, wa: dict, wb: dict) -> list[str]:
+    """Why a tolerance check could not vouch for the runs: no values to compare at all, or
+    weights known only by their hashes (which differ, or equal ones would say so)."""
+    problems = []
+    if not wa and not wb and not a.metrics and not b.metrics:
+        problems.append("neither run kept weight values or per-epoch metrics: nothing to compare within a tolerance")
+    hashes = a.result.get("weights_sha256"), b.result.get("weights_sha256")
+    if not (wa and wb) and all(hashes) and hashes[0] != hashes[1]:
+        problems.append("the weights differ by hash and their values were not kept (train.save_weights=true keeps "
+                        "them): they cannot be compared within a tolerance")  # fmt: skip
+    return problems
+
+
 def allclose_problems(a: RunRecord, b: RunRecord, rtol: float, atol: float) -> list[str]:
     problems = []
     if len(a.metrics) != len(b.metrics):
@@ -203,6 +216,7 @@ def allclose_problems(a: RunRecord, b: RunRecord, rtol: float, atol: float) -> l
             if x is None or y is None or not np.allclose(x, y, rtol=rtol, atol=atol):
                 problems.append(f"epoch {ma.get('epoch')}: {key} {x} vs {y}")
     wa, wb = read_weights(a), read_weights(b)
+    problems += _unjudged(a, b, wa, wb)
     if set(wa) != set(wb):
         problems.append("the runs' weights have different names")
     for name in sorted(set(wa) & set(wb)):
@@ -217,8 +231,11 @@ def allclose_problems(a: RunRecord, b: RunRecord, rtol: float, atol: float) -> l
 def read_weights(record: RunRecord) -> dict[str, np.ndarray]:
     """Every array of the run's saved Keras weights file, by its path in the file."""
     name = record.result.get("weights_file")
-    if not name:
+    if not name or not (record.path / name).is_file():
         return {}
+    if name.endswith(".npz"):  # a script's trained variables (launcher.run.tasks.user.save_weights)
+        with np.load(record.path / name) as f:
+            return {key.split(" ", 1)[-1]: f[key] for key in sorted(f.files)}
     import h5py
 
     out: dict[str, np.ndarray] = {}

@@ -334,3 +334,29 @@ def test_tolerance_admits_the_launcher_version_and_software_but_not_code_or_conf
     assert c.notes == ["--tolerance admits differences in software only"]
     forced = compare.decide_equivalent(_record(), b, rtol=0, atol=0, force=True)
     assert forced.verdict == "EQUIVALENT" and len(forced.differences) == 3
+
+
+def test_tolerance_never_says_equivalent_about_what_it_could_not_compare():
+    """Script runs once kept no weight values: weights that differ by hash were called EQUIVALENT."""
+    b = _other_tensorflow(0.25)
+    b.result = {**b.result, "weights_sha256": "other"}
+    c = compare.decide_equivalent(_record(), b, rtol=1, atol=1)
+    assert (c.verdict, c.exit_code) == ("NOT EQUIVALENT", 1)
+    assert any("differ by hash and their values were not kept" in note for note in c.notes)
+    empty_a, empty_b = _record(metrics=[]), _record(metrics=[])
+    c = compare.decide_equivalent(empty_a, empty_b, rtol=1, atol=1)
+    assert c.verdict == "NOT EQUIVALENT" and any("nothing to compare" in note for note in c.notes)
+
+
+def test_tolerance_compares_a_scripts_kept_variables(tmp_path):
+    import numpy as np
+
+    for name, value in (("a", 1.0), ("b", 1.0 + 1e-7)):
+        (tmp_path / name).mkdir()
+        np.savez(tmp_path / name / "weights.npz", **{"0000 dense/kernel": np.full((2, 2), value, np.float32)})
+    a = _record(path=tmp_path / "a", metrics=[])
+    b = _record(path=tmp_path / "b", metrics=[])
+    for rec, digest in ((a, "wa"), (b, "wb")):
+        rec.result = {**rec.result, "weights_sha256": digest, "weights_file": "weights.npz"}
+    assert compare.decide_equivalent(a, b, rtol=1e-5, atol=0).verdict == "EQUIVALENT"
+    assert compare.decide_equivalent(a, b, rtol=0, atol=0).verdict == "NOT EQUIVALENT"

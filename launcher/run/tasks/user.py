@@ -53,7 +53,12 @@ def run(ctx: TaskContext) -> dict:
         if digest is not None:
             result["weights_sha256"], result["layer_sha256"] = digest
             if train.get("save_weights"):
-                result["weights_file"] = save_weights(ctx.run_dir, observer.named_arrays())
+                arrays = observer.named_arrays()
+                size = sum(value.nbytes for _, _, value in arrays)
+                if size <= int(train.get("save_weights_max_mb", 256)) << 20:
+                    result["weights_file"] = save_weights(ctx.run_dir, arrays)
+                else:
+                    result["weights_not_saved"] = f"{size} bytes, over train.save_weights_max_mb"
         result.setdefault("timings", {})["trace_s"] = observer.seconds
     if isinstance(returned, dict):
         result["final_metrics"] = {k: float(v) for k, v in returned.items()}
