@@ -52,6 +52,13 @@ from launcher.record.index import RUN_NAME
 # fingerprint records otherwise (hardware, software, environment), or noise.
 SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin",
                "/var/lib", "/var/cache", "/snap")  # fmt: skip
+# Where a user's data lies inside those: RAM disks of the session and of the machine.
+USER_DATA_IN_SYSTEM_DIRS = ("/run/user", "/dev/shm")
+# ~/.cache and ~/.config hold data sets (kagglehub, Hugging Face datasets, download
+# helpers) and are read like any directory; only these tools' own caches below them are
+# never the job's data (font lists, compiled kernels), and the launcher's own cache
+# (``roots().ignored``).
+TOOL_CACHES = ("matplotlib", "fontconfig", "pip", "launch")
 # Keras creates ~/.keras/keras.json on first import, so its presence differs between a
 # first and a second run; the settings it holds are recorded from Keras itself instead
 # (determinism.keras: floatx, epsilon, image_data_format, backend).
@@ -106,11 +113,13 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
     """The paths of ``opened`` (path -> {"read": bool, "written_first": bool}) that are data.
 
     Out: files the job wrote before reading them (its own outputs), code and shared
-    libraries, the Python installation and its distributions, system directories,
-    caches, the run directory, and ``IGNORED_NAMES``.
+    libraries, the Python installation and its distributions, system directories (but
+    ``/run/user`` and ``/dev/shm``), tools' own caches (``TOOL_CACHES``), the launcher's
+    cache, the run directory, and ``IGNORED_NAMES``. Data in ``~/.cache``, ``~/.config``
+    and ``/tmp`` counts like any other.
     """
     code = set(code)
-    caches = (os.path.join(home, ".cache"), os.path.join(home, ".config"))
+    caches = tuple(os.path.join(home, d, tool) for d in (".cache", ".config") for tool in TOOL_CACHES)
     out = []
     for opened_as, info in sorted(opened.items()):
         path = os.path.realpath(opened_as)
@@ -120,7 +129,8 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
             continue
         if os.path.basename(path) in IGNORED_NAMES or _METADATA.search(path) or not os.path.isfile(path):
             continue
-        if _under(path, (*SYSTEM_DIRS, *caches, *roots.ignored)) or classify(path, roots) != "user":
+        system = _under(path, SYSTEM_DIRS) and not _under(path, USER_DATA_IN_SYSTEM_DIRS)
+        if system or _under(path, (*caches, *roots.ignored)) or classify(path, roots) != "user":
             continue
         out.append(opened_as)
     return out
@@ -164,9 +174,7 @@ def roots(run_dir: str | None = None) -> Roots:
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, paths.get("stdlib")}
     launcher_dir = str(Path(__file__).resolve().parents[1])
     ignored = [run_dir] if run_dir else []
-    cache = os.environ.get("XDG_CACHE_HOME")
-    if cache:
-        ignored.append(cache)
+    ignored.append(str(cache_path().parent))  # the launcher's own cache (file digests, distributions)
     def both(paths) -> tuple[str, ...]:  # as given and resolved: paths are compared before resolving
         return tuple(sorted({form for p in paths if p for form in (os.path.abspath(p), os.path.realpath(p))}))
 

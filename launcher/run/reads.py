@@ -74,7 +74,7 @@ def note(path: object, writing: bool = False) -> None:
     relative = not path.startswith("/")
     if relative:
         path = os.path.join(os.getcwd(), path)
-    if path.startswith(_SKIP):
+    if path.startswith(_SKIP) and not path.startswith("/dev/shm/"):  # a RAM disk holds data
         return
     info = opened.get(path)
     if info is None:

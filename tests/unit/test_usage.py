@@ -6,7 +6,9 @@ import csv
 import hashlib
 import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -54,8 +56,10 @@ def test_data_files_are_what_the_job_read_and_nothing_else(tmp_path):
     home = tmp_path / "home"
     for name in ("data.npz", "out.txt", "helper.py", "keras.json", "ext.so"):
         (tmp_path / name).write_text("x")
-    (home / ".cache").mkdir(parents=True)
-    (home / ".cache" / "c.bin").write_text("x")
+    (home / ".cache" / "matplotlib").mkdir(parents=True)
+    (home / ".cache" / "matplotlib" / "fontlist.json").write_text("x")
+    (home / ".cache" / "myproject").mkdir(parents=True)
+    (home / ".cache" / "myproject" / "train.csv").write_text("x")
     read = {"read": True, "written_first": False}
     opened = {
         str(tmp_path / "data.npz"): read,
@@ -63,11 +67,23 @@ def test_data_files_are_what_the_job_read_and_nothing_else(tmp_path):
         str(tmp_path / "helper.py"): read,  # code
         str(tmp_path / "keras.json"): read,  # created by Keras on first import
         str(tmp_path / "ext.so"): read,  # a library
-        str(home / ".cache" / "c.bin"): read,  # a cache
+        str(home / ".cache" / "matplotlib" / "fontlist.json"): read,  # a tool's own cache
+        str(home / ".cache" / "myproject" / "train.csv"): read,  # a data set a download helper keeps
         str(tmp_path / "missing.npz"): read,  # gone by now
         str(tmp_path / "written.npz"): {"read": False, "written_first": True},
     }
-    assert usage.data_files(opened, ROOTS, str(home)) == [str(tmp_path / "data.npz")]
+    assert usage.data_files(opened, ROOTS, str(home)) == [str(tmp_path / "data.npz"),
+                                                          str(home / ".cache" / "myproject" / "train.csv")]  # fmt: skip
+
+
+def test_ram_disks_hold_data_and_the_rest_of_the_system_does_not(tmp_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    with tempfile.NamedTemporaryFile(dir=shm, suffix=".npz") as f:
+        read = {"read": True, "written_first": False}
+        opened = {f.name: read, "/etc/hostname": read, "/proc/cpuinfo": read}
+        assert usage.data_files(opened, ROOTS, str(tmp_path)) == [f.name]
 
 
 def test_listed_files_are_those_from_before_the_job():

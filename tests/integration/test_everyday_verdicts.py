@@ -1,0 +1,79 @@
+"""True verdicts on everyday scripts (issue 26): each test runs an ordinary script, written
+for the test and not for the launcher, twice, and checks the verdict is the true one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import DATA, q, run_dir_of
+
+pytestmark = pytest.mark.slow
+
+CACHED_DATA = """import os
+import numpy as np
+import keras
+
+with np.load(os.path.expanduser("~/.cache/myproject/digits.npz")) as f:  # where download helpers keep data
+    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
+model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+"""
+
+
+def test_data_under_the_users_cache_is_in_the_key(launch, tmp_path):
+    """A data set under ~/.cache/<project>/ changed between two runs: REFUSED naming it, not
+    DIFFERENT; the tools' own caches there (matplotlib's font list) never count."""
+    home = tmp_path / "home"
+    (home / ".cache" / "myproject").mkdir(parents=True)
+    data = home / ".cache" / "myproject" / "digits.npz"
+    shutil.copy(DATA / "mnist-small.npz", data)
+    (tmp_path / "train.py").write_text(CACHED_DATA)
+    env = {"HOME": str(home), "XDG_CACHE_HOME": ""}
+    store = tmp_path / "store"
+
+    def run():
+        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path,
+                                 env=env))  # fmt: skip
+
+    a, b = run(), run()
+    assert json.loads((a / "fingerprint.json").read_text())["data"] == {str(data): _sha(data)}
+    same = launch("compare", a, b)
+    assert same.returncode == 0 and same.stdout.startswith("IDENTICAL"), same.stdout
+    with np.load(data) as f:
+        arrays = dict(f)
+    arrays["x_train"][0, 0, 0] += 1
+    np.savez(data, **arrays)
+    c = run()
+    refused = launch("compare", a, c)
+    assert refused.returncode == 3 and f"data.{data}" in refused.stdout, refused.stdout
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_script_kept_its_trained_values_and_tolerance_compares_them(launch, tmp_path):
+    """Script runs keep weights.npz by default; --tolerance compares the values, and never calls
+    runs EQUIVALENT whose weights it could not compare."""
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    (tmp_path / "train.py").write_text(CACHED_DATA.replace('os.path.expanduser("~/.cache/myproject/digits.npz")',
+                                                           '"digits.npz"'))  # fmt: skip
+    store = tmp_path / "store"
+    a = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
+    b = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=1",
+                          "train.save_weights=false", cwd=tmp_path))  # fmt: skip
+    assert json.loads((a / "result.json").read_text())["weights_file"] == "weights.npz"
+    with np.load(a / "weights.npz") as f:
+        assert len(f.files) == 2  # the Dense layer's kernel and bias
+    done = launch("compare", a, b, "--force", "--tolerance", "1,1")
+    assert done.returncode == 1 and "NOT EQUIVALENT" in done.stdout and "were not kept" in done.stdout, done.stdout
+    assert os.path.getsize(a / "weights.npz") > 0
