@@ -122,6 +122,8 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
     caches = tuple(os.path.join(home, d, tool) for d in (".cache", ".config") for tool in TOOL_CACHES)
     out = []
     for opened_as, info in sorted(opened.items()):
+        if "\0" in opened_as:  # not a path any file can have (a probe's, a library's sentinel)
+            continue
         path = os.path.realpath(opened_as)
         if not info.get("read") or info.get("written_first") or path in code:
             continue

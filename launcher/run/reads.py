@@ -69,8 +69,8 @@ def note(path: object, writing: bool = False) -> None:
     """Record that the job opened ``path`` (for writing when ``writing``)."""
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    if not isinstance(path, str) or not path or "://" in path or path.endswith(_CODE):
-        return  # file descriptors, URLs (gs://, s3://: not local files), code (hashed as modules)
+    if not isinstance(path, str) or not path or "://" in path or "\0" in path or path.endswith(_CODE):
+        return  # file descriptors, URLs (gs://, s3://: not local files), code (hashed as modules), no file at all
     relative = not path.startswith("/")
     if relative:
         path = os.path.join(os.getcwd(), path)

@@ -29,7 +29,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from launcher.errors import ConfigError
-from launcher.record import fingerprint, runs
+from launcher.record import fingerprint, outputs, runs
 from launcher.record import key as comparability
 from launcher.run import config, trace
 
@@ -137,11 +137,22 @@ def bitwise(a: RunRecord, b: RunRecord) -> tuple[bool, int | None, list[str], tr
     layers = sorted((k for k in set(la) | set(lb) if la.get(k) != lb.get(k)), key=lambda k: (rank.get(k, len(rank)), k))
     divergence = trace.first_divergence(a.steps, b.steps)
     same_weights = a.result.get("weights_sha256") == b.result.get("weights_sha256")
-    same_outputs = a.result.get("outputs") == b.result.get("outputs")
+    same_outputs = not output_differences(a, b)
     same_final = _bits(a.result.get("final_metrics")) == _bits(b.result.get("final_metrics"))
     same_steps = divergence is None or not divergence.split
     equal = same_weights and same_outputs and same_final and same_steps and first_epoch is None and not layers
     return equal, first_epoch, layers, divergence
+
+
+def output_differences(a: RunRecord, b: RunRecord) -> list[str]:
+    """The output files that differ, by meaning where both runs recorded it (a Keras archive's
+    weights and config, TensorBoard's (tag, step, value) records; ``launcher.record.outputs``),
+    else by bytes."""
+    ca, cb = a.result.get("outputs_content"), b.result.get("outputs_content")
+    if ca is not None and cb is not None:
+        return outputs.differences(ca, cb)
+    ra, rb = a.result.get("outputs") or {}, b.result.get("outputs") or {}
+    return [f"outputs/{name}" for name in sorted(set(ra) | set(rb)) if ra.get(name) != rb.get(name)]
 
 
 def _bits(value: object) -> str:
@@ -179,7 +190,20 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
     if unknown:  # what neither run recorded may be what differs: no determinism bug is claimed
         return Comparison("NOT COMPARABLE", 3, [], epoch, layers, [*notes, "results differ"], divergence,
                           equal=False, compared=compared)  # fmt: skip
+    files = output_differences(a, b)
+    if files and trained_alike(a, b, epoch, layers, divergence):
+        notes = [f"{ONLY_OUTPUTS}: {', '.join(files[:5])}{' and more' if len(files) > 5 else ''}", *notes]
     return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False, compared=compared)
+
+
+ONLY_OUTPUTS = "only output files differ"
+
+
+def trained_alike(a: RunRecord, b: RunRecord, epoch, layers, divergence) -> bool:
+    """Weights, every epoch's metrics, final metrics and the step trace all bitwise equal."""
+    return (a.result.get("weights_sha256") == b.result.get("weights_sha256") and epoch is None and not layers
+            and (divergence is None or not divergence.split)
+            and _bits(a.result.get("final_metrics")) == _bits(b.result.get("final_metrics")))  # fmt: skip
 
 
 def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, force: bool = False) -> Comparison:
@@ -336,6 +360,9 @@ def report(c: Comparison, a: Path, b: Path) -> str:
         lines.append(f"IDENTICAL: {_listing(c.compared)} {'is' if singular else 'are'} bitwise equal")
     elif c.verdict == "NOTHING COMPARED":
         lines.append("NOTHING COMPARED: neither run recorded a result")
+    elif c.verdict == "DIFFERENT" and c.notes and c.notes[0].startswith(ONLY_OUTPUTS):
+        lines.append("DIFFERENT: same comparability key; weights, metrics and trace are bitwise equal, "
+                     "but output files your code wrote differ (what else did it write into them?)")  # fmt: skip
     elif c.verdict == "DIFFERENT":
         lines.append("DIFFERENT: same comparability key, different results — a determinism bug")
         lines += _where_they_split(c)

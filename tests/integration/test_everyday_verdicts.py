@@ -77,3 +77,54 @@ def test_a_script_kept_its_trained_values_and_tolerance_compares_them(launch, tm
     done = launch("compare", a, b, "--force", "--tolerance", "1,1")
     assert done.returncode == 1 and "NOT EQUIVALENT" in done.stdout and "were not kept" in done.stdout, done.stdout
     assert os.path.getsize(a / "weights.npz") > 0
+
+
+SAVES_OUTPUTS = """import os
+import sys
+import numpy as np
+import keras
+import launcher
+
+out = launcher.output_dir()
+with np.load("digits.npz") as f:
+    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
+model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+callbacks = [keras.callbacks.ModelCheckpoint(str(out / "best.keras")),
+             keras.callbacks.TensorBoard(str(out / "logs")),
+             keras.callbacks.CSVLogger(str(out / "log.csv"))]
+model.fit(x, y, epochs=2, batch_size=64, verbose=0, callbacks=callbacks)
+model.save(out / "model.keras")
+model.save_weights(out / "final.weights.h5")
+if len(sys.argv) > 1:  # something that is not the training: the process id
+    (out / "pid.txt").write_text(str(os.getpid()))
+"""
+
+
+def test_outputs_with_times_in_them_are_compared_by_what_they_mean(launch, tmp_path):
+    """model.keras, a ModelCheckpoint, TensorBoard logs and a CSV log under output_dir(), run
+    twice: IDENTICAL (the archives hold their save time, the event files their host, pid and
+    wall times). A file that really differs is named, and not called a determinism bug."""
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    (tmp_path / "train.py").write_text(SAVES_OUTPUTS)
+    store = tmp_path / "store"
+
+    def run(*args):
+        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}",
+                                 f"train.args=[{','.join(args)}]", cwd=tmp_path))  # fmt: skip
+
+    a, b = run(), run()
+    raw_a = json.loads((a / "result.json").read_text())["outputs"]
+    raw_b = json.loads((b / "result.json").read_text())["outputs"]
+    assert raw_a != raw_b  # the bytes do differ ...
+    same = launch("compare", a, b)
+    assert same.returncode == 0 and same.stdout.startswith("IDENTICAL"), same.stdout  # ... the meaning does not
+    content = json.loads((a / "result.json").read_text())["outputs_content"]
+    assert content["model.keras"]["kind"] == "keras archive" and content["final.weights.h5"]["kind"] == "hdf5"
+    assert content["logs/train/events.out.tfevents.*"]["kind"] == "tensorboard events"
+
+    c, d = run("pid"), run("pid")
+    differ = launch("compare", c, d)
+    assert differ.returncode == 1, differ.stdout
+    assert "weights, metrics and trace are bitwise equal" in differ.stdout and "outputs/pid.txt" in differ.stdout
+    assert "determinism bug" not in differ.stdout
