@@ -4,7 +4,8 @@ Owns the run directory and its seal (``runs``), the fingerprint of what a run ra
 and read (``fingerprint`` assembles it from ``probes`` and from ``usage``, what the job
 imported, loaded and read; ``environment`` is the allowlist that keeps secrets out;
 ``key`` is the one definition of the comparability key), digests of weights and files
-(``hashing``, with ``filecache`` remembering file digests by stat), the code and small
+(``hashing``, with ``filecache`` remembering file digests by stat; ``outputs``, output
+files by what they mean, not their bytes), the code and small
 data each run keeps in its store so it can be replayed from itself alone (``snapshot``),
 the SQLite index
 of a store (``index``, derived from the run directories), and where runs are shown:
