@@ -69,3 +69,13 @@ def allowed_env(env: Mapping[str, str]) -> dict[str, str]:
 def keyed_env(recorded: Mapping[str, str]) -> dict[str, str]:
     """The recorded variables that can change a run's numbers: all but ``NOT_IN_KEY``."""
     return {name: value for name, value in sorted(recorded.items()) if name.upper() not in NOT_IN_KEY}
+
+
+def as_read(name: str, value: str | None) -> str | None:
+    """How a variable the job's code read is recorded: its value (None: it was unset), or for a
+    name that looks like a secret, only the sha256 of its value (never the value itself)."""
+    if value is None or not any(word in name.upper() for word in SECRET_WORDS):
+        return value
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()

@@ -106,6 +106,7 @@ def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dic
     out["software"]["container"] = container
     out["code"]["modules"] = facts.get("modules")
     out["code"]["launcher_modules"] = facts.get("launcher_modules")
+    out["environment_read"] = facts.get("environment_read")
     return out
 
 

@@ -107,6 +107,11 @@ KEY: dict[str, Callable[[dict], object]] = {
     # display, device slots, and variables that act only through hashed files
     # (environment.NOT_IN_KEY, each with its reason).
     "environment": lambda fp: keyed_env(fp["environment"]),
+    # The variables the job's own code read (os.environ, os.getenv), with what it found: a
+    # learning rate from LR, a batch size from BATCH_SIZE (unset is a value too). A secret's
+    # value only by its hash. Runs from before this was recorded: unknown.
+    "environment_read": lambda fp: (fp["environment_read"] if fp.get("environment_read") is not None
+                                    else Unknown("not recorded by this run's fingerprint")),
     # Effective settings, read back in the job: seed, op determinism, thread counts, XLA,
     # tf.data order, Keras' floatx/epsilon/image_data_format/backend.
     "determinism": lambda fp: fp["determinism"],

@@ -5,9 +5,11 @@ pipeline: resolve, create the run directory, plan, fingerprint, run, seal, index
 ``determinism`` (the bootstrap as a pure plan, applied and read back in the job
 process), ``bootstrap`` (the job process), ``observe`` (what an unmodified training
 script trained, without its help), ``reads`` (which files and directories the job
-opened or listed), ``tf1`` (TF1 graphs and sessions under the bootstrap), ``runtime``
+opened or listed), ``envreads`` (which environment variables its own code read),
+``tf1`` (TF1 graphs and sessions under the bootstrap), ``runtime``
 (where the job process runs), ``gpus`` (a GPU request checked before any run exists),
-``trace`` (the step trace), ``checkpoints`` and ``resume``, ``precheck`` (a stored
+``trace`` (the step trace), ``checkpoints`` and ``resume``, ``interrupts`` (Ctrl-C and
+SIGTERM at a safe point), ``rebuild`` (a run's recorded environment, rebuilt), ``precheck`` (a stored
 run's key against this environment), ``userapi`` (the helpers user code may call),
 ``data`` and ``tasks`` (the built-in mnist task, user code).
 

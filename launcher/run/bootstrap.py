@@ -88,7 +88,7 @@ def _run(run_dir: Path) -> None:
 
     from launcher.record import fingerprint, outputs, runs, snapshot, usage
     from launcher.record.hashing import tree_digest
-    from launcher.run import determinism, tasks
+    from launcher.run import determinism, envreads, tasks
 
     started = time.perf_counter()
     job = runs.read_json(run_dir / JOB)
@@ -126,6 +126,7 @@ def _run(run_dir: Path) -> None:
     runs.write_json(run_dir / JOB_FACTS, facts)
     bootstrap_s = time.perf_counter() - started
     reads.watch_listings()
+    envreads.install()  # after the bootstrap's own reads: from here on, the task's
     result = tasks.get(cfg.train.name)(ctx)
     result.setdefault("final_metrics", {})
     result.setdefault("weights_sha256", None)
@@ -153,6 +154,7 @@ def _run(run_dir: Path) -> None:
                         listed=reads.listed, patterns=reads.patterns, started_ns=reads.started_ns)  # fmt: skip
     facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
     facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
+    facts["environment_read"] = envreads.recorded()
     timings["fingerprint_s"] = time.perf_counter() - measured
     runs.write_json(run_dir / JOB_FACTS, facts)
     runs.write_json(run_dir / RESULT, result)

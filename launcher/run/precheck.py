@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.record import fingerprint, hashing, key, probes, runs, snapshot, usage
+from launcher.record import environment, fingerprint, hashing, key, probes, runs, snapshot, usage
 from launcher.record.filecache import FileHashes
 from launcher.run import job
 
@@ -95,6 +95,9 @@ def key_differences_now(
         current["software"].update(distributions=stored["software"].get("distributions") and distributions,
                                    libraries=stored["software"].get("libraries") and libraries)  # fmt: skip
     current["code"]["modules"] = stored["code"].get("modules") and modules
+    if stored.get("environment_read") is not None:  # what the job's code will find here
+        current["environment_read"] = {name: environment.as_read(name, os.environ.get(name))
+                                       for name in stored["environment_read"]}  # fmt: skip
     current["data"] = current_data_hashes(stored.get("data") or {}, snapshot.unrooted(cwd, root), root)
     if stored.get("schema", 1) < 2:
         current["schema"] = stored.get("schema", 1)  # what it lacks stays unknown

@@ -128,3 +128,56 @@ def test_outputs_with_times_in_them_are_compared_by_what_they_mean(launch, tmp_p
     assert differ.returncode == 1, differ.stdout
     assert "weights, metrics and trace are bitwise equal" in differ.stdout and "outputs/pid.txt" in differ.stdout
     assert "determinism bug" not in differ.stdout
+
+
+READS_ENV = """import os
+import numpy as np
+import keras
+
+lr = float(os.environ.get("LR", "0.01"))
+batch = int(os.getenv("BATCH_SIZE", "64"))
+token = os.environ.get("WANDB_API_KEY")  # read, never stored
+with np.load("digits.npz") as f:
+    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
+model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
+model.compile(keras.optimizers.SGD(lr), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, epochs=1, batch_size=batch, verbose=0)
+"""
+
+
+def test_hyperparameters_from_the_environment_are_in_the_key(launch, tmp_path):
+    """LR=0.001 vs LR=0.01, and BATCH_SIZE unset vs 32, read with os.environ/os.getenv: REFUSED,
+    naming the variable, never DIFFERENT; a secret's value is never stored."""
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    (tmp_path / "train.py").write_text(READS_ENV)
+    store = tmp_path / "store"
+
+    def run(**env):
+        base = {"LR": "", "BATCH_SIZE": "", "WANDB_API_KEY": "s3cr3t-value"}
+        done = launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path,
+                      env={k: v for k, v in {**base, **env}.items() if v})  # fmt: skip
+        return run_dir_of(done)
+
+    env_unset = {k: v for k, v in os.environ.items() if k not in ("LR", "BATCH_SIZE")}
+    os_environ = os.environ.copy()
+    try:
+        os.environ.clear()
+        os.environ.update(env_unset)
+        a = run(LR="0.01")
+        b = run(LR="0.01")
+        c = run(LR="0.001")
+        d = run(LR="0.01", BATCH_SIZE="32")
+    finally:
+        os.environ.clear()
+        os.environ.update(os_environ)
+    read = json.loads((a / "fingerprint.json").read_text())["environment_read"]
+    assert read["LR"] == "0.01" and read["BATCH_SIZE"] is None
+    assert read["WANDB_API_KEY"].startswith("sha256:")
+    assert "s3cr3t-value" not in (a / "fingerprint.json").read_text()
+    assert launch("compare", a, b).returncode == 0
+    lr = launch("compare", a, c)
+    assert lr.returncode == 3 and "environment_read.LR" in lr.stdout, lr.stdout
+    batch = launch("compare", a, d)
+    assert batch.returncode == 3 and "environment_read.BATCH_SIZE" in batch.stdout, batch.stdout
+    replay = launch("replay", a, env={"LR": "0.001"})  # checked before it runs: the job would read 0.001
+    assert replay.returncode == 3 and "environment_read.LR" in replay.stdout, replay.stdout

@@ -117,3 +117,11 @@ def test_recorded_but_not_keyed(name):
 
 def test_keyed_env_is_sorted():
     assert list(environment.keyed_env({"Z_X": "1", "A_Y": "2", "M": "3"})) == ["A_Y", "M", "Z_X"]
+
+
+def test_a_variable_the_job_read_is_recorded_by_value_and_a_secret_only_by_hash():
+    from launcher.record.environment import as_read
+
+    assert as_read("LR", "0.01") == "0.01" and as_read("BATCH_SIZE", None) is None
+    hashed = as_read("WANDB_API_KEY", "s3cr3t")
+    assert hashed.startswith("sha256:") and "s3cr3t" not in hashed and hashed == as_read("WANDB_API_KEY", "s3cr3t")

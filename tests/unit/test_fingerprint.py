@@ -117,6 +117,7 @@ def _fp():
                      "distributions": {"keras": {"version": "3.15.1", "files_sha256": "f1", "record_sha256": "r1"}},
                      "libraries": {"/usr/lib/x86_64-linux-gnu/libm.so.6": "m1"}},
         "environment": {"TF_DETERMINISTIC_OPS": "1", "CUDA_VISIBLE_DEVICES": "0", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        "environment_read": {"LR": "0.01"},
         "determinism": {"level": "strict", "intra_op_threads": 1, "op_determinism": True},
         "config_sha256": "c",
         "code": {"git_commit": "g", "diff_sha256": None, "launcher_version": "0.1.0+src.abc",

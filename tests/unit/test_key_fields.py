@@ -63,6 +63,7 @@ IN_KEY = {  # key field -> (change, the differences it must produce as (field, a
                                                        "image_id": "sha256:x"}),
                            [("software.container", None, {"content_tag": "t", "packages_sha256": "p", "uid": 1000})]),
     "environment": (_set("environment/TF_ENABLE_ONEDNN_OPTS", "1"), [("environment.TF_ENABLE_ONEDNN_OPTS", None, "1")]),
+    "environment_read": (_set("environment_read/LR", "0.001"), [("environment_read.LR", "0.01", "0.001")]),
     "determinism": (_set("determinism/intra_op_threads", 2), [("determinism.intra_op_threads", 1, 2)]),
     "config_sha256": (_set("config_sha256", "c2"), [("config_sha256", "c", "c2")]),
     "config_files": (_set("config_files", {"conf/train.yaml": "f1"}), [("config_files.conf/train.yaml", None, "f1")]),
