@@ -5,7 +5,8 @@ pipeline: resolve, create the run directory, plan, fingerprint, run, seal, index
 ``determinism`` (the bootstrap as a pure plan, applied and read back in the job
 process), ``bootstrap`` (the job process), ``observe`` (what an unmodified training
 script trained, without its help), ``reads`` (which files and directories the job
-opened or listed), ``envreads`` (which environment variables its own code read),
+opened or listed), ``envreads`` (which environment variables its own code read), ``seeding`` (the seeds
+its own code set),
 ``tf1`` (TF1 graphs and sessions under the bootstrap), ``runtime``
 (where the job process runs), ``gpus`` (a GPU request checked before any run exists),
 ``trace`` (the step trace), ``checkpoints`` and ``resume``, ``interrupts`` (Ctrl-C and

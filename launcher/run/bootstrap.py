@@ -88,7 +88,7 @@ def _run(run_dir: Path) -> None:
 
     from launcher.record import fingerprint, outputs, runs, snapshot, usage
     from launcher.record.hashing import tree_digest
-    from launcher.run import determinism, envreads, tasks
+    from launcher.run import determinism, envreads, seeding, tasks
 
     started = time.perf_counter()
     job = runs.read_json(run_dir / JOB)
@@ -127,6 +127,7 @@ def _run(run_dir: Path) -> None:
     bootstrap_s = time.perf_counter() - started
     reads.watch_listings()
     envreads.install()  # after the bootstrap's own reads: from here on, the task's
+    seeding.install()  # after the bootstrap's own seeds: from here on, the task's
     result = tasks.get(cfg.train.name)(ctx)
     result.setdefault("final_metrics", {})
     result.setdefault("weights_sha256", None)
@@ -149,6 +150,9 @@ def _run(run_dir: Path) -> None:
             print(f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "
                   "the fingerprint records what it ran with", flush=True)  # fmt: skip
     final.update(ctx.effective)
+    if seeding.recorded():  # the seeds in effect, where the job's code set its own
+        final["seeds_set_by_job"] = seeding.recorded()
+        print(seeding.note(plan.seed), flush=True)
     reads.stop()
     used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()), explicit=reads.explicit,
                         listed=reads.listed, patterns=reads.patterns, started_ns=reads.started_ns)  # fmt: skip

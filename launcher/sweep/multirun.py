@@ -504,6 +504,7 @@ def finalize(sweep_dir: Path) -> dict:
     meta = runs.read_json(sweep_dir / SWEEP) if (sweep_dir / SWEEP).exists() else {}
     records = read_records(sweep_dir)
     summary = sweep_report.summarize(records)
+    summary["seeds_set_by_jobs"] = _seeds_set_by_jobs(records)
     summary["sweep_dir"] = str(sweep_dir)
     summary["swept"] = meta.get("swept", [])
     search = meta.get("search")
@@ -517,6 +518,21 @@ def finalize(sweep_dir: Path) -> dict:
     print(sweep_report.render(summary), flush=True)
     tracking.log_sweep(sweep_dir, summary, meta)
     return summary
+
+
+def _seeds_set_by_jobs(records: list[dict]) -> list[dict]:
+    """The seeding calls the completed jobs' own code made (``determinism.seeds_set_by_job``)."""
+    found: dict[str, dict] = {}
+    for r in records:
+        if r.get("status") != "complete" or not r.get("run_dir"):
+            continue
+        try:
+            fp = runs.read_json(Path(r["run_dir"]) / "fingerprint.json")
+        except LauncherError:
+            continue
+        for call in (fp.get("determinism") or {}).get("seeds_set_by_job") or []:
+            found.setdefault(f"{call['call']}@{call['where']}", call)
+    return list(found.values())
 
 
 # ---------------------------------------------------------------- verify

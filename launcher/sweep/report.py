@@ -69,6 +69,9 @@ def render(summary: dict) -> str:
         f"{complete} of {total} jobs complete; {summary['distinct_weights']} distinct weight "
         f"hash(es); summary: {Path(summary.get('sweep_dir', '.')) / 'summary.json'}"
     )
+    note = seed_note(summary)
+    if note:
+        lines.append(note)
     search = summary.get("search")
     if search:
         found = search.get("best")
@@ -142,3 +145,16 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*head).rstrip(), *(fmt.format(*row).rstrip() for row in rows)]
+
+
+def seed_note(summary: dict) -> str | None:
+    """Fewer distinct weights than completed jobs of different seeds, and the jobs seed
+    themselves: the sweep's seed never reached them. Names the calls."""
+    complete = [j for j in summary.get("jobs", []) if j.get("status") == "complete"]
+    seeds = {j.get("seed") for j in complete}
+    calls = summary.get("seeds_set_by_jobs") or []
+    if not calls or len(seeds) < 2 or summary.get("distinct_weights", 0) >= len(complete):
+        return None
+    shown = ", ".join(f"{c['call']}({c['value']!r}) at {c['where']}" for c in calls[:3])
+    return (f"note: {len(seeds)} seeds gave {summary['distinct_weights']} distinct weight hash(es): the seed did not "
+            f"reach the jobs, which seed themselves ({shown}); use launcher.seed() there instead")

@@ -181,3 +181,34 @@ def test_hyperparameters_from_the_environment_are_in_the_key(launch, tmp_path):
     assert batch.returncode == 3 and "environment_read.BATCH_SIZE" in batch.stdout, batch.stdout
     replay = launch("replay", a, env={"LR": "0.001"})  # checked before it runs: the job would read 0.001
     assert replay.returncode == 3 and "environment_read.LR" in replay.stdout, replay.stdout
+
+
+SEEDS_ITSELF = """import keras
+import numpy as np
+
+keras.utils.set_random_seed(42)  # as many tutorials do
+with np.load("digits.npz") as f:
+    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
+model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dropout(0.5),
+                          keras.layers.Dense(10)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, epochs=1, batch_size=64, verbose=0, shuffle=True)
+"""
+
+
+def test_a_script_that_seeds_itself_is_named_and_the_sweep_says_so(launch, tmp_path):
+    """keras.utils.set_random_seed(42) in the script, swept over three seeds: one weight hash,
+    and the sweep says the seed did not reach the jobs, naming the call; each run records it."""
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    (tmp_path / "train.py").write_text(SEEDS_ITSELF)
+    store = tmp_path / "store"
+    done = launch("-m", "train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=range(3)",
+                  cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "3 seeds gave 1 distinct weight hash(es): the seed did not reach the jobs" in done.stdout, done.stdout
+    assert "keras.utils.set_random_seed(42) at train.py:4" in done.stdout
+    run = next(p for p in store.iterdir() if (p / "manifest.json").exists())
+    fp = json.loads((run / "fingerprint.json").read_text())
+    assert fp["determinism"]["seeds_set_by_job"] == [
+        {"call": "keras.utils.set_random_seed", "value": 42, "where": "train.py:4"}]
+    assert "the job seeds itself" in (run / "log.txt").read_text()

@@ -452,3 +452,17 @@ def test_verify_rejects_what_is_not_a_sweep(tmp_path, capsys):
     assert cli.main(["sweep", "verify", str(tmp_path)]) == 2
     assert "is not a sweep directory" in capsys.readouterr().err
     assert cli.main(["sweep", "frobnicate", str(tmp_path)]) == 2
+
+
+def test_a_sweep_whose_jobs_seed_themselves_says_the_seed_did_not_reach_them():
+    from launcher.sweep import report
+
+    jobs = [{"num": i, "seed": i, "status": "complete", "weights_sha256": "ab" * 32, "final_metrics": {}}
+            for i in range(3)]  # fmt: skip
+    summary = report.summarize(jobs)
+    summary["seeds_set_by_jobs"] = [{"call": "keras.utils.set_random_seed", "value": 42, "where": "train.py:7"}]
+    note = report.seed_note(summary)
+    assert note and "3 seeds gave 1 distinct" in note and "keras.utils.set_random_seed(42) at train.py:7" in note
+    assert note in report.render(summary)
+    summary["seeds_set_by_jobs"] = []
+    assert report.seed_note(summary) is None  # one hash for three seeds, but no call to name: nothing claimed
