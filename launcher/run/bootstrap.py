@@ -128,40 +128,60 @@ def _run(run_dir: Path) -> None:
     reads.watch_listings()
     envreads.install()  # after the bootstrap's own reads: from here on, the task's
     seeding.install()  # after the bootstrap's own seeds: from here on, the task's
-    result = tasks.get(cfg.train.name)(ctx)
-    result.setdefault("final_metrics", {})
-    result.setdefault("weights_sha256", None)
-    result["outputs"] = tree_digest(output_dir)
-    result["outputs_content"] = outputs.digests(output_dir)  # what compare judges: meaning, not bytes
-    result["seed"] = plan.seed
-    result["task"] = str(cfg.train.name)
-    if ctx.resume:
-        result["resumed_from_epoch"] = ctx.resume["epoch"]
-    timings = result.setdefault("timings", {})
-    timings["bootstrap_s"] = bootstrap_s
-    timings["job_s"] = time.perf_counter() - started
 
-    # What the job actually ran with and used, read now that it has run: user code may
-    # have set threads or loaded libraries itself.
-    measured = time.perf_counter()
-    final = determinism.read_back(plan)
-    for key in ("intra_op_threads", "inter_op_threads"):
-        if final[key] != effective[key]:
-            print(f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "
-                  "the fingerprint records what it ran with", flush=True)  # fmt: skip
-    final.update(ctx.effective)
-    if seeding.recorded():  # the seeds in effect, where the job's code set its own
-        final["seeds_set_by_job"] = seeding.recorded()
-        print(seeding.note(plan.seed), flush=True)
-    reads.stop()
-    used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()), explicit=reads.explicit,
-                        listed=reads.listed, patterns=reads.patterns, started_ns=reads.started_ns)  # fmt: skip
-    facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
-    facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
-    facts["environment_read"] = envreads.recorded()
-    timings["fingerprint_s"] = time.perf_counter() - measured
-    runs.write_json(run_dir / JOB_FACTS, facts)
-    runs.write_json(run_dir / RESULT, result)
+    def record(result: dict) -> None:
+        """Write the job's facts and result.json: at the end, or when the job's code calls os._exit(0)."""
+        result.setdefault("final_metrics", {})
+        result.setdefault("weights_sha256", None)
+        result["outputs"] = tree_digest(output_dir)
+        result["outputs_content"] = outputs.digests(output_dir)  # what compare judges: meaning, not bytes
+        result["seed"] = plan.seed
+        result["task"] = str(cfg.train.name)
+        if ctx.resume:
+            result["resumed_from_epoch"] = ctx.resume["epoch"]
+        timings = result.setdefault("timings", {})
+        timings["bootstrap_s"] = bootstrap_s
+        timings["job_s"] = time.perf_counter() - started
+
+        # What the job actually ran with and used, read now that it has run: user code may
+        # have set threads or loaded libraries itself.
+        measured = time.perf_counter()
+        final = determinism.read_back(plan)
+        for key in ("intra_op_threads", "inter_op_threads"):
+            if final[key] != effective[key]:
+                print(f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "
+                      "the fingerprint records what it ran with", flush=True)  # fmt: skip
+        final.update(ctx.effective)
+        if seeding.recorded():  # the seeds in effect, where the job's code set its own
+            final["seeds_set_by_job"] = seeding.recorded()
+            print(seeding.note(plan.seed), flush=True)
+        reads.stop()
+        used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()),
+                            explicit=reads.explicit, listed=reads.listed, patterns=reads.patterns,
+                            started_ns=reads.started_ns)  # fmt: skip
+        facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
+        facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
+        facts["environment_read"] = envreads.recorded()
+        timings["fingerprint_s"] = time.perf_counter() - measured
+        runs.write_json(run_dir / JOB_FACTS, facts)
+        runs.write_json(run_dir / RESULT, result)
+
+    real_exit = os._exit
+
+    def recorded_exit(code: int) -> None:  # a script's os._exit(0) after training keeps what it trained
+        if code == 0 and callable(ctx.result_so_far):
+            try:
+                record({**ctx.result_so_far(), "ended": "os._exit(0): recorded what was observed before it"})
+            except Exception as exc:  # noqa: BLE001 - the exit must happen; the run then fails as before
+                print(f"[launch] could not record the job before os._exit: {exc}", file=sys.stderr, flush=True)
+        real_exit(code)
+
+    os._exit = recorded_exit
+    try:
+        result = tasks.get(cfg.train.name)(ctx)
+    finally:
+        os._exit = real_exit
+    record(result)
 
 
 def job_main() -> int:

@@ -212,3 +212,18 @@ def test_a_script_that_seeds_itself_is_named_and_the_sweep_says_so(launch, tmp_p
     assert fp["determinism"]["seeds_set_by_job"] == [
         {"call": "keras.utils.set_random_seed", "value": 42, "where": "train.py:4"}]
     assert "the job seeds itself" in (run / "log.txt").read_text()
+
+
+def test_a_job_that_ends_with_os_exit_keeps_what_it_trained(launch, tmp_path):
+    """Some scripts end with os._exit(0) after training (to skip a slow or crashing teardown):
+    the run is sealed with the weights and metrics observed before it."""
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    script = CACHED_DATA.replace('os.path.expanduser("~/.cache/myproject/digits.npz")', '"digits.npz"')
+    (tmp_path / "train.py").write_text(script + "os._exit(0)\n")
+    (tmp_path / "plain.py").write_text(script)
+    store = tmp_path / "store"
+    a = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
+    b = run_dir_of(launch("train=script", "train.script=plain.py", f"store.root={q(store)}", cwd=tmp_path))
+    ra, rb = (json.loads((r / "result.json").read_text()) for r in (a, b))
+    assert ra["weights_sha256"] == rb["weights_sha256"] and ra["final_metrics"] == rb["final_metrics"]
+    assert ra["ended"].startswith("os._exit(0)") and (a / "weights.npz").exists()

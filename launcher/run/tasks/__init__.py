@@ -32,6 +32,8 @@ class TaskContext:
     data_files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of data read
     # A laid-out code snapshot the job runs from (replay, sweeps): paths are looked up there first.
     root: str | None = None
+    # The task's result as observed so far, for a job that ends without returning (os._exit(0)).
+    result_so_far: object = None
     # Settings only the task can read back (e.g. Keras' effective jit_compile, which it turns
     # off under op determinism); they replace the planned values in the fingerprint.
     effective: dict[str, object] = field(default_factory=dict)
