@@ -136,6 +136,8 @@ def _run(run_dir: Path) -> None:
         result["outputs"] = tree_digest(output_dir)
         result["outputs_content"] = outputs.digests(output_dir)  # what compare judges: meaning, not bytes
         result["seed"] = plan.seed
+        if seeding.unseeded:  # a likely cause of differing runs, named by compare
+            result["unseeded_generators"] = list(seeding.unseeded)
         result["task"] = str(cfg.train.name)
         if ctx.resume:
             result["resumed_from_epoch"] = ctx.resume["epoch"]

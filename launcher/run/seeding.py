@@ -9,6 +9,12 @@ a call from the job's own code (not from Keras or TensorFlow, which call the oth
 inside ``set_random_seed``) is recorded with its value and call site. The calls go into
 the effective determinism settings (``determinism.seeds_set_by_job``, in the key), and
 the job prints a note naming them.
+
+Generators the job's code makes without a seed (``np.random.default_rng()``,
+``tf.random.Generator.from_non_deterministic_state()``) are recorded with their call
+sites too: not a setting, a cause, which ``launch compare`` names when runs differ.
+(Classes such as ``np.random.RandomState`` are not wrapped: a stand-in class would
+break the ``isinstance`` checks of the libraries that receive them.)
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import sys
 from launcher.record import usage
 
 calls: list[dict] = []  # {"call", "value", "where"} in call order
+unseeded: list[dict] = []  # {"call", "where"}: generators the job's code made without a seed
 _installed = False
 
 
@@ -56,6 +63,28 @@ def install() -> None:
         seeded._launch_seed_wrapper = True
         setattr(module, attr, seeded)
 
+    def wrap_unseeded(owner, attr: str, name: str) -> None:
+        original = getattr(owner, attr, None)
+        if original is None or getattr(original, "_launch_seed_wrapper", False):
+            return
+
+        @functools.wraps(original)
+        def made(*args, **kwargs):
+            frame = sys._getframe(1)
+            if jobs_code(frame.f_code.co_filename) and (name.endswith("from_non_deterministic_state")
+                                                        or (not args or args[0] is None) and not kwargs):
+                where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+                if len(unseeded) < 20:
+                    unseeded.append({"call": f"{name}()", "where": where})
+            return original(*args, **kwargs)
+
+        made._launch_seed_wrapper = True
+        setattr(owner, attr, made)
+
+    wrap_unseeded(np.random, "default_rng", "np.random.default_rng")
+    if "tensorflow" in sys.modules:
+        generator = sys.modules["tensorflow"].random.Generator
+        wrap_unseeded(generator, "from_non_deterministic_state", "tf.random.Generator.from_non_deterministic_state")
     wrap(random, "seed", "random.seed")
     wrap(np.random, "seed", "np.random.seed")
     if "tensorflow" in sys.modules:  # imported by the bootstrap for every task that trains

@@ -193,6 +193,10 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
     files = output_differences(a, b)
     if files and trained_alike(a, b, epoch, layers, divergence):
         notes = [f"{ONLY_OUTPUTS}: {', '.join(files[:5])}{' and more' if len(files) > 5 else ''}", *notes]
+    causes = {f"{g['call']} at {g['where']}": None for r in (a, b) for g in r.result.get("unseeded_generators") or []}
+    if causes:
+        notes.append(f"likely cause: a generator made without a seed: {', '.join(list(causes)[:3])} "
+                     "(seed it from launcher.seed())")  # fmt: skip
     return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False, compared=compared)
 
 

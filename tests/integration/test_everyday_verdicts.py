@@ -227,3 +227,27 @@ def test_a_job_that_ends_with_os_exit_keeps_what_it_trained(launch, tmp_path):
     ra, rb = (json.loads((r / "result.json").read_text()) for r in (a, b))
     assert ra["weights_sha256"] == rb["weights_sha256"] and ra["final_metrics"] == rb["final_metrics"]
     assert ra["ended"].startswith("os._exit(0)") and (a / "weights.npz").exists()
+
+
+UNSEEDED = """import numpy as np
+import keras
+
+rng = np.random.default_rng()  # no seed: every run draws its own
+with np.load("digits.npz") as f:
+    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
+order = rng.permutation(len(x))
+model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x[order], y[order], epochs=1, batch_size=64, verbose=0, shuffle=False)
+"""
+
+
+def test_an_unseeded_generator_is_named_as_the_likely_cause(launch, tmp_path):
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    (tmp_path / "train.py").write_text(UNSEEDED)
+    store = tmp_path / "store"
+    a, b = (run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
+            for _ in range(2))  # fmt: skip
+    done = launch("compare", a, b)
+    assert done.returncode == 1 and "DIFFERENT" in done.stdout, done.stdout
+    assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in done.stdout
