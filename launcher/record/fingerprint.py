@@ -89,6 +89,7 @@ def job_facts(
     facts = {"software": sw, "determinism": effective, "data": dict(sorted(data.items())), "modules": None}
     if used is not None:
         sw["distributions"], sw["libraries"] = used["distributions"], used["libraries"]
+        sw["distributions_probed"] = used.get("distributions_probed", {})  # for reading: out of the key
         for name, digest in used["data"].items():
             path = name if os.path.isabs(name) else os.path.join(launch_dir or os.getcwd(), name)
             if os.path.realpath(path) not in named:

@@ -391,6 +391,7 @@ def gather(
     listed: Mapping[str, bool] | Iterable[str] = (),
     patterns: Mapping[str, bool] | Iterable[str] = (),
     started_ns: int = 0,
+    direct_imports: Iterable[str] | None = None,
 ) -> dict:
     """code.modules, software.distributions, software.libraries and data, measured now.
 
@@ -400,7 +401,9 @@ def gather(
     directories it listed and the globs it matched, whose files from before
     ``started_ns`` count as read. Each of these maps a path to whether the job named it
     relatively (a plain list: relatively), which decides how it is recorded
-    (``display_name``).
+    (``display_name``). ``direct_imports`` are the top-level names the job's code or the
+    launcher imported (``launcher.run.imports``); without them every used distribution
+    is keyed.
     """
     r = roots(run_dir)
     opened = dict(opened)
@@ -416,6 +419,7 @@ def gather(
             maps_text = ""
     dists = _Distributions(r.site)
     used: dict[str, None] = {}
+    imported: dict[str, set[str]] = {}  # distribution -> the top-level names of its modules imported
     code: dict[str, dict] = {}
     launcher: dict[str, str] = {}
     files = module_files(modules)
@@ -431,6 +435,7 @@ def gather(
                 owner = dists.owner(path, r.site)
                 if owner:
                     used.setdefault(owner, None)
+                    imported.setdefault(owner, set()).add(name.partition(".")[0])
             elif kind == "user" and name != "__main__" and os.path.isfile(path):
                 code[name] = {"path": path, "sha256": hashes.sha256(path)}
         libraries = {}
@@ -456,9 +461,58 @@ def gather(
         for named, rel in _named(explicit).items():
             for path in (f for f in _files_below(named) if not _under(f, r.ignored)):
                 data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
-    distributions = {name: distribution_identity(name) for name in sorted(used)}
+    keyed = set(used) if direct_imports is None else keyed_distributions(
+        used, imported, set(direct_imports), {name: _requires(name) for name in used})
+    distributions = {name: distribution_identity(name) for name in sorted(keyed)}
+    probed = {name: _version_of(name) for name in sorted(set(used) - keyed)}
     return {"modules": code, "distributions": distributions, "libraries": dict(sorted(libraries.items())),
-            "data": dict(sorted(data.items())), "launcher": dict(sorted(launcher.items()))}  # fmt: skip
+            "data": dict(sorted(data.items())), "launcher": dict(sorted(launcher.items())),
+            "distributions_probed": probed}  # fmt: skip
+
+
+def keyed_distributions(used: Iterable[str], imported: Mapping[str, set[str]], direct: set[str],
+                        requires: Mapping[str, Iterable[str]]) -> set[str]:
+    """The used distributions that can change the job's bits: those the job's code or the
+    launcher imported (``direct``, top-level names), those whose shared libraries it loaded
+    without importing them (TensorFlow's ``nvidia-*`` wheels), and what these require,
+    transitively (``requires``: normalized names, extras left out). The rest was imported
+    only by a library's optional probe (Keras imports pandas when it is installed)."""
+    used = set(used)
+    keyed = {d for d in used if d not in imported or imported[d] & direct}
+    todo = list(keyed)
+    while todo:
+        for dep in requires.get(todo.pop(), ()):
+            if dep in used and dep not in keyed:
+                keyed.add(dep)
+                todo.append(dep)
+    return keyed
+
+
+def parse_requires(lines: Iterable[str] | None) -> list[str]:
+    """Normalized names of ``Requires-Dist`` lines, without those that only an extra pulls in."""
+    out = []
+    for line in lines or []:
+        requirement, _, marker = line.partition(";")
+        if "extra" in marker:
+            continue
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+        if match:
+            out.append(_normalize(match.group(1)))
+    return out
+
+
+def _requires(name: str) -> list[str]:
+    try:
+        return parse_requires(metadata.requires(name))
+    except metadata.PackageNotFoundError:
+        return []
+
+
+def _version_of(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _as_named(opened_as: str, real: str, launch_dir: str) -> str:

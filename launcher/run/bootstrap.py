@@ -84,6 +84,9 @@ def _run(run_dir: Path) -> None:
     from launcher.run import reads
 
     reads.install()  # first: it must see every file the job opens, TensorFlow's imports included
+    from launcher.run import imports
+
+    imports.install()  # and which packages the job and the launcher import themselves
     from omegaconf import OmegaConf
 
     from launcher.record import fingerprint, outputs, runs, snapshot, usage
@@ -160,7 +163,7 @@ def _run(run_dir: Path) -> None:
         reads.stop()
         used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()),
                             explicit=reads.explicit, listed=reads.listed, patterns=reads.patterns,
-                            started_ns=reads.started_ns)  # fmt: skip
+                            started_ns=reads.started_ns, direct_imports=imports.direct)  # fmt: skip
         facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
         facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
         facts["environment_read"] = envreads.recorded()

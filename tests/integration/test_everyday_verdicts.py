@@ -251,3 +251,21 @@ def test_an_unseeded_generator_is_named_as_the_likely_cause(launch, tmp_path):
     done = launch("compare", a, b)
     assert done.returncode == 1 and "DIFFERENT" in done.stdout, done.stdout
     assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in done.stdout
+
+
+def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_path):
+    """Keras imports pandas when it is installed; a script that never uses pandas does not key it
+    (a later `pip install` of the launcher's extras refuses no earlier run); one that reads
+    its data with pandas does."""
+    pytest.importorskip("pandas")
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    plain = CACHED_DATA.replace('os.path.expanduser("~/.cache/myproject/digits.npz")', '"digits.npz"')
+    (tmp_path / "plain.py").write_text(plain)
+    (tmp_path / "uses_pandas.py").write_text("import pandas as pd\nprint(pd.DataFrame({'a': [1]}).shape)\n" + plain)
+    store = tmp_path / "store"
+    a = run_dir_of(launch("train=script", "train.script=plain.py", f"store.root={q(store)}", cwd=tmp_path))
+    b = run_dir_of(launch("train=script", "train.script=uses_pandas.py", f"store.root={q(store)}", cwd=tmp_path))
+    sa, sb = (json.loads((r / "fingerprint.json").read_text())["software"] for r in (a, b))
+    assert "pandas" not in sa["distributions"] and "pandas" in sa["distributions_probed"]
+    assert "pandas" in sb["distributions"] and "numpy" in sb["distributions"]
+    assert "tensorflow-cpu" in sa["distributions"] or "tensorflow" in sa["distributions"]

@@ -326,3 +326,20 @@ def test_the_key_holds_a_distributions_version_and_content_and_an_old_record_its
                      ("software.distributions.keras.record_sha256", "r", None)]  # fmt: skip
     assert key.key_differences(fp(record_sha256="r"), fp(record_sha256="r")) == []
     assert key.key_differences(fp(record_sha256="r1"), fp(record_sha256="r2"))
+
+
+def test_only_what_the_job_imported_itself_and_what_that_requires_is_keyed():
+    """Keras imports pandas and scipy when they are installed (optional probes): installing
+    them must not make runs incomparable. A script that imports pandas itself keys it."""
+    used = ["tensorflow-cpu", "keras", "numpy", "pandas", "scipy", "pytz", "nvidia-cublas-cu12"]
+    imported = {"tensorflow-cpu": {"tensorflow"}, "keras": {"keras"}, "numpy": {"numpy"}, "pandas": {"pandas"},
+                "scipy": {"scipy"}, "pytz": {"pytz"}}  # nvidia-*: loaded as a library, never imported
+    requires = {"tensorflow-cpu": ["keras", "numpy"], "keras": ["numpy"], "pandas": ["numpy", "pytz"],
+                "scipy": ["numpy"]}  # fmt: skip
+    probed = usage.keyed_distributions(used, imported, {"tensorflow"}, requires)
+    assert probed == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12"}
+    mine = usage.keyed_distributions(used, imported, {"tensorflow", "pandas"}, requires)
+    assert mine == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12", "pandas", "pytz"}
+    assert usage.parse_requires(["numpy>=1.26", "pandas ; extra == 'pandas'", "rich", "ml-dtypes (>=0.5)",
+                                 "Typing_Extensions; python_version < '3.12'"]) == [
+        "numpy", "rich", "ml-dtypes", "typing-extensions"]  # fmt: skip
