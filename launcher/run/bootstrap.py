@@ -20,6 +20,9 @@ JOB_FACTS = "job-facts.json"  # merged into fingerprint.json by the launcher, th
 RESULT = "result.json"
 ERROR = "error.json"
 OUTPUT_DIR = "outputs"
+# Variables read once when the interpreter or TensorFlow starts (both before any task code):
+# a job that sets them itself changes nothing but the environment it reports.
+READ_AT_START = ("PYTHONHASHSEED", "TF_ENABLE_ONEDNN_OPTS")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,6 +155,13 @@ def _run(run_dir: Path) -> None:
         # have set threads or loaded libraries itself.
         measured = time.perf_counter()
         final = determinism.read_back(plan)
+        for name in READ_AT_START:  # read once, at start-up: a later change does nothing
+            value, started_with = final["env"].get(name), effective["env"].get(name)
+            if value != started_with:
+                print(f"[launch] note: the job set {name}={value} after it was read at start-up ({started_with}): "
+                      "it had no effect, and the record keeps the value in effect", flush=True)  # fmt: skip
+                final.setdefault("set_too_late_by_job", {})[name] = value
+                final["env"][name] = started_with
         for key in ("intra_op_threads", "inter_op_threads"):
             if final[key] != effective[key]:
                 print(f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "

@@ -79,6 +79,7 @@ class Observer:
         self.session_values: list[np.ndarray] | None = None
         self.in_fit = 0
         self.fits = 0
+        self.jit_requested: dict[str, object] = {}  # model name -> the jit_compile its compile() asked for
         self.epochs = 0
         self.history: dict[str, float] = {}
         self.loss = None  # the last scalar loss a GradientTape differentiated, eagerly
@@ -233,6 +234,7 @@ def install(run_dir: Path, trace_every: int, log_epoch) -> Observer:
     _observer = obs = Observer(run_dir, trace_every, log_epoch)
     _wrap_model_new(keras, obs)
     _wrap_fit(keras, obs)
+    _wrap_compile(keras, obs)
     _wrap_keras_apply(keras, tf, obs)
     _wrap_v1_apply(tf, obs)
     _wrap_function_call(polymorphic_function.Function, tf, obs)
@@ -282,6 +284,30 @@ def _wrap_fit(keras, obs: Observer) -> None:
             obs.last_step = existing[-1]["step"] if existing else obs.last_step
 
     keras.Model.fit = fit
+
+
+def _wrap_compile(keras, obs: Observer) -> None:
+    """Remember the ``jit_compile`` a model asked for: Keras turns it off under op determinism
+    with only a warning, and the record should say what was asked and what ran."""
+    original = keras.Model.compile
+
+    @functools.wraps(original)
+    def compile(self, *args, **kwargs):
+        if "jit_compile" in kwargs:
+            obs.jit_requested[self.name] = kwargs["jit_compile"]
+        return original(self, *args, **kwargs)
+
+    keras.Model.compile = compile
+
+
+def jit_compile_in_effect(obs: Observer) -> dict | None:
+    """{model: {"requested", "in_effect"}} for models whose compile asked for XLA; None when none did."""
+    out = {}
+    for model in obs.models:
+        asked = obs.jit_requested.get(model.name)
+        if asked not in (None, "auto"):
+            out[model.name] = {"requested": asked, "in_effect": bool(getattr(model, "jit_compile", False))}
+    return out or None
 
 
 def _epoch_logger(keras, obs: Observer):

@@ -269,3 +269,29 @@ def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_
     assert "pandas" not in sa["distributions"] and "pandas" in sa["distributions_probed"]
     assert "pandas" in sb["distributions"] and "numpy" in sb["distributions"]
     assert "tensorflow-cpu" in sa["distributions"] or "tensorflow" in sa["distributions"]
+
+
+SETS_TOO_LATE = """import os
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"  # too late: TensorFlow read it when it started
+import numpy as np
+import keras
+
+with np.load("digits.npz") as f:
+    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
+model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+"""
+
+
+def test_settings_the_script_makes_without_effect_are_recorded_as_they_ran(launch, tmp_path):
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    (tmp_path / "train.py").write_text(SETS_TOO_LATE)
+    run = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(tmp_path / 'store')}",
+                            cwd=tmp_path))  # fmt: skip
+    det = json.loads((run / "fingerprint.json").read_text())["determinism"]
+    assert det["env"]["TF_ENABLE_ONEDNN_OPTS"] == "1" and det["set_too_late_by_job"] == {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    (name, jit), = det["jit_compile"].items()
+    assert jit == {"requested": True, "in_effect": False}
+    log = (run / "log.txt").read_text()
+    assert "TF_ENABLE_ONEDNN_OPTS=0 after it was read at start-up" in log and "asked for jit_compile=True" in log

@@ -52,6 +52,13 @@ def observed_result(ctx: TaskContext, observer, returned: object) -> dict:
     train = ctx.cfg.train
     result: dict = {}
     if observer is not None:
+        jit = observe.jit_compile_in_effect(observer)
+        if jit:  # what the model asked for, and what ran (Keras turns XLA off under op determinism)
+            ctx.effective["jit_compile"] = jit
+            for name, j in jit.items():
+                if j["requested"] and not j["in_effect"]:
+                    print(f"[launch] note: model {name!r} asked for jit_compile=True; it ran without XLA "
+                          "(off under op determinism), and the record says so", flush=True)  # fmt: skip
         observer.finish()
         result["observed"] = observer.summary()
         if observer.history:
