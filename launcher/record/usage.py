@@ -40,7 +40,7 @@ import re
 import site
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -181,6 +181,18 @@ def roots(run_dir: str | None = None) -> Roots:
         return tuple(sorted({form for p in paths if p for form in (os.path.abspath(p), os.path.realpath(p))}))
 
     return Roots(site=both(site_dirs), python=both(python), launcher=launcher_dir, ignored=both(ignored))
+
+
+def code_kind(roots_: Roots) -> Callable[[str], str]:
+    """``classify`` for the file names of running code (``frame.f_code.co_filename``),
+    remembered: ``frozen`` for the interpreter's own (``<frozen ...>``) and for code a
+    library generates (``<string>``: dataclasses, namedtuples)."""
+
+    @functools.lru_cache(maxsize=4096)
+    def kind(filename: str) -> str:
+        return "frozen" if filename.startswith("<") else classify(os.path.abspath(filename), roots_)
+
+    return kind
 
 
 def module_files(modules: Mapping[str, object] | None = None) -> dict[str, str]:

@@ -17,7 +17,6 @@ process's reads, and C code calling ``getenv`` itself.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 
@@ -33,15 +32,13 @@ def install() -> None:
     if _original is not None:
         return
     _original = os._Environ.__getitem__
-    roots = usage.roots()
+    kind = usage.code_kind(usage.roots())
 
-    @functools.lru_cache(maxsize=4096)
     def jobs_code(filename: str) -> bool:
-        return not filename.startswith("<frozen") and usage.classify(os.path.abspath(filename), roots) == "user"
+        return kind(filename) == "user"
 
-    @functools.lru_cache(maxsize=4096)
     def standard(filename: str) -> bool:
-        return filename.startswith("<frozen") or usage.classify(os.path.abspath(filename), roots) == "python"
+        return kind(filename) in ("frozen", "python")
 
     def getitem(self, key):
         try:

@@ -14,9 +14,7 @@ and records the rest, imported only by a library's optional probe, for reading.
 from __future__ import annotations
 
 import builtins
-import functools
 import importlib
-import os
 import sys
 
 from launcher.record import usage
@@ -31,13 +29,10 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    roots = usage.roots()
+    kind = usage.code_kind(usage.roots())
 
-    @functools.lru_cache(maxsize=4096)
     def ours(filename: str) -> bool:
-        if filename.startswith("<"):  # <frozen ...>, and <string>: code libraries generate (dataclasses)
-            return False
-        return usage.classify(os.path.abspath(filename), roots) in ("user", "launcher")
+        return kind(filename) in ("user", "launcher")
 
     original_import = builtins.__import__
     original_import_module = importlib.import_module

@@ -40,11 +40,10 @@ def install() -> None:
 
     import numpy as np
 
-    roots = usage.roots()
+    kind = usage.code_kind(usage.roots())
 
-    @functools.lru_cache(maxsize=1024)
     def jobs_code(filename: str) -> bool:
-        return not filename.startswith("<frozen") and usage.classify(os.path.abspath(filename), roots) == "user"
+        return kind(filename) == "user"
 
     def wrap(module, attr: str, name: str) -> None:
         original = getattr(module, attr, None)
