@@ -39,6 +39,7 @@ DEFAULT_MAX_MB = 64  # per data file: the bundled sample and typical small data 
 # A sweep lays out the code beside its script before any job starts: .py files only,
 # so many at most (a script in a big repository), never below these directories.
 SWEEP_MAX_FILES = 2000
+SWEEP_MAX_DIRS = 500
 _NOT_CODE_DIRS = ("__pycache__", "node_modules", "site-packages", "dist-packages")
 
 
@@ -234,13 +235,17 @@ def link(dest: Path, original: str, target: str) -> None:
         os.symlink(target, inside)
 
 
-def code_tree(directory: str, skip: Iterable[str] = (), max_files: int = SWEEP_MAX_FILES) -> list[str]:
+def code_tree(directory: str, skip: Iterable[str] = (), max_files: int = SWEEP_MAX_FILES,
+              max_dirs: int = SWEEP_MAX_DIRS) -> list[str]:
     """The ``.py`` files below ``directory`` that a job started there could import: not in
     hidden directories, virtual environments, caches or ``skip`` (the store); at most
-    ``max_files`` (the nearest first)."""
+    ``max_files``, looking into at most ``max_dirs`` directories (a sweep started from a
+    home directory must not walk it all)."""
     skip = {os.path.realpath(s) for s in skip}
     out: list[str] = []
-    for current, dirs, files in os.walk(directory):
+    for seen, (current, dirs, files) in enumerate(os.walk(directory)):
+        if seen >= max_dirs:
+            break
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_CODE_DIRS
                          and os.path.realpath(os.path.join(current, d)) not in skip
                          and not os.path.exists(os.path.join(current, d, "pyvenv.cfg")))  # fmt: skip

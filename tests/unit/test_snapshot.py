@@ -105,7 +105,10 @@ def test_a_sweep_lays_out_code_and_links_the_rest(tmp_path):
 def test_code_tree_is_bounded(tmp_path):
     for i in range(5):
         (tmp_path / f"m{i}.py").write_text("")
+        (tmp_path / f"d{i}").mkdir()
+        (tmp_path / f"d{i}" / "x.py").write_text("")
     assert len(snapshot.code_tree(str(tmp_path), max_files=3)) == 3
+    assert len(snapshot.code_tree(str(tmp_path), max_dirs=2)) == 6  # the top directory's five, one below
 
 
 def test_remove_deletes_a_layout_the_job_made_read_only(tmp_path):
