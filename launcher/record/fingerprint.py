@@ -108,6 +108,7 @@ def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dic
     out["code"]["modules"] = facts.get("modules")
     out["code"]["launcher_modules"] = facts.get("launcher_modules")
     out["environment_read"] = facts.get("environment_read")
+    out["observation"] = facts.get("observation")  # how completely the job's reads were seen: not keyed
     return out
 
 

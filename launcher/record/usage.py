@@ -109,23 +109,38 @@ def parse_maps(text: str) -> list[str]:
     return list(out)
 
 
-def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterable[str] = ()) -> list[str]:
-    """The paths of ``opened`` (path -> {"read": bool, "written_first": bool}) that are data.
+def tool_caches(home: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The directories of tools' own caches (``TOOL_CACHES``) below every cache and config
+    root a tool looks in: ``~/.cache``, ``~/.config``, ``$XDG_CACHE_HOME``, ``$XDG_CONFIG_HOME``;
+    and matplotlib's ``$MPLCONFIGDIR``."""
+    bases = [os.path.join(home, ".cache"), os.path.join(home, ".config")]
+    bases += [environ[name] for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME") if environ.get(name)]
+    dirs = [os.path.join(base, tool) for base in dict.fromkeys(bases) for tool in TOOL_CACHES]
+    return tuple(dirs + ([environ["MPLCONFIGDIR"]] if environ.get("MPLCONFIGDIR") else []))
 
-    Out: files the job wrote before reading them (its own outputs), code and shared
-    libraries, the Python installation and its distributions, system directories (but
-    ``/run/user`` and ``/dev/shm``), tools' own caches (``TOOL_CACHES``), the launcher's
-    cache, the run directory, and ``IGNORED_NAMES``. Data in ``~/.cache``, ``~/.config``
-    and ``/tmp`` counts like any other.
+
+def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterable[str] = (),
+               environ: Mapping[str, str] | None = None) -> list[str]:
+    """The paths of ``opened`` (path -> {"read": bool, "written_first": bool, "stat"}) that are data.
+
+    Out: files the job wrote before reading them (its own outputs), files that did not exist
+    when the job first tried to read them (``stat`` None: a cache a tool then wrote, such as
+    matplotlib's font list), code and shared libraries, the Python installation and its
+    distributions, system directories (but ``/run/user`` and ``/dev/shm``), tools' own caches
+    (``tool_caches``, with ``environ``'s XDG directories), the launcher's cache, the run
+    directory, and ``IGNORED_NAMES``. Data in ``~/.cache``, ``~/.config`` and ``/tmp`` counts
+    like any other.
     """
     code = set(code)
-    caches = tuple(os.path.join(home, d, tool) for d in (".cache", ".config") for tool in TOOL_CACHES)
+    caches = tool_caches(home, environ or {})
     out = []
     for opened_as, info in sorted(opened.items()):
         if "\0" in opened_as:  # not a path any file can have (a probe's, a library's sentinel)
             continue
         path = os.path.realpath(opened_as)
         if not info.get("read") or info.get("written_first") or path in code:
+            continue
+        if "stat" in info and info["stat"] is None:  # nothing there to read when the job looked
             continue
         if path.endswith((".py", ".pyc", ".pyo", ".pth")) or _SHARED_LIBRARY.search(path):
             continue
@@ -181,6 +196,22 @@ def roots(run_dir: str | None = None) -> Roots:
         return tuple(sorted({form for p in paths if p for form in (os.path.abspath(p), os.path.realpath(p))}))
 
     return Roots(site=both(site_dirs), python=both(python), launcher=launcher_dir, ignored=both(ignored))
+
+
+def unwatched(run_dir: str) -> list[str]:
+    """Directories whose file opens are never the job's data, so never watched natively
+    (``launcher.run.fswatch``): the system's, the Python installation and its distributions,
+    the launcher, its caches, and the run store."""
+    r = roots(run_dir)
+    return [*SYSTEM_DIRS, *r.site, *r.python, *r.ignored, r.launcher, os.path.dirname(os.path.abspath(run_dir))]
+
+
+def broad_directories() -> list[str]:
+    """Directories too broad to watch below (a job started there, a file read there): home,
+    the root and the temporary directories; each is watched by itself."""
+    import tempfile
+
+    return [os.path.expanduser("~"), "/", tempfile.gettempdir(), "/tmp", "/var/tmp"]
 
 
 def code_kind(roots_: Roots) -> Callable[[str], str]:
@@ -310,6 +341,19 @@ def _scan(listed: Mapping[str, bool], patterns: Mapping[str, bool]) -> list[tupl
     return found
 
 
+def _mtimes(paths: Iterable[str]) -> list[tuple[str, int]]:
+    """(path, mtime in ns) of each of ``paths`` that is a regular file now."""
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if os.path.isfile(path):
+            out.append((path, st.st_mtime_ns))
+    return out
+
+
 def _named(paths: Mapping[str, bool] | Iterable[str]) -> dict[str, bool]:
     """path -> named relatively; a plain iterable of paths counts as named relatively."""
     return dict(paths) if isinstance(paths, Mapping) else dict.fromkeys(paths, True)
@@ -404,6 +448,7 @@ def gather(
     patterns: Mapping[str, bool] | Iterable[str] = (),
     started_ns: int = 0,
     direct_imports: Iterable[str] | None = None,
+    native: Iterable[str] = (),
 ) -> dict:
     """code.modules, software.distributions, software.libraries and data, measured now.
 
@@ -415,11 +460,13 @@ def gather(
     relatively (a plain list: relatively), which decides how it is recorded
     (``display_name``). ``direct_imports`` are the top-level names the job's code or the
     launcher imported (``launcher.run.imports``); without them every used distribution
-    is keyed.
+    is keyed. ``native`` are the files opened in directories watched at the OS level
+    (``launcher.run.fswatch``): those from before ``started_ns`` count as read, as listed ones do.
     """
     r = roots(run_dir)
     opened = dict(opened)
     found = _scan(_named(listed), _named(patterns))
+    found += [(path, mtime, True) for path, mtime in _mtimes(native)]
     relative = {path: rel for path, _, rel in found}
     for path in listed_files([(path, mtime) for path, mtime, _ in found], started_ns):
         opened.setdefault(path, {"read": True, "written_first": False, "stat": stat_key(path),
@@ -462,11 +509,13 @@ def gather(
                 libraries[real] = hashes.sha256(real)
         home = os.path.expanduser("~")
         data = {}
-        read = data_files(opened, r, home, code={m["path"] for m in code.values()})
+        read = data_files(opened, r, home, code={m["path"] for m in code.values()}, environ=os.environ)
         for opened_as in read:
             path = os.path.realpath(opened_as)
             digest = hashes.sha256(path) or "unreadable"
             if opened[opened_as].get("stat") != stat_key(opened_as):
+                if opened[opened_as].get("child"):  # a file a child process was given and wrote: its output
+                    continue
                 digest = f"changed while the job ran ({os.path.basename(run_dir)})"
             data[display_name(_as_named(opened_as, path, launch_dir), launch_dir,
                               opened[opened_as].get("relative", True))] = digest  # fmt: skip

@@ -132,6 +132,7 @@ def _run(run_dir: Path) -> None:
     runs.write_json(run_dir / JOB_FACTS, facts)
     bootstrap_s = time.perf_counter() - started
     reads.watch_listings()
+    reads.watch_natively(os.getcwd(), skip=usage.unwatched(str(run_dir)), broad=usage.broad_directories())
     envreads.install()  # after the bootstrap's own reads: from here on, the task's
     seeding.install()  # after the bootstrap's own seeds: from here on, the task's
 
@@ -166,6 +167,7 @@ def _run(run_dir: Path) -> None:
             if final[key] != effective[key]:
                 print(f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "
                       "the fingerprint records what it ran with", flush=True)  # fmt: skip
+                final.setdefault("set_by_job", {})[key] = final[key]  # the launcher's value never reached it
         final.update(ctx.effective)
         if seeding.recorded():  # the seeds in effect, where the job's code set its own
             final["seeds_set_by_job"] = seeding.recorded()
@@ -173,10 +175,12 @@ def _run(run_dir: Path) -> None:
         reads.stop()
         used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()),
                             explicit=reads.explicit, listed=reads.listed, patterns=reads.patterns,
-                            started_ns=reads.started_ns, direct_imports=imports.direct)  # fmt: skip
+                            started_ns=reads.started_ns, direct_imports=imports.direct,
+                            native=reads.natively_opened())  # fmt: skip
         facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
         facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
         facts["environment_read"] = envreads.recorded()
+        facts["observation"] = reads.observation()
         timings["fingerprint_s"] = time.perf_counter() - measured
         runs.write_json(run_dir / JOB_FACTS, facts)
         runs.write_json(run_dir / RESULT, result)

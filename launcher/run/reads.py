@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import sys
 import time
 from collections.abc import Iterable
@@ -52,6 +53,9 @@ explicit: dict[str, bool] = {}  # files and directories named by launcher.record
 listed: dict[str, bool] = {}  # directories the job listed, in first-listed order
 patterns: dict[str, bool] = {}  # glob patterns (glob, pathlib, tf.io.gfile.glob, Dataset.list_files)
 started_ns = 0  # when recording started: a file modified later is the job's output, not its input
+children: list[dict] = []  # the programs the job started: {"argv": [...], "cwd": ...}
+_watch = None  # a launcher.run.fswatch.Watch: the directories of data files read are watched too
+_broad: frozenset[str] = frozenset()  # directories watched without what lies below them (home, /tmp)
 _installed = False
 _recording = False
 _listings = False
@@ -79,9 +83,69 @@ def note(path: object, writing: bool = False) -> None:
     info = opened.get(path)
     if info is None:
         info = opened[path] = {"read": False, "written_first": writing, "stat": None, "relative": relative}
-    if not writing and not info["read"]:
+    if writing and info["read"] and info["stat"] is None:
+        info["written_first"] = True  # a read found nothing, then the job made it: its output (a tool's cache)
+    elif not writing and (not info["read"] or info["stat"] is None):  # the first read that found a file
         info["read"] = True
         info["stat"] = stat_key(path)
+        if _watch is not None and info["stat"] is not None:  # native code may read what lies beside it
+            directory = os.path.realpath(os.path.dirname(path))
+            _watch.add_tree(directory, recursive=directory not in _broad)
+
+
+SHELLS = ("sh", "bash", "dash", "zsh", "ksh")  # their -c command is split into words too
+_kind = None  # usage.code_kind of this interpreter, made on the first program started
+
+
+def _started_by_the_job() -> bool:
+    """Whether the first caller outside the standard library is the job's own code (a script
+    running ``zcat``), not a library probing its platform (``uname -p``, ``ldconfig -p``)."""
+    global _kind
+    from launcher.record import usage
+
+    if _kind is None:
+        _kind = usage.code_kind(usage.roots())
+    frame = sys._getframe(2)
+    while frame is not None and _kind(frame.f_code.co_filename) in ("frozen", "python"):
+        frame = frame.f_back
+    return frame is not None and _kind(frame.f_code.co_filename) == "user"
+
+
+def note_child(argv: object, cwd: object = None) -> None:
+    """Record a program the job started, and the existing files its arguments name as read
+    (``zcat digits.csv.gz``): what it reads beyond them is seen only in watched directories."""
+    if isinstance(argv, (str, bytes)):
+        text = os.fsdecode(argv)
+        try:
+            args = shlex.split(text)
+        except ValueError:
+            args = text.split()
+    else:
+        try:
+            args = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in argv]  # type: ignore[union-attr]
+        except TypeError:
+            return
+    where = os.fsdecode(cwd) if isinstance(cwd, (str, bytes, os.PathLike)) else os.getcwd()
+    child = {"argv": args, "cwd": where}
+    if child in children:
+        return
+    children.append(child)
+    here = os.path.realpath(where) == os.path.realpath(os.getcwd())
+    words = list(args[1:])
+    if os.path.basename(args[0] if args else "") in SHELLS and "-c" in words[:-1]:  # sh -c 'zcat a.gz | ...'
+        try:
+            words += shlex.split(words[words.index("-c") + 1])
+        except ValueError:
+            pass
+    for arg in words:
+        for candidate in dict.fromkeys([arg, arg.partition("=")[2]]):
+            # As the job named it where the child runs in the job's directory (a replay elsewhere finds it there).
+            path = candidate if here or os.path.isabs(candidate) else os.path.join(where, candidate)
+            if candidate and os.path.isfile(path):
+                note(path)
+                info = opened.get(os.path.join(os.getcwd(), path) if not os.path.isabs(path) else path)
+                if info is not None:
+                    info.setdefault("child", True)
 
 
 def note_listing(path: object, pattern: bool = False) -> None:
@@ -109,7 +173,7 @@ def _writing(mode: object, flags: object) -> bool:
 def _not_the_jobs_listings() -> frozenset[str]:
     """The files of code whose os.listdir/os.scandir calls are not the job listing its data:
     the import system and package metadata (they list every directory on sys.path, the
-    script's own among them), and glob and pathlib, whose patterns are recorded instead
+    script's own among them), the launcher's native watch, and glob and pathlib, whose patterns are recorded instead
     (``glob.glob`` audit events, ``Path.glob``), so that only what matches counts."""
     import glob
     import importlib.metadata
@@ -118,8 +182,10 @@ def _not_the_jobs_listings() -> frozenset[str]:
     import pkgutil
     import site
 
+    from launcher.run import fswatch  # its walk of the watched trees is the launcher's, not the job's
+
     files = {"<frozen importlib._bootstrap_external>", "<frozen zipimport>"}
-    files.update(m.__file__ for m in (glob, importlib.metadata, pathlib, pkgutil, site) if m.__file__)
+    files.update(m.__file__ for m in (glob, importlib.metadata, pathlib, pkgutil, site, fswatch) if m.__file__)
     for name in ("importlib_metadata", "pkg_resources"):  # the backport, setuptools' older API
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:
@@ -139,6 +205,11 @@ def _hook(event: str, args: tuple) -> None:
         elif event in ("os.listdir", "os.scandir") and _listings:
             if sys._getframe(1).f_code.co_filename not in _not_the_jobs:
                 note_listing(args[0] if args else None)
+        elif event == "subprocess.Popen" and len(args) > 2 and _started_by_the_job():  # (executable, args, cwd, env)
+            note_child(args[1] if args[1] is not None else [args[0]], args[2])
+        elif event in ("os.system", "os.exec", "os.posix_spawn", "os.spawn") and args and _started_by_the_job():
+            argv = args[0] if event == "os.system" else args[2] if event == "os.spawn" else args[1]
+            note_child(argv)
         elif event in ("glob.glob", "glob.glob/2") and _listings and args:
             root = args[2] if len(args) > 2 and args[2] is not None else None
             note_listing(os.path.join(os.fsdecode(root), os.fsdecode(args[0])) if root else args[0], pattern=True)
@@ -166,10 +237,43 @@ def watch_listings() -> None:
     _listings = True
 
 
+def watch_natively(launch_dir: str, skip: Iterable[str], broad: Iterable[str]) -> None:
+    """Watch file opens at the OS level (``launcher.run.fswatch``) in ``launch_dir`` and, from
+    now on, beside every data file the job reads; directories under ``skip`` never, those in
+    ``broad`` (home, /tmp) without what lies below them."""
+    global _watch, _broad
+    from launcher.run import fswatch
+
+    _broad = frozenset(os.path.realpath(b) for b in broad)
+    _watch = fswatch.start(skip)
+    if _watch is not None:
+        real = os.path.realpath(launch_dir)
+        _watch.add_tree(real, recursive=real not in _broad)
+
+
+def observation() -> dict:
+    """How completely the job's reads were seen: the programs it started, the watch, the gaps."""
+    gaps = []
+    if children:
+        ran = "; ".join(shlex.join(c["argv"])[:160] for c in children[:5]) + ("; ..." if len(children) > 5 else "")
+        gaps.append(f"the job ran {len(children)} program(s) whose reads are seen only for the files their "
+                    f"arguments name and in watched directories: {ran}")  # fmt: skip
+    watch = {"directories": _watch.watched, "truncated": _watch.truncated} if _watch is not None else None
+    gaps += _watch.gaps if _watch is not None else []
+    return {"children": [c["argv"] for c in children], "watch": watch, "gaps": gaps}
+
+
+def natively_opened() -> list[str]:
+    """The files opened in the watched directories (any process, any code)."""
+    return list(_watch.opened) if _watch is not None else []
+
+
 def stop() -> None:
     """Stop recording: what runs after the job (the launcher hashing what it used) is not the job."""
     global _recording, _listings
     _recording = _listings = False
+    if _watch is not None:
+        _watch.stop()
 
 
 # ---------------------------------------------------------------- native file APIs

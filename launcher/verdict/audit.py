@@ -203,15 +203,16 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
     echo(f"[audit] {len([t for t in plan if not t.skip])} runs of train={base.train.name} "
          f"determinism={base.determinism.level} seed={base.seed}; report: {audit_dir}")  # fmt: skip
     rows: list[audit_report.Row] = []
+    causes: list[str] = []
     interrupted = True  # until the loop ends normally: whatever stops it, the report is written
     try:
-        _run_trials(plan, cfgs, rows, echo)
+        _run_trials(plan, cfgs, rows, echo, causes)
         interrupted = bool(rows) and rows[-1].status == "interrupted"
     except KeyboardInterrupt:
         rows.append(audit_report.Row("-", "-", "interrupted"))
     finally:
         _set_costs(rows)
-        verdict = audit_report.judge(rows, str(base.determinism.level), KNOBS, interrupted)
+        verdict = audit_report.judge(rows, str(base.determinism.level), KNOBS, interrupted, causes)
         text = audit_report.render(rows, verdict)
         runs.write_bytes(audit_dir / "audit.txt", (text + "\n").encode())
         runs.write_json(audit_dir / "audit.json", {**header, "rows": [asdict(r) for r in rows],
@@ -222,12 +223,19 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
     return verdict.exit_code
 
 
-def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], echo: Callable[[str], None]) -> None:
-    """Run the planned trials in order, appending each one's row as it ends."""
+def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], echo: Callable[[str], None],
+                causes: list[str]) -> None:
+    """Run the planned trials in order, appending each one's row as it ends. Once the baseline
+    repeats differ, stop, with the causes their runs recorded in ``causes``."""
     from launcher.run import job
 
     reference: compare.RunRecord | None = None
+    baseline: list[compare.RunRecord] = []
     for i, (t, cfg) in enumerate(zip(plan, cfgs, strict=True)):
+        if t.knob != "repeat" and any(r.knob == "repeat" and r.status == "changed" for r in rows):
+            causes += likely_causes(baseline)
+            echo("[audit] the repeats differ: no knob can be judged until they agree; stopping")
+            return
         if t.skip:
             rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
             continue
@@ -237,10 +245,24 @@ def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], ech
             return
         row, record = _assess(t, outcome, reference)
         rows.append(row)
+        if t.knob == "repeat" and record is not None:
+            baseline.append(record)
         echo(f"[audit] {i + 1}/{len(plan)} {t.knob} {t.value}: {audit_report.status_text(row)}")
         reference = reference or (record if row.status == "reference" else None)
         if reference is None:
             return  # the job fails, or records nothing, as configured: there is nothing to compare with
+
+
+def likely_causes(records: list[compare.RunRecord]) -> list[str]:
+    """What runs recorded that makes repeats differ: generators made without a seed, and reads
+    that were not fully observed."""
+    out: dict[str, None] = {}
+    for r in records:
+        for g in r.result.get("unseeded_generators") or []:
+            out[f"a generator made without a seed: {g['call']} at {g['where']} (seed it from launcher.seed())"] = None
+    for gap in compare.unobserved_reads(*records[:2]) if len(records) >= 2 else []:
+        out[f"input the key may not hold: {gap}"] = None
+    return list(out)
 
 
 def _assess(t: Trial, outcome, ref: compare.RunRecord | None) -> tuple[audit_report.Row, compare.RunRecord | None]:
@@ -251,6 +273,14 @@ def _assess(t: Trial, outcome, ref: compare.RunRecord | None) -> tuple[audit_rep
     timings = outcome.result.get("timings", {})
     row.seconds = timings.get("job_s", 0.0) - timings.get("bootstrap_s", 0.0)
     record = compare.load(outcome.run_dir)
+    set_by_job = {**((ref.fingerprint["determinism"].get("set_by_job") or {}) if ref else {}),
+                  **(record.fingerprint["determinism"].get("set_by_job") or {})}  # the baseline's, or this run's
+    by_job = {k: v for k, v in set_by_job.items() if k in dict(t.expect)}
+    if by_job:
+        row.status = "set by the job"
+        row.note = "; ".join(f"the job's code sets {k}={v} itself: the value tried never reached it"
+                             for k, v in by_job.items())  # fmt: skip
+        return row, record
     stayed = [(k, record.fingerprint["determinism"].get(k)) for k, v in t.expect
               if record.fingerprint["determinism"].get(k) != v]  # fmt: skip
     if stayed:

@@ -19,7 +19,7 @@ class Row:
 
     knob: str  # "repeat" for the baseline runs
     value: str
-    status: str  # reference | same | changed | not observed | failed | not applied | n/a | interrupted
+    status: str  # reference | same | changed | set by the job | not observed | failed | not applied | n/a | interrupted
     run: str | None = None  # the run's directory name in the store
     step: int | None = None  # first step at which the trace split from the reference
     epoch: int | None = None
@@ -39,7 +39,9 @@ class Verdict:
     not_applied: list[str] = field(default_factory=list)
     not_observed: list[str] = field(default_factory=list)  # knobs whose runs recorded nothing
     failed: list[str] = field(default_factory=list)
+    set_by_job: list[str] = field(default_factory=list)  # knobs the job's code sets itself: never varied
     recorded_in: dict[str, str] = field(default_factory=dict)
+    causes: list[str] = field(default_factory=list)  # what the unstable repeats recorded as a likely cause
     interrupted: bool = False
 
     @property
@@ -50,17 +52,25 @@ class Verdict:
         return 0 if self.stable else 1
 
 
-def judge(rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False) -> Verdict:
-    """The verdict over the audit's rows; ``knobs`` maps names to objects with ``recorded_in``."""
+def judge(rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False,
+          causes: list[str] | None = None) -> Verdict:
+    """The verdict over the audit's rows; ``knobs`` maps names to objects with ``recorded_in``;
+    ``causes``: what the baseline runs recorded that makes runs differ (unseeded generators).
+
+    Once the repeats differ, no knob is judged: a knob's run would differ anyway."""
     repeats = [r for r in rows if r.knob == "repeat" and r.status in ("reference", "same", "changed")]
     unobserved = any(r.knob == "repeat" and r.status == "not observed" for r in rows)
     stable = None if len(repeats) < 2 or unobserved else all(r.status != "changed" for r in repeats)
-    v = Verdict(level, len(repeats), stable, interrupted=interrupted)
+    v = Verdict(level, len(repeats), stable, interrupted=interrupted, causes=list(causes or []))
     if unobserved:
         v.not_observed.append("repeat")
+    if stable is False:
+        return v
     for name in dict.fromkeys(r.knob for r in rows if r.knob in knobs):
         statuses = {r.status for r in rows if r.knob == name}
-        if "changed" in statuses:
+        if "set by the job" in statuses:  # the values tried never reached the job: neither pinned nor free
+            v.set_by_job.append(name)
+        elif "changed" in statuses:
             v.pin.append(name)
             v.recorded_in[name] = knobs[name].recorded_in
         elif "same" in statuses:
@@ -119,12 +129,17 @@ def verdict_lines(v: Verdict) -> list[str]:
                      "(weights, every epoch's metrics, every traced step): STABLE")  # fmt: skip
     else:
         lines.append(f"  repeats: runs under {v.level} differ from each other: NOT STABLE (a determinism bug); "
-                     "the knobs below cannot be judged until repeats agree")  # fmt: skip
+                     "no knob was judged: make the repeats agree first")  # fmt: skip
+        if v.causes:
+            lines.append(f"  likely cause: {'; '.join(v.causes[:3])}")
     if v.pin:
         pinned = ", ".join(f"{k} ({v.recorded_in[k]})" for k in v.pin)
         lines.append(f"  must pin (they change the bits; the fingerprint field that records each): {pinned}")
     if v.free:
         lines.append(f"  free here (varied, bits unchanged on this machine for this job): {', '.join(v.free)}")
+    if v.set_by_job:
+        lines.append("  set by the job itself, not varied (the launcher's value never reached it; the job's code "
+                     f"decides, and its value is recorded): {', '.join(v.set_by_job)}")  # fmt: skip
     if v.not_applied:
         lines.append(f"  not applied at this level (see the notes): {', '.join(v.not_applied)}")
     knobs = [k for k in v.not_observed if k != "repeat"]

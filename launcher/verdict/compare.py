@@ -190,6 +190,12 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
     if unknown:  # what neither run recorded may be what differs: no determinism bug is claimed
         return Comparison("NOT COMPARABLE", 3, [], epoch, layers, [*notes, "results differ"], divergence,
                           equal=False, compared=compared)  # fmt: skip
+    gaps = unobserved_reads(a, b)
+    if gaps:  # the difference may come from input the key does not hold: no determinism bug is claimed
+        return Comparison("NOT COMPARABLE", 3, [], epoch, layers,
+                          [*notes, f"results differ, and the runs' reads were not fully observed: {gaps[0]}"
+                           f"{f' (and {len(gaps) - 1} more)' if len(gaps) > 1 else ''}"],
+                          divergence, equal=False, compared=compared)  # fmt: skip
     files = output_differences(a, b)
     if files and trained_alike(a, b, epoch, layers, divergence):
         notes = [f"{ONLY_OUTPUTS}: {', '.join(files[:5])}{' and more' if len(files) > 5 else ''}", *notes]
@@ -201,6 +207,13 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
 
 
 ONLY_OUTPUTS = "only output files differ"
+
+
+def unobserved_reads(a: RunRecord, b: RunRecord) -> list[str]:
+    """Why the runs' reads may not all be in their keys (a program the job started, a lost
+    event): the fingerprints' ``observation.gaps``, each once."""
+    gaps = [g for r in (a, b) for g in ((r.fingerprint.get("observation") or {}).get("gaps") or [])]
+    return list(dict.fromkeys(gaps))
 
 
 def trained_alike(a: RunRecord, b: RunRecord, epoch, layers, divergence) -> bool:

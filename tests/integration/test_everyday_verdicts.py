@@ -251,6 +251,38 @@ def test_an_unseeded_generator_is_named_as_the_likely_cause(launch, tmp_path):
     done = launch("compare", a, b)
     assert done.returncode == 1 and "DIFFERENT" in done.stdout, done.stdout
     assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in done.stdout
+    # The audit: repeats differ, so it stops there, judges no knob, and names the generator.
+    audit = launch("audit", "train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path)
+    assert audit.returncode == 1 and "NOT STABLE" in audit.stdout, audit.stdout[-3000:]
+    verdict = audit.stdout[audit.stdout.index("VERDICT"):]
+    assert "must pin" not in verdict and "free here" not in verdict, verdict
+    assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in verdict
+    assert len([p for p in store.iterdir() if p.name[0].isdigit()]) == 4  # two runs above, two repeats
+
+
+SETS_ITS_THREADS = """import numpy as np
+import tensorflow as tf
+import keras
+
+tf.config.threading.set_intra_op_parallelism_threads(2)  # the script decides its threads itself
+with np.load("digits.npz") as f:
+    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
+model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Conv2D(4, 3), keras.layers.Flatten(),
+                          keras.layers.Dense(10)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x[..., None], y, epochs=1, batch_size=64, verbose=0)
+"""
+
+
+def test_the_audit_says_a_knob_the_job_sets_itself_is_set_by_the_job_never_free(launch, tmp_path):
+    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    (tmp_path / "train.py").write_text(SETS_ITS_THREADS)
+    done = launch("audit", "train=script", "train.script=train.py", f"store.root={q(tmp_path / 'store')}",
+                  "audit.knobs=[intra_op_threads]", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    verdict = done.stdout[done.stdout.index("VERDICT"):]
+    assert "set by the job itself" in verdict and "intra_op_threads" in verdict, verdict
+    assert "free here" not in verdict and "must pin" not in verdict, verdict
 
 
 def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_path):
@@ -295,3 +327,124 @@ def test_settings_the_script_makes_without_effect_are_recorded_as_they_ran(launc
     assert jit == {"requested": True, "in_effect": False}
     log = (run / "log.txt").read_text()
     assert "TF_ENABLE_ONEDNN_OPTS=0 after it was read at start-up" in log and "asked for jit_compile=True" in log
+
+
+READS_THROUGH_A_PROGRAM = """import io
+import subprocess
+import sys
+import numpy as np
+import keras
+
+raw = subprocess.check_output(["zcat", "digits.csv.gz"])  # data that never passes through Python's open
+if len(sys.argv) > 1:  # a program that reads a file it names itself: only its command line is seen
+    raw = subprocess.check_output([sys.executable, "-c", "import sys; sys.stdout.buffer.write(open(sys.argv[1] "
+                                   "+ '/digits.csv', 'rb').read())", sys.argv[1]])
+table = np.loadtxt(io.BytesIO(raw), delimiter=",", dtype="float32")
+model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(10)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(table[:, 1:] / 255.0, table[:, 0].astype("int64"), epochs=1, batch_size=64, verbose=0)
+"""
+
+NATIVE_READS_FROM_AN_INDEX = """import csv
+import os
+import sys
+import tensorflow as tf
+import keras
+
+root = sys.argv[1]
+with open(os.path.join(root, "index.csv")) as f:  # Python reads the index ...
+    rows = list(csv.DictReader(f))
+
+
+def load(path, label):  # ... and TensorFlow reads the images, natively, inside the graph
+    return tf.cast(tf.io.decode_png(tf.io.read_file(path), channels=1), tf.float32) / 255.0, label
+
+
+files = [os.path.join(root, r["file"]) for r in rows]
+ds = tf.data.Dataset.from_tensor_slices((files, [int(r["label"]) for r in rows])).map(load).batch(16)
+model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(ds, epochs=1, verbose=0)
+"""
+
+
+def _digits(n: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    with np.load(DATA / "mnist-small.npz") as f:
+        return f["x_train"][:n], f["y_train"][:n]
+
+
+def _csv(x: np.ndarray, y: np.ndarray) -> str:
+    return "".join(f"{int(label)}," + ",".join(map(str, row.ravel())) + "\n" for row, label in zip(x, y, strict=True))
+
+
+def _write_csv(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+    path.write_text(_csv(x, y))
+
+
+def test_data_a_child_process_reads_is_in_the_key_and_what_it_hides_is_never_called_a_bug(launch, tmp_path):
+    """``subprocess.check_output(["zcat", "digits.csv.gz"])``: the file it names is data (a
+    changed one is REFUSED by name). A program that reads a file it names itself is recorded,
+    and runs that then differ are NOT COMPARABLE, never "a determinism bug"."""
+    import gzip
+
+    x, y = _digits()
+    _write_csv(tmp_path / "digits.csv", x, y)
+    (tmp_path / "digits.csv.gz").write_bytes(gzip.compress((tmp_path / "digits.csv").read_bytes(), mtime=0))
+    hidden = tmp_path.parent / f"{tmp_path.name}-hidden"  # outside every watched directory
+    hidden.mkdir()
+    shutil.copy(tmp_path / "digits.csv", hidden / "digits.csv")
+    (tmp_path / "train.py").write_text(READS_THROUGH_A_PROGRAM)
+    store = tmp_path / "store"
+
+    def run(*args):
+        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}",
+                                 f"train.args=[{','.join(args)}]", cwd=tmp_path))  # fmt: skip
+
+    a, b = run(), run()
+    fp = json.loads((a / "fingerprint.json").read_text())
+    assert fp["data"] == {"digits.csv.gz": _sha(tmp_path / "digits.csv.gz")}
+    assert fp["observation"]["children"] == [["zcat", "digits.csv.gz"]]  # the launcher's own probes are not there
+    same = launch("compare", a, b)
+    assert same.returncode == 0 and same.stdout.startswith("IDENTICAL"), same.stdout
+    x2 = x.copy()
+    x2[0, 14, 14] = 255 - x2[0, 14, 14]
+    (tmp_path / "digits.csv.gz").write_bytes(gzip.compress(_csv(x2, y).encode(), mtime=0))
+    refused = launch("compare", a, run())
+    assert refused.returncode == 3 and "data.digits.csv.gz" in refused.stdout, refused.stdout
+
+    c = run(str(hidden))
+    _write_csv(hidden / "digits.csv", x2, y)
+    d = run(str(hidden))
+    unseen = launch("compare", c, d)
+    assert unseen.returncode == 3 and "not fully observed" in unseen.stdout, unseen.stdout
+    assert "determinism bug" not in unseen.stdout and "import sys" in unseen.stdout
+
+
+def test_files_read_natively_by_names_from_an_index_are_in_the_key(launch, tmp_path):
+    """Images read by ``tf.io.read_file`` inside a ``tf.data`` map, their names from an index
+    CSV in a directory outside the project: every image is data, and one changed image is
+    REFUSED by name (the OS-level watch beside the index, ``launcher.run.fswatch``)."""
+    import tensorflow as tf
+
+    data = tmp_path / "shared data"
+    (data / "images").mkdir(parents=True)
+    x, y = _digits(48)
+    for i in range(len(x)):
+        tf.io.write_file(str(data / "images" / f"{i}.png"), tf.io.encode_png(x[i][..., None]))
+    (data / "index.csv").write_text("file,label\n" + "".join(f"images/{i}.png,{int(y[i])}\n" for i in range(len(x))))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(NATIVE_READS_FROM_AN_INDEX)
+    store = tmp_path / "store"
+
+    def run():
+        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}",
+                                 f"train.args=[{q(data)}]", cwd=project))  # fmt: skip
+
+    a = run()
+    recorded = json.loads((a / "fingerprint.json").read_text())["data"]
+    assert set(recorded) == {str(data / "index.csv"), *(str(data / "images" / f"{i}.png") for i in range(len(x)))}
+    x[7, 10, 10] = 255 - x[7, 10, 10]
+    tf.io.write_file(str(data / "images" / "7.png"), tf.io.encode_png(x[7][..., None]))
+    refused = launch("compare", a, run())
+    assert refused.returncode == 3 and f"data.{data / 'images' / '7.png'}" in refused.stdout, refused.stdout

@@ -133,14 +133,17 @@ def test_a_package_the_job_never_loads_does_not_refuse(launch, store, mnist_npz,
 
 
 def test_mnist_replays_from_inside_an_unrelated_git_checkout(launch, store, mnist_npz, tmp_path):
-    run = run_dir_of(quick_run(launch, store, mnist_npz))
+    """The launch directory's git commit is recorded, not keyed: a run made inside a checkout
+    replays from there as REPRODUCED, though the replay (run from its snapshot) has none."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     for argv in (["git", "init", "-q"], ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
                                             "--allow-empty", "-m", "x"]):  # fmt: skip
         subprocess.run(argv, cwd=checkout, check=True)
+    run = run_dir_of(quick_run(launch, store, mnist_npz, cwd=checkout))
+    assert json.loads((run / "fingerprint.json").read_text())["code"]["git_commit"]  # recorded
     done = launch("replay", run, cwd=checkout)
     assert done.returncode == 0, done.stdout + done.stderr
     (verdict,) = [line for line in done.stdout.splitlines() if line.startswith("REPRODUCED: replay ")]
     replay = Path(verdict.removeprefix("REPRODUCED: replay ").split(" of ")[0])
-    assert json.loads((replay / "fingerprint.json").read_text())["code"]["git_commit"]  # recorded, not keyed
+    assert json.loads((replay / "fingerprint.json").read_text())["code"]["git_commit"] is None  # and not keyed

@@ -56,7 +56,8 @@ def test_keras_fit_inside_a_function_is_observed_and_identical_twice(launch, sto
 def test_the_trace_and_saved_weights_never_change_the_weights(launch, store, mnist_npz):
     """``determinism.trace_every`` and ``train.save_weights`` read the weights, never change
     them (which is why neither is in the config hash): the script task and the mnist task."""
-    plain = _script_run(launch, store, "keras_fit.py", str(mnist_npz), "1", overrides=("determinism.trace_every=0",))
+    plain = _script_run(launch, store, "keras_fit.py", str(mnist_npz), "1",
+                        overrides=("determinism.trace_every=0", "train.save_weights=false"))
     both = _script_run(launch, store, "keras_fit.py", str(mnist_npz), "1",
                        overrides=("determinism.trace_every=1", "train.save_weights=true"))  # fmt: skip
     assert not (plain / "trace.jsonl").exists() and not (plain / "weights.npz").exists()

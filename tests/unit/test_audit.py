@@ -1,5 +1,7 @@
 """The audit's pure parts: which runs it plans, how it merges overrides, how it judges."""
 
+from pathlib import Path
+
 import pytest
 
 from launcher.errors import ConfigError
@@ -88,6 +90,40 @@ def test_unstable_repeats_fail_the_audit_and_say_so():
     assert "NOT STABLE" in "\n".join(audit_report.verdict_lines(v))
     assert audit_report.judge(_rows("failed"), "strict", audit.KNOBS).stable is None  # one repeat: not judged
     assert audit_report.judge(_rows("same"), "strict", audit.KNOBS, interrupted=True).exit_code == 130
+
+
+def test_once_repeats_differ_no_knob_is_judged_and_the_likely_cause_is_named():
+    """Unseeded np.random.default_rng() makes the repeats differ: every knob's run would differ
+    too, so none is called "must pin" (nor free), and the cause the runs recorded is named."""
+    cause = "a generator made without a seed: numpy.random.default_rng() at train.py:7"
+    v = audit_report.judge(_rows("changed", "changed", "same"), "strict", audit.KNOBS, causes=[cause])
+    assert (v.stable, v.pin, v.free) == (False, [], [])
+    text = "\n".join(audit_report.verdict_lines(v))
+    assert "must pin" not in text and "free here" not in text and f"likely cause: {cause}" in text
+
+
+def test_a_knob_the_job_sets_itself_is_reported_as_such_never_free():
+    """The script calls set_intra_op_parallelism_threads(2) itself: the audit's 2 looks "same",
+    its 4 never reached the job. Neither free nor pinned: set by the job."""
+    rows = [*_rows("same")[:2], audit_report.Row("intra_op_threads", "2 (was 1)", "same"),
+            audit_report.Row("intra_op_threads", "4 (was 1)", "set by the job")]  # fmt: skip
+    v = audit_report.judge(rows, "strict", audit.KNOBS)
+    assert (v.set_by_job, v.free, v.pin) == (["intra_op_threads"], [], [])
+    assert "set by the job itself" in "\n".join(audit_report.verdict_lines(v))
+
+
+def test_likely_causes_come_from_what_the_baseline_runs_recorded():
+    from launcher.verdict import compare
+
+    def record(generators, gaps=()):
+        return compare.RunRecord(path=Path("r"), fingerprint={"observation": {"gaps": list(gaps)}}, config={},
+                                 metrics=[], result={"unseeded_generators": generators})  # fmt: skip
+
+    made = [{"call": "numpy.random.default_rng()", "where": "train.py:7"}]
+    causes = audit.likely_causes([record(made), record(made, ["the job ran 1 program(s) ...: zcat a.gz"])])
+    assert causes == ["a generator made without a seed: numpy.random.default_rng() at train.py:7 (seed it from "
+                      "launcher.seed())", "input the key may not hold: the job ran 1 program(s) ...: zcat a.gz"]
+    assert audit.likely_causes([record([]), record([])]) == []
 
 
 def test_a_job_that_records_nothing_is_not_judged_and_no_knob_is_free():

@@ -360,3 +360,19 @@ def test_tolerance_compares_a_scripts_kept_variables(tmp_path):
         rec.result = {**rec.result, "weights_sha256": digest, "weights_file": "weights.npz"}
     assert compare.decide_equivalent(a, b, rtol=1e-5, atol=0).verdict == "EQUIVALENT"
     assert compare.decide_equivalent(a, b, rtol=0, atol=0).verdict == "NOT EQUIVALENT"
+
+
+def test_runs_whose_reads_were_not_fully_observed_are_never_called_a_determinism_bug():
+    """A program the job started read what the key may not hold: differing results are NOT
+    COMPARABLE, naming it; equal results are still IDENTICAL (the bits were compared)."""
+    gap = "the job ran 1 program(s) whose reads are seen only for ...: sh -c 'cat /data/x'"
+    a, b = _record(), _record(path=Path("/runs/b"))
+    a.fingerprint = {**a.fingerprint, "observation": {"children": [["sh", "-c", "cat /data/x"]], "gaps": [gap]}}
+    assert compare.decide(a, b).verdict == "IDENTICAL"
+    b.result = {**b.result, "weights_sha256": "x", "layer_sha256": {"conv1": "c1", "logits": "l2"}}
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code) == ("NOT COMPARABLE", 3)
+    text = compare.report(c, Path("a"), Path("b"))
+    assert "not fully observed" in text and "cat /data/x" in text and "determinism bug" not in text
+    a.fingerprint["observation"]["gaps"] = []
+    assert compare.decide(a, b).verdict == "DIFFERENT"

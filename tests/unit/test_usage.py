@@ -76,6 +76,39 @@ def test_data_files_are_what_the_job_read_and_nothing_else(tmp_path):
                                                           str(home / ".cache" / "myproject" / "train.csv")]  # fmt: skip
 
 
+def test_tools_caches_under_xdg_directories_and_files_absent_when_read_are_not_data(tmp_path):
+    """matplotlib keeps its font list in $XDG_CACHE_HOME/matplotlib (or $MPLCONFIGDIR): its own
+    cache, never the job's data; and a file the job looked for before anything made it held no input."""
+    xdg, mpl = tmp_path / "xdg-cache", tmp_path / "mpl"
+    for path in (xdg / "matplotlib" / "fontlist.json", mpl / "fontlist.json", xdg / "myproject" / "a.csv",
+                 tmp_path / "made-later.json"):  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    read = {"read": True, "written_first": False, "stat": ("x",)}
+    opened = {str(xdg / "matplotlib" / "fontlist.json"): read, str(mpl / "fontlist.json"): read,
+              str(xdg / "myproject" / "a.csv"): read,
+              str(tmp_path / "made-later.json"): {"read": True, "written_first": False, "stat": None}}  # fmt: skip
+    environ = {"XDG_CACHE_HOME": str(xdg), "MPLCONFIGDIR": str(mpl)}
+    home = str(tmp_path / "home")
+    assert usage.data_files(opened, ROOTS, home, environ=environ) == [str(xdg / "myproject" / "a.csv")]
+    assert len(usage.data_files(opened, ROOTS, home)) == 3  # without the variables, they are other directories
+
+
+def test_a_file_first_looked_for_then_made_by_the_job_is_its_output_and_one_made_by_another_is_read(tmp_path):
+    reads.opened.clear()
+    cache, fetched = tmp_path / "fontlist.json", tmp_path / "fetched.npz"
+    for path in (cache, fetched):
+        reads.note(str(path))  # a read that finds nothing (the audit event comes before the open)
+    cache.write_text("{}")
+    reads.note(str(cache), writing=True)  # the job writes it: a cache of its own
+    fetched.write_text("data")  # a child process (a download) made this one
+    reads.note(str(fetched))
+    assert reads.opened[str(cache)]["written_first"] is True
+    assert reads.opened[str(fetched)]["stat"] is not None and not reads.opened[str(fetched)]["written_first"]
+    assert usage.data_files(reads.opened, ROOTS, str(tmp_path / "home")) == [str(fetched)]
+    reads.opened.clear()
+
+
 def test_ram_disks_hold_data_and_the_rest_of_the_system_does_not(tmp_path):
     shm = Path("/dev/shm")
     if not shm.is_dir() or not os.access(shm, os.W_OK):

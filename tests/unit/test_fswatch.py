@@ -1,0 +1,88 @@
+"""The OS-level watch of native file opens (launcher.run.fswatch) and the programs a job starts
+(launcher.run.reads.note_child): real inotify, real files."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from launcher.run import fswatch, reads
+
+
+def _dirs(root, *names):
+    for name in names:
+        (root / name).mkdir(parents=True)
+    return root
+
+
+def test_the_tree_is_breadth_first_within_its_budget_and_leaves_out_stores_and_tools(tmp_path):
+    _dirs(tmp_path, "a/deep/deeper", "b", ".git/objects", "__pycache__", "runs/20260101-000000-abcdef", "skipme/x")
+    (tmp_path / "runs" / "index.sqlite").write_text("")
+    found, truncated = fswatch.tree(str(tmp_path), skip=[str(tmp_path / "skipme")], budget=100)
+    assert found == [str(tmp_path / p) if p else str(tmp_path) for p in ("", "a", "b", "a/deep", "a/deep/deeper")]
+    assert not truncated
+    found, truncated = fswatch.tree(str(tmp_path), skip=[], budget=2)
+    assert found == [str(tmp_path), str(tmp_path / "a")] and truncated
+
+
+def test_a_watch_sees_files_opened_below_its_trees_by_any_process_and_nothing_else(tmp_path):
+    inside, outside = _dirs(tmp_path, "data/images") / "data", _dirs(tmp_path, "other") / "other"
+    for path in (inside / "index.csv", inside / "images" / "0.png", outside / "x.bin"):
+        path.write_bytes(b"x")
+    watch = fswatch.start(skip=[])
+    if watch is None:
+        pytest.skip("no inotify here (not Linux, or no instance left for this user)")
+    watch.add_tree(str(inside))
+    watch.add_tree(str(tmp_path / "other"), recursive=False)
+    assert watch.watched == 3
+    os.system(f"cat {inside / 'images' / '0.png'} > /dev/null")  # native code of another process
+    with open(outside / "x.bin", "rb"):
+        pass
+    time.sleep(0.2)
+    watch.stop()
+    assert set(watch.opened) == {str(inside / "images" / "0.png"), str(outside / "x.bin")}
+    assert watch.gaps == []
+
+
+@pytest.fixture
+def fresh_reads():
+    saved = dict(reads.opened), list(reads.children)
+    reads.opened.clear()
+    reads.children.clear()
+    yield reads
+    reads.opened.clear()
+    reads.opened.update(saved[0])
+    reads.children[:] = saved[1]
+
+
+def test_a_program_the_job_starts_is_recorded_with_the_files_its_arguments_name(fresh_reads, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "digits.csv.gz").write_bytes(b"x")
+    (tmp_path / "a.csv").write_bytes(b"x")
+    (tmp_path / "dir").mkdir()
+    reads.note_child(["zcat", "digits.csv.gz", "dir", "missing.gz"])
+    reads.note_child(["sh", "-c", "cat a.csv | head"])  # a shell's command, split into words
+    reads.note_child("tool --input=a.csv")  # os.system: one string
+    reads.note_child(["zcat", "digits.csv.gz", "dir", "missing.gz"])  # the same command again: once
+    assert [c["argv"] for c in reads.children] == [["zcat", "digits.csv.gz", "dir", "missing.gz"],
+                                                   ["sh", "-c", "cat a.csv | head"], ["tool", "--input=a.csv"]]
+    assert set(reads.opened) == {str(tmp_path / "digits.csv.gz"), str(tmp_path / "a.csv")}
+    assert all(info["relative"] and info["child"] and info["stat"] for info in reads.opened.values())
+    gaps = reads.observation()["gaps"]
+    assert len(gaps) == 1 and "3 program(s)" in gaps[0] and "zcat digits.csv.gz" in gaps[0]
+
+
+def test_only_programs_the_jobs_own_code_starts_are_the_jobs(fresh_reads, tmp_path, monkeypatch):
+    """A library probing its platform (``platform.processor()`` runs ``uname -p``) is not the job.
+    The audit event is raised here as ``subprocess.Popen`` raises it, once from code whose file lies
+    in site-packages and once from this test's own code (standing for the job's)."""
+    import sysconfig
+
+    monkeypatch.setattr(reads, "_recording", True)
+    as_a_library = os.path.join(sysconfig.get_paths()["purelib"], "somelib", "probe.py")
+    event = "reads._hook('subprocess.Popen', ('uname', ['uname', '-p'], None, None))"
+    exec(compile(event, as_a_library, "exec"), {"reads": reads})
+    reads._hook("subprocess.Popen", ("true", ["true", str(tmp_path)], None, None))
+    assert [c["argv"] for c in reads.children] == [["true", str(tmp_path)]]
