@@ -94,3 +94,53 @@ def quick_run(launch, store: Path, npz: Path, *overrides: str, env: dict | None 
     done = launch("train=mnist", f"train.data={npz}", f"store.root={store}", *QUICK, *overrides, env=env, cwd=cwd)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done
+
+
+# ---------------------------------------------------------------- parallel tests, shared runs
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests of a module with a module-scoped fixture (a Docker image, an MLflow server, a
+    tmpfs store) run on one xdist worker, so the fixture is made once (``--dist loadgroup``)."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        scopes = {d.scope for defs in (info.name2fixturedefs.values() if info else ()) for d in defs}
+        if "module" in scopes or "class" in scopes:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+@pytest.fixture(scope="session")
+def shared_root(tmp_path_factory) -> Path:
+    """A directory every xdist worker of this test session sees (one session, several processes)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-runs"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+def build_once(root: Path, name: str, build) -> dict:
+    """``build(directory) -> dict`` run once per test session across all workers, under a file
+    lock; every later caller gets the same dict (JSON), and the directory it filled."""
+    import json
+
+    from filelock import FileLock
+
+    directory, done = root / name, root / f"{name}.json"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            directory.mkdir(exist_ok=True)
+            done.write_text(json.dumps(build(directory)))
+    return json.loads(done.read_text())
+
+
+def copy_store(source: Path, target: Path) -> Path:
+    """A writable copy of a shared store at ``target`` (its runs stay sealed: read-only), its
+    index pointing at the copies: for a test that adds runs (a replay) or changes them."""
+    import shutil
+    import sqlite3
+
+    shutil.copytree(source, target, symlinks=True)
+    index = target / "index.sqlite"
+    if index.exists():
+        index.chmod(0o644)
+        with sqlite3.connect(index) as db:
+            db.execute("UPDATE runs SET path = replace(path, ?, ?)", (str(source.resolve()), str(target.resolve())))
+    return target

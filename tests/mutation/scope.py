@@ -10,6 +10,23 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "launcher.verdict.compare": ("*",),  # compare's verdicts and tolerance
     "launcher.record.runs": ("x_seal", "x_verify_seal", "x__files", "x_file_sha256"),  # the seal
     "launcher.run.trace": ("x_point", "x_first_divergence", "x__differing_layers", "x_describe"),  # the locator
+    # What enters the key: the job's reads and what they are, and the key checked before a rerun.
+    "launcher.record.usage": ("x_classify", "x_parse_maps", "x_tool_caches", "x_data_files", "x_listed_files",
+                              "x_display_name", "x_parse_record", "x_content_entries", "x_files_sha256",
+                              "x_keyed_distributions", "x_parse_requires"),
+    "launcher.run.reads": ("x_note", "x_note_child", "x__writing", "x_note_listing", "x_observation"),
+    "launcher.run.precheck": ("*",),
+    "launcher.record.probes": ("x_parse_cpuinfo", "x_parse_cpu_caches", "x_parse_meminfo", "x_parse_nvidia_smi_query",
+                               "x_parse_cuda_driver_version", "x_parse_nvidia_topology", "x_parse_os_release",
+                               "x_parse_git_status"),
+    # The bootstrap's plan and its check that every setting took effect; the config's hashed part.
+    "launcher.run.determinism": ("x_plan", "x_verify"),
+    "launcher.run.config": ("x_hashed_part", "x_config_hash", "x_validate"),
+    # Replay's refusal and verdict; the audit's trials and judgment.
+    "launcher.verdict.replay": ("x_refusal", "x_verdict"),
+    "launcher.verdict.audit": ("x_trials", "x__threads", "x__switch", "x__level", "x__input_pipeline",
+                               "x_with_overrides", "x_likely_causes"),
+    "launcher.verdict.audit_report": ("x_judge", "x_verdict_lines"),
 }
 
 # The unit tests mutants are judged by (keep in step with pyproject.toml [tool.mutmut]). Left out: two

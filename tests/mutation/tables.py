@@ -24,6 +24,9 @@ TESTS = {  # the unit tests of each module's tables
     "launcher.verdict.compare": ["tests/unit/test_compare.py", "tests/unit/test_compare_report.py"],
     "launcher.run.trace": ["tests/unit/test_trace.py", "tests/unit/test_hashing.py"],
     "launcher.record.runs": ["tests/unit/test_runs.py"],
+    "launcher.run.config": ["tests/unit/test_config_hash_keys.py", "tests/unit/test_config.py"],
+    "launcher.record.usage": ["tests/unit/test_usage.py", "tests/unit/test_fswatch.py"],
+    "launcher.verdict.audit": ["tests/unit/test_audit.py"],
 }  # fmt: skip
 CONSTANTS = [  # (module, name, mutated value)
     ("launcher.verdict.compare", "NOTHING_COMPARED", 7),
@@ -38,6 +41,15 @@ TABLES = [  # (module, name): every entry removed in turn
     ("launcher.record.environment", "NOT_IN_KEY"),
     ("launcher.record.key", "KEY"),
     ("launcher.verdict.compare", "MIGRATION_FIELDS"),
+    # Judged by behaviour: a key dropped from the hash lets two configs that compute differently share
+    # one hash (test_config_hash_keys); a directory dropped from these lets a system file or a tool's
+    # cache be called data (test_usage); a knob dropped is never tried (test_audit).
+    ("launcher.run.config", "NOT_IN_HASH"),
+    ("launcher.record.usage", "SYSTEM_DIRS"),
+    ("launcher.record.usage", "USER_DATA_IN_SYSTEM_DIRS"),
+    ("launcher.record.usage", "TOOL_CACHES"),
+    ("launcher.record.usage", "IGNORED_NAMES"),
+    ("launcher.verdict.audit", "KNOBS"),
 ]
 # Removing an entry that another one covers changes nothing; each such pair is named here.
 EQUIVALENT = {
@@ -65,8 +77,8 @@ def label(m: dict) -> str:
 def run(m: dict) -> bool:
     """True when the mutant is killed (a unit test fails; for the control, when the tests fail)."""
     env = {**os.environ, "LAUNCH_TABLE_MUTANT": json.dumps(m), "PYTHONPATH": os.getcwd()}
-    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "tests.mutation.tables",
-            *TESTS[m["module"]]]  # fmt: skip
+    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
+            "-p", "tests.mutation.tables", *TESTS[m["module"]]]  # fmt: skip
     return subprocess.run(argv, env=env, capture_output=True).returncode != 0
 
 
