@@ -97,6 +97,12 @@ def quick_run(launch, store: Path, npz: Path, *overrides: str, env: dict | None 
 
 
 # ---------------------------------------------------------------- parallel tests, shared runs
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker per core this process may run on (``taskset -c 0`` gives 1).
+    xdist's own count asks psutil for the machine's physical cores, where psutil is installed."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests of a module with a module-scoped fixture (a Docker image, an MLflow server, a
     tmpfs store) run on one xdist worker, so the fixture is made once (``--dist loadgroup``)."""
