@@ -1,4 +1,5 @@
-"""User training code: ``train=custom`` (a function) and ``train=script`` (a file).
+"""User training code: ``train=custom`` (a function), ``train=script`` (a file) and
+``train=notebook`` (a Jupyter notebook's code cells, ``launcher.run.notebook``).
 
 Both run in the job process after the determinism bootstrap. What they save under
 ``launcher.output_dir()`` is hashed into result.json by the bootstrap; a model given
@@ -42,6 +43,15 @@ def run(ctx: TaskContext) -> dict:
         # the launcher itself was imported from where it was installed.
         sys.path.insert(0, snapshot.rooted(str(train.path), ctx.root) if train.path else os.getcwd())
         returned = load_entrypoint(str(train.entrypoint))(ctx.cfg, ctx.seed)
+    elif train.name == "notebook":
+        from omegaconf import OmegaConf
+
+        from launcher.run import notebook
+
+        path = snapshot.rooted(str(train.notebook), ctx.root)
+        params = OmegaConf.to_container(train.params) if train.get("params") is not None else {}
+        notebook.execute(path, params, ctx.output_dir / os.path.basename(str(train.notebook)))
+        returned = None
     else:
         returned = run_script(snapshot.rooted(str(train.script), ctx.root), [str(a) for a in train.args])
     return observed_result(ctx, observer, returned)
