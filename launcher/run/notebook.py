@@ -154,8 +154,10 @@ def _shell(ipython_dir: str):
         outputs: list = []
 
         def _showtraceback(self, etype, evalue, stb):
-            self.outputs.append({"output_type": "error", "ename": getattr(etype, "__name__", str(etype)),
-                                 "evalue": str(evalue), "traceback": list(stb)})  # fmt: skip
+            import nbformat
+
+            self.outputs.append(nbformat.v4.new_output("error", ename=getattr(etype, "__name__", str(etype)),
+                                                       evalue=str(evalue), traceback=list(stb)))  # fmt: skip
             print(self.InteractiveTB.stb2text(stb), file=sys.__stderr__ or sys.stderr, flush=True)
 
         def system(self, cmd):  # !cmd: the program is the job's, its argument files read
