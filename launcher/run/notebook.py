@@ -29,6 +29,7 @@ import linecache
 import os
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -44,10 +45,12 @@ class CellError(LauncherError):
     """A notebook cell raised: the run fails, naming the cell and the line."""
 
 
-def execute(path: str, params: dict, executed: Path) -> None:
+def execute(path: str, params: dict, executed: Path) -> dict[str, float]:
     """Run the code cells of the notebook at ``path`` with ``params`` injected (papermill's
     convention), writing the executed copy to ``executed`` after each cell; CellError when a
-    cell raises. ``KeyboardInterrupt`` (the launcher's stop) propagates."""
+    cell raises. ``KeyboardInterrupt`` (the launcher's stop) propagates. Returns the timings:
+    the shell's start (``notebook_start_s``: IPython imported and its shell made) and the cells'."""
+    started = time.perf_counter()
     import nbformat
 
     reads.code_files.update({os.path.abspath(path), os.path.realpath(path)})  # code, never data
@@ -62,11 +65,13 @@ def execute(path: str, params: dict, executed: Path) -> None:
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # plots inline, as ipykernel
     with tempfile.TemporaryDirectory(prefix="launch-ipython-") as ipython_dir:
         shell = _shell(ipython_dir)
+        ready = time.perf_counter()
         try:
             _run_cells(shell, nb, os.path.abspath(path), injected, executed)
         finally:
             shell.cleanup()
             type(shell).clear_instance()
+    return {"notebook_start_s": ready - started, "notebook_cells_s": time.perf_counter() - ready}
 
 
 def _run_cells(shell, nb, path: str, injected: int | None, executed: Path) -> None:
