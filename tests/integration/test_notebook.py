@@ -42,13 +42,15 @@ def _edit(notebook: Path, change) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    """A: the notebook; B: the same after its markdown was edited and outputs and counts were
-    filled in as Jupyter would; D: after a code cell changed. The notebook ends as D ran it."""
+    """A: the notebook; C: the same with another learning rate; B: the notebook after its
+    markdown was edited and outputs and counts were filled in as Jupyter would; D: after a
+    code cell changed. The notebook ends as D ran it."""
     root = tmp_path_factory.mktemp("notebook runs")
     store, notebook = root / "run store", root / "my notebook.ipynb"
     store.mkdir()
     shutil.copyfile(NOTEBOOK, notebook)
     out = {"store": store, "notebook": notebook, "A": _run(store, notebook)}
+    out["C"] = _run(store, notebook, params="lr: 0.01")
 
     def prose_and_outputs(cells):
         cells[0]["source"] = "# A small CNN on MNIST, reworded\nNothing but prose changed."
@@ -104,12 +106,10 @@ def test_a_changed_code_cell_is_refused_by_name(runs):
 
 
 def test_another_learning_rate_is_refused(runs):
-    other = _run(runs["store"], NOTEBOOK, params="lr: 0.01")
-    executed = json.loads((other / "outputs" / "train.ipynb").read_text())
+    executed = json.loads((runs["C"] / "outputs" / "my notebook.ipynb").read_text())
     injected = executed["cells"][2]  # papermill's place: right after the parameters cell
     assert injected["metadata"]["tags"] == ["injected-parameters"] and "lr = 0.01" in "".join(injected["source"])
-    base = _run(runs["store"], NOTEBOOK)
-    done = run_launch("compare", base, other)
+    done = run_launch("compare", runs["A"], runs["C"])
     assert done.returncode == 3 and done.stdout.startswith("REFUSED"), done.stdout
     assert "config.train.params.lr" in done.stdout and "code.notebook_cells" not in done.stdout
 
