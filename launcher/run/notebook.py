@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from launcher.errors import LauncherError
+from launcher.errors import ConfigError, LauncherError
 from launcher.record import notebooks, runs
 from launcher.run import reads
 
@@ -51,7 +51,12 @@ def execute(path: str, params: dict, executed: Path) -> dict[str, float]:
     cell raises. ``KeyboardInterrupt`` (the launcher's stop) propagates. Returns the timings:
     the shell's start (``notebook_start_s``: IPython imported and its shell made) and the cells'."""
     started = time.perf_counter()
-    import nbformat
+    try:
+        import IPython  # noqa: F401
+        import nbformat
+    except ImportError as exc:  # the launcher checked its own environment; a container's may lack them
+        raise ConfigError(f"train=notebook needs IPython and nbformat where the job runs ({exc}): "
+                          f"{notebooks.EXTRA}") from None  # fmt: skip
 
     reads.code_files.update({os.path.abspath(path), os.path.realpath(path)})  # code, never data
     nb = notebooks.load(path)
@@ -102,13 +107,14 @@ def _run_cells(shell, nb, path: str, injected: int | None, executed: Path) -> No
             print(f"[launch] {name} called sys.exit({error.code or ''}): the notebook ends there", flush=True)
             return
         if error is not None:
-            raise CellError(f"{name} raised {_describe(error, shell.code_name)}; "
+            raise CellError(f"{name} raised {_describe(error, shell.code_name, text)}; "
                             f"the executed notebook up to it is in outputs/{executed.name}") from None  # fmt: skip
 
 
-def _describe(error: BaseException, code_name: str) -> str:
+def _describe(error: BaseException, code_name: str, text: str) -> str:
     """``ZeroDivisionError: division by zero (line 2: y = 1 / 0)``: the error and the line of
-    the cell it came from (the innermost frame of the cell's own code)."""
+    the cell ``text`` it came from (the innermost frame of the cell's own code), as written
+    (``%matplotlib inline``, not IPython's translation of it)."""
     what = f"{type(error).__name__}: {error}".splitlines()[0] if str(error) else type(error).__name__
     line = getattr(error, "lineno", None) if isinstance(error, SyntaxError) else None
     for frame, lineno in traceback.walk_tb(error.__traceback__):
@@ -116,8 +122,9 @@ def _describe(error: BaseException, code_name: str) -> str:
             line = lineno
     if line is None:
         return what
-    text = linecache.getline(code_name, line).strip() or (getattr(error, "text", None) or "").strip()
-    return f"{what} (line {line}: {text})" if text else f"{what} (line {line})"
+    lines = text.splitlines()
+    shown = (lines[line - 1] if 0 < line <= len(lines) else linecache.getline(code_name, line)).strip()
+    return f"{what} (line {line}: {shown})" if shown else f"{what} (line {line})"
 
 
 def _shell(ipython_dir: str):
@@ -164,6 +171,12 @@ def _shell(ipython_dir: str):
             self.outputs.append(nbformat.v4.new_output("error", ename=getattr(etype, "__name__", str(etype)),
                                                        evalue=str(evalue), traceback=list(stb)))  # fmt: skip
             print(self.InteractiveTB.stb2text(stb), file=sys.__stderr__ or sys.stderr, flush=True)
+
+        def enable_gui(self, gui=None):  # %matplotlib inline: no event loop, as in ipykernel
+            if gui not in (None, "inline"):
+                from IPython.core.error import UsageError
+
+                raise UsageError(f"a notebook run by launch is headless: no {gui} window; use %matplotlib inline")
 
         def system(self, cmd):  # !cmd: the program is the job's, its argument files read
             reads.note_child(["/bin/sh", "-c", cmd])
