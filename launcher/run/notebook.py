@@ -65,6 +65,9 @@ def execute(path: str, params: dict, executed: Path) -> dict[str, float]:
               "(papermill's convention)", flush=True)  # fmt: skip
     nb, injected = notebooks.inject(nb, params)
     nb = nbformat.from_dict(nb)
+    if (nb.nbformat, nb.nbformat_minor) >= (4, 5):  # cell ids are required since 4.5: the copy has them
+        for i, cell in enumerate(nb.cells):
+            cell.setdefault("id", "injected-parameters" if i == injected else f"cell-{i}")
     nb.metadata["launch"] = {"notebook": os.path.basename(path), "params": params}
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # helpers beside it import, as in Jupyter
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # plots inline, as ipykernel

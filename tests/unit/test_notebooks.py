@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,54 @@ def test_without_the_extra_the_error_names_the_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "IPython" else real(name, *a))
     with pytest.raises(ConfigError, match=r"needs IPython: pip install 'tf-repro-launcher\[notebook\]'"):
         config.validate(config.compose(["train=notebook", f"train.notebook={NOTEBOOK}"]))
+
+
+def _execute(tmp_path, monkeypatch, *sources: str, params: dict | None = None) -> tuple[dict, str | None]:
+    """Run a notebook of ``sources`` with the real executor, in this process (no bootstrap):
+    the executed copy, and the one-line error (None when it ran through)."""
+    from launcher.run import notebook
+
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": s}
+             for s in sources]  # fmt: skip
+    path, executed = tmp_path / "nb.ipynb", tmp_path / "out.ipynb"
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}))
+    try:
+        notebook.execute(str(path), params or {}, executed)
+        error = None
+    except notebook.CellError as exc:
+        error = str(exc)
+    return json.loads(executed.read_text()), error
+
+
+def test_cells_run_as_in_jupyter_and_their_outputs_are_kept(tmp_path, monkeypatch):
+    nb, error = _execute(tmp_path, monkeypatch, "x = 6 * 7\nprint('printed')\nx",
+                         "from IPython.display import HTML, display\ndisplay(HTML('<b>b</b>'))",
+                         "!echo from the shell\n%time y = x + 1", params={"x": 1})  # fmt: skip
+    assert error is None
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert "".join(code[0]["source"]).endswith("x = 1\n")  # the injected parameters, first: no cell is tagged
+    assert [c["execution_count"] for c in code] == [1, 2, 3, 4]
+    assert [o["output_type"] for o in code[1]["outputs"]] == ["stream", "execute_result"]
+    assert "".join(code[1]["outputs"][1]["data"]["text/plain"]) == "42"
+    assert "".join(code[2]["outputs"][0]["data"]["text/html"]) == "<b>b</b>"
+    printed = "".join("".join(o.get("text", "")) for o in code[3]["outputs"])
+    assert "from the shell" in printed and "Wall time" in printed
+
+
+def test_a_failing_cell_is_named_with_its_line_and_the_copy_ends_there(tmp_path, monkeypatch):
+    nb, error = _execute(tmp_path, monkeypatch, "a = 1", "%time b = 2\nc = 1 / 0\n", "d = 4")
+    assert error == ("code cell 2 raised ZeroDivisionError: division by zero (line 2: c = 1 / 0); "
+                     "the executed notebook up to it is in outputs/out.ipynb")  # fmt: skip
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code[1]["outputs"][-1]["output_type"] == "error" and code[2]["execution_count"] is None
+
+
+def test_input_fails_at_once_and_sys_exit_0_ends_the_notebook(tmp_path, monkeypatch):
+    _, error = _execute(tmp_path, monkeypatch, "name = input('your name? ')")
+    assert error.startswith("code cell 1 raised StdinNotImplementedError: a notebook run by launch is headless")
+    _, error = _execute(tmp_path, monkeypatch, "import sys\nsys.stdin.readline()")
+    assert error.startswith("code cell 1 raised StdinNotImplementedError")
+    nb, error = _execute(tmp_path, monkeypatch, "import sys\nsys.exit(0)", "never = 1")
+    assert error is None and nb["cells"][1]["execution_count"] is None
