@@ -178,7 +178,7 @@ def usage() -> str:
         lines.append(f"       launch {name:<9} {help_text}")
     lines += [
         "",
-        "config groups: train=mnist|custom|script  determinism=off|seeded|strict  runtime=local|docker",
+        "config groups: train=mnist|custom|script|notebook  determinism=off|seeded|strict  runtime=local|docker",
         "  image=tf-cpu|tf-gpu (runtime=docker)  tracking=none|mlflow (docs/tracking.md)",
         "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",

@@ -175,6 +175,9 @@ def input_paths(cfg: Mapping, cwd: str) -> list[str]:
     script = train.get("script")
     if train.get("name") == "script" and isinstance(script, str) and os.path.exists(script):
         paths.append(os.path.dirname(os.path.abspath(script)))  # the script's siblings import
+    notebook = train.get("notebook")
+    if train.get("name") == "notebook" and isinstance(notebook, str) and os.path.exists(notebook):
+        paths.append(os.path.dirname(os.path.abspath(notebook)))
     extra = train.get("path")  # train=custom: a directory put on sys.path
     if train.get("name") == "custom" and isinstance(extra, str) and extra:
         path = os.path.join(cwd, os.path.expanduser(extra))

@@ -29,7 +29,8 @@ SCHEMA = 3
 READABLE_SCHEMAS = (1, 2, 3)
 
 
-def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None) -> dict:
+def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None,
+            notebook: str | None = None) -> dict:
     """The launcher-side fingerprint of a job about to start with environment ``env``.
 
     ``software``, ``determinism`` and ``data`` are filled in by the job process
@@ -40,7 +41,7 @@ def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | 
         "hardware": hardware(),
         "software": None,
         "environment": allowed_env(env),
-        "code": code(cwd, script),
+        "code": code(cwd, script, notebook),
         "config_sha256": config_sha256,
         "host": {"hostname": socket.gethostname()},
         "determinism": None,

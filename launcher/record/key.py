@@ -132,6 +132,10 @@ KEY: dict[str, Callable[[dict], object]] = {
     "code.launcher": lambda fp: (fp["code"].get("launcher_modules")
                                  or {"(the whole package)": fp["code"].get("launcher_version")}),
     "code.script_sha256": lambda fp: fp["code"].get("script_sha256"),
+    # A notebook's code cells, each by its source (named ``code cell N`` with its first line,
+    # so a refusal says which cell). Out: the notebook file's own hash (notebook_sha256,
+    # what its snapshot keeps): markdown, outputs, execution counts and metadata are not code.
+    "code.notebook_cells": lambda fp: fp["code"].get("notebook_cells"),
     "code.modules": _since_schema_2(
         lambda fp: {name: m["sha256"] for name, m in (fp["code"].get("modules") or {}).items()}
     ),

@@ -14,6 +14,8 @@ difference can be named where it lies:
   directory, under ``DIR/events.out.tfevents.*`` (not the wall times, not the names);
 - TensorFlow checkpoints: every variable by name and value (``PREFIX.index`` with its
   data shards), and the ``checkpoint`` state file without its timestamps;
+- ``.ipynb``: an executed notebook, each code cell's source and results, without execution
+  counts, metadata, ids, memory addresses or printed text (``launcher.record.notebooks``);
 - anything else: its bytes.
 
 Read in the job process, where TensorFlow is loaded (event files and checkpoints need
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from launcher.record import notebooks
 from launcher.record.hashing import array_digest
 
 EVENTS = re.compile(r"^events\.out\.tfevents\.")
@@ -70,6 +73,8 @@ def _one(path: Path, rel: str, checkpoints: set[str]) -> dict:
             return _parts("tensorflow checkpoint", _checkpoint_parts(str(path)[: -len(".index")]))
         if path.name == "checkpoint":
             return _parts("checkpoint state", {"state": _without_timestamps(path.read_text())})
+        if path.suffix == ".ipynb":
+            return _parts("notebook", notebooks.output_parts(json.loads(path.read_text(encoding="utf-8"))))
     except Exception:  # noqa: BLE001 - unreadable as its kind: compared by bytes, never an error
         pass
     return {"kind": "bytes", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "parts": {}}

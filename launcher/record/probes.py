@@ -216,9 +216,11 @@ def parse_git_status(text: str) -> bool:
     return bool(text.strip())
 
 
-def code(cwd: str, script: str | None = None) -> dict:
-    """The launcher's version with its source hash, a script's hash, and the git state of the
-    launch directory (for reading: the modules the job imported are hashed by the job itself)."""
+def code(cwd: str, script: str | None = None, notebook: str | None = None) -> dict:
+    """The launcher's version with its source hash, a script's hash, a notebook's code cells
+    (``notebook_cells``, keyed) and whole file (``notebook_sha256``, what its snapshot keeps),
+    and the git state of the launch directory (for reading: the modules the job imported are
+    hashed by the job itself)."""
     from launcher.record.hashing import launcher_source_version
 
     info: dict = {"launcher_version": launcher_source_version(), "git_commit": None, "dirty": None,
@@ -234,6 +236,11 @@ def code(cwd: str, script: str | None = None) -> dict:
         )
     if script:
         info["script_sha256"] = hashlib.sha256(Path(script).read_bytes()).hexdigest()
+    if notebook:
+        from launcher.record import notebooks
+
+        info["notebook_sha256"] = hashlib.sha256(Path(notebook).read_bytes()).hexdigest()
+        info["notebook_cells"] = notebooks.cells_key(notebooks.load(notebook))
     return info
 
 

@@ -36,7 +36,7 @@ SNAPSHOT = "snapshot.json"
 OBJECTS = "objects"
 SCHEMA = 1
 DEFAULT_MAX_MB = 64  # per data file: the bundled sample and typical small data sets fit
-# A sweep lays out the code beside its script before any job starts: .py files only,
+# A sweep lays out the code beside its script before any job starts: .py files and notebooks only,
 # so many at most (a script in a big repository), never below these directories.
 SWEEP_MAX_FILES = 2000
 SWEEP_MAX_DIRS = 500
@@ -60,7 +60,7 @@ def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | Non
          data_sizes: Mapping[str, int], max_bytes: int) -> tuple[dict[str, dict], dict[str, str]]:
     """The files a run keeps: ``(kept, left_out)``.
 
-    ``kept`` maps each absolute path to ``{"sha256", "role"}`` (role: script, module,
+    ``kept`` maps each absolute path to ``{"sha256", "role"}`` (role: script, notebook, module,
     config, data) with the digest the run recorded; ``left_out`` maps a path to why it is
     not kept (a data file larger than ``max_bytes``, one whose size is unknown). A digest
     the run recorded as not a plain sha256 (``changed while the job ran``, ``missing``)
@@ -78,6 +78,8 @@ def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | Non
 
     if script and code.get("script_sha256"):
         keep(os.path.abspath(script), code["script_sha256"], "script")
+    if script and code.get("notebook_sha256"):  # train=notebook: the whole file, as it ran
+        keep(os.path.abspath(script), code["notebook_sha256"], "notebook")
     for module in (code.get("modules") or {}).values():
         keep(module["path"], module["sha256"], "module")
     if config_dir:
@@ -237,7 +239,7 @@ def link(dest: Path, original: str, target: str) -> None:
 
 def code_tree(directory: str, skip: Iterable[str] = (), max_files: int = SWEEP_MAX_FILES,
               max_dirs: int = SWEEP_MAX_DIRS) -> list[str]:
-    """The ``.py`` files below ``directory`` that a job started there could import: not in
+    """The ``.py`` files (and ``.ipynb`` notebooks) below ``directory`` that a job started there could run: not in
     hidden directories, virtual environments, caches or ``skip`` (the store); at most
     ``max_files``, looking into at most ``max_dirs`` directories (a sweep started from a
     home directory must not walk it all)."""
@@ -249,7 +251,7 @@ def code_tree(directory: str, skip: Iterable[str] = (), max_files: int = SWEEP_M
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_CODE_DIRS
                          and os.path.realpath(os.path.join(current, d)) not in skip
                          and not os.path.exists(os.path.join(current, d, "pyvenv.cfg")))  # fmt: skip
-        out += [os.path.join(current, f) for f in sorted(files) if f.endswith(".py")]
+        out += [os.path.join(current, f) for f in sorted(files) if f.endswith((".py", ".ipynb"))]
         if len(out) >= max_files:
             return out[:max_files]
     return out

@@ -449,6 +449,7 @@ def gather(
     started_ns: int = 0,
     direct_imports: Iterable[str] | None = None,
     native: Iterable[str] = (),
+    code_files: Iterable[str] = (),
 ) -> dict:
     """code.modules, software.distributions, software.libraries and data, measured now.
 
@@ -462,6 +463,8 @@ def gather(
     launcher imported (``launcher.run.imports``); without them every used distribution
     is keyed. ``native`` are the files opened in directories watched at the OS level
     (``launcher.run.fswatch``): those from before ``started_ns`` count as read, as listed ones do.
+    ``code_files`` are files the job ran as code without importing them (a notebook, keyed by
+    its code cells): never data.
     """
     r = roots(run_dir)
     opened = dict(opened)
@@ -509,7 +512,8 @@ def gather(
                 libraries[real] = hashes.sha256(real)
         home = os.path.expanduser("~")
         data = {}
-        read = data_files(opened, r, home, code={m["path"] for m in code.values()}, environ=os.environ)
+        read = data_files(opened, r, home, code={m["path"] for m in code.values()} | set(code_files),
+                          environ=os.environ)
         for opened_as in read:
             path = os.path.realpath(opened_as)
             digest = hashes.sha256(path) or "unreadable"

@@ -176,7 +176,7 @@ def _run(run_dir: Path) -> None:
         used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()),
                             explicit=reads.explicit, listed=reads.listed, patterns=reads.patterns,
                             started_ns=reads.started_ns, direct_imports=imports.direct,
-                            native=reads.natively_opened())  # fmt: skip
+                            native=reads.natively_opened(), code_files=reads.code_files)  # fmt: skip
         facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
         facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
         facts["environment_read"] = envreads.recorded()

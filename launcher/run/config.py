@@ -25,7 +25,7 @@ CONFIG_MODULE = "launcher.configs"
 PRIMARY = "launch"
 USER_PROVIDER = "command-line"  # the search-path provider Hydra names a --config-dir
 
-TASKS = ("mnist", "custom", "script")
+TASKS = ("mnist", "custom", "script", "notebook")
 RUNTIMES = ("local", "docker")
 TRACKERS = ("none", "mlflow")  # the tracking config group (launcher.record.tracking)
 # Fields that cannot change a result: left out of the config hash (dotted paths).
@@ -130,11 +130,34 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError("train=script needs train.script=path/to/train.py")
         if not os.path.isfile(str(train.script)):
             raise ConfigError(f"train.script {train.script!r} is not a file")
+    elif train.name == "notebook":
+        _check_notebook(train)
     tracking = cfg.get("tracking")
     if tracking is not None and tracking.get("name") not in TRACKERS:
         raise ConfigError(f"tracking={tracking.get('name')!r} is unknown; choose one of {', '.join(TRACKERS)}")
     if not str(cfg.store.root):
         raise ConfigError("store.root must be a directory path")
+
+
+def _check_notebook(train: DictConfig) -> None:
+    """train=notebook: a notebook file, parameters by name, and the extra that runs it installed."""
+    import importlib.util
+
+    from launcher.record import notebooks
+
+    if OmegaConf.is_missing(train, "notebook"):
+        raise ConfigError("train=notebook needs train.notebook=path/to/NB.ipynb")
+    if not os.path.isfile(str(train.notebook)):
+        raise ConfigError(f"train.notebook {train.notebook!r} is not a file")
+    notebooks.load(str(train.notebook))
+    params = train.get("params")
+    if params is not None and not isinstance(params, DictConfig):
+        raise ConfigError(f"train.params must be a mapping of names to values ('train.params={{lr: 0.01}}'), "
+                          f"got {params!r}")  # fmt: skip
+    notebooks.render_parameters(OmegaConf.to_container(params) if params is not None else {})
+    missing = [m for m in ("IPython", "nbformat") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"train=notebook needs {' and '.join(missing)}: {notebooks.EXTRA}")
 
 
 def resolve(cfg: DictConfig, cpu_count: int | None = None) -> DictConfig:
@@ -158,6 +181,8 @@ def resolve(cfg: DictConfig, cpu_count: int | None = None) -> DictConfig:
         out.determinism[key] = determinism.resolve_threads(cfg.determinism[key], cores)
     if out.train.name == "script":
         out.train.script = os.path.abspath(str(out.train.script))
+    if out.train.name == "notebook":
+        out.train.notebook = os.path.abspath(str(out.train.notebook))
     if out.train.name == "mnist" and out.train.data not in ("sample", "full"):
         out.train.data = os.path.abspath(os.path.expanduser(str(out.train.data)))
     OmegaConf.set_struct(out, True)

@@ -133,7 +133,8 @@ def launch_fingerprint(
     if root and env.get("PYTHONPATH"):
         env["PYTHONPATH"] = snapshot.rooted_pythonpath(env["PYTHONPATH"], root, keep=[LAUNCHER_ROOT])
     script = snapshot.rooted(str(resolved.train.script), root) if resolved.train.name == "script" else None
-    fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script)
+    notebook = snapshot.rooted(str(resolved.train.notebook), root) if resolved.train.name == "notebook" else None
+    fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script, notebook)
     config_dir = resolved.get("config_dir")
     if config_dir and root:
         config_dir = {"path": snapshot.rooted(str(config_dir["path"]), root), "files": list(config_dir["files"])}
@@ -176,9 +177,15 @@ def _finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row:
     return Outcome(run_dir, state, seed, error=error, returncode=returncode)
 
 
+def code_file(resolved: DictConfig) -> str | None:
+    """The file of code a run names in its config: train=script's script, train=notebook's notebook."""
+    return {"script": resolved.train.get("script"), "notebook": resolved.train.get("notebook")}.get(
+        str(resolved.train.name))
+
+
 def keep_snapshot(run_dir: Path, resolved: DictConfig, fp: dict, launch_dir: str, root: str | None = None) -> dict:
     """Keep the code and small data the run used in its store, and ``snapshot.json`` in the run."""
-    script = str(resolved.train.script) if resolved.train.name == "script" else None
+    script = code_file(resolved)
     config_dir = resolved.get("config_dir")
     max_mb = resolved.store.get("snapshot_max_mb", snapshot.DEFAULT_MAX_MB)
     data = [p for p in (snapshot.data_path(n, launch_dir) for n in fp.get("data") or {}) if p]

@@ -53,6 +53,7 @@ explicit: dict[str, bool] = {}  # files and directories named by launcher.record
 listed: dict[str, bool] = {}  # directories the job listed, in first-listed order
 patterns: dict[str, bool] = {}  # glob patterns (glob, pathlib, tf.io.gfile.glob, Dataset.list_files)
 started_ns = 0  # when recording started: a file modified later is the job's output, not its input
+code_files: set[str] = set()  # files the job runs as code but not by import (a notebook): never data
 children: list[dict] = []  # the programs the job started: {"argv": [...], "cwd": ...}
 _watch = None  # a launcher.run.fswatch.Watch: the directories of data files read are watched too
 _broad: frozenset[str] = frozenset()  # directories watched without what lies below them (home, /tmp)

@@ -41,7 +41,7 @@ def _why_none(run_dir: Path) -> str:
         task = str(OmegaConf.load(run_dir / job.CONFIG).train.name)
     except Exception:  # no readable config: the generic reason
         task = None
-    if task in ("script", "custom"):
+    if task in ("script", "custom", "notebook"):
         return ("the launcher checkpoints the mnist task, and your code only through "
                 "launcher.run.checkpoints.Checkpointer; run it again with launch")  # fmt: skip
     return "determinism=off, or it died in epoch 1"

@@ -182,6 +182,8 @@ def code_dirs(cfg) -> list[str]:
     train = cfg.train
     if train.name == "script":
         return [os.path.dirname(os.path.abspath(str(train.script)))]
+    if train.name == "notebook":  # its helpers import from beside it; the notebook itself is kept by its run
+        return [os.path.dirname(os.path.abspath(str(train.notebook)))]
     if train.name == "custom":
         return [os.path.abspath(str(train.path)) if train.get("path") else os.getcwd()]
     return []

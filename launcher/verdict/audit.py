@@ -42,7 +42,7 @@ class Knob:
 
     name: str
     recorded_in: str  # the fingerprint field(s) that pin it (all in the comparability key)
-    tasks: tuple[str, ...] = ("mnist", "custom", "script")  # tasks the launcher applies it for
+    tasks: tuple[str, ...] = ("mnist", "custom", "script", "notebook")  # tasks the launcher applies it for
 
 
 KNOBS = {

@@ -33,8 +33,8 @@ import numpy as np
 from launcher.errors import ConfigError
 
 # Key fields a port may change: its code, and how its TF1 sessions were configured.
-CODE_FIELDS = ("code.", "determinism.sessions", "config.train.script", "config.train.entrypoint",
-               "config.train.path", "config.train.name")  # fmt: skip
+CODE_FIELDS = ("code.", "determinism.sessions", "config.train.script", "config.train.notebook",
+               "config.train.entrypoint", "config.train.path", "config.train.name")  # fmt: skip
 
 
 @dataclass

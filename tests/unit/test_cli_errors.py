@@ -20,7 +20,7 @@ def _launch(capsys, *args: str) -> tuple[int, list[str]]:
     "args,expected",
     [
         (["train=mnsit"], "launch: error: Could not find 'train/mnsit'. "
-                          "Available options in 'train': custom mnist script (did you mean train=mnist?)"),
+                          "Available options in 'train': custom mnist notebook script (did you mean train=mnist?)"),
         (["determinism=maybe"], "launch: error: Could not find 'determinism/maybe'. "
                                 "Available options in 'determinism': off seeded strict"),
         (["seed=7"], "launch: error: Could not override 'seed': no such key in the config; to add it, use +seed=7"),

@@ -124,7 +124,7 @@ def test_a_misspelled_user_option_lists_it_with_the_launchers(conf):
     with pytest.raises(ConfigError) as info:
         config.compose(["train=tinyy"], config_dir=str(conf))
     assert str(info.value) == ("Could not find 'train/tinyy'. Available options in 'train': "
-                               "custom mnist script tiny (did you mean train=tiny?)")  # fmt: skip
+                               "custom mnist notebook script tiny (did you mean train=tiny?)")  # fmt: skip
 
 
 def test_the_config_dir_is_not_in_the_config_hash(conf, tmp_path):
@@ -172,7 +172,7 @@ def test_bash_completion_completes_groups_options_keys_and_the_users_options(tmp
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["determinism=seeded determinism=strict", "train.epochs=",
-                                        "train=custom train=mnist train=script train=tiny"]  # fmt: skip
+                                        "train=custom train=mnist train=notebook train=script train=tiny"]  # fmt: skip
 
 
 def test_completion_reads_the_config_dir_of_the_line_being_completed(conf):

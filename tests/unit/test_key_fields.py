@@ -70,6 +70,8 @@ IN_KEY = {  # key field -> (change, the differences it must produce as (field, a
     "code.launcher": (_set("code/launcher_modules/__init__.py", "b2"),
                       [("code.launcher.__init__.py", "b1", "b2")]),
     "code.script_sha256": (_set("code/script_sha256", "s1"), [("code.script_sha256", None, "s1")]),
+    "code.notebook_cells": (_set("code/notebook_cells", {"code cell 1": "lr = 0.1  [sha256 ab]"}),
+                            [("code.notebook_cells", None, {"code cell 1": "lr = 0.1  [sha256 ab]"})]),
     "code.modules": (_set("code/modules/helper", {"path": "/w/helper.py", "sha256": "h2"}),
                      [("code.modules.helper", "h1", "h2")]),
     "data": (_set("data", {"data/mnist.npz": "d2"}), [("data.data/mnist.npz", "d1", "d2")]),
@@ -171,7 +173,7 @@ def test_missing_optional_sections_read_as_empty_not_as_errors():
     got = key.comparability_key(fp)
     assert got["data"] == {} and got["code.modules"] == {} and got["software.tensorflow"] is None
     assert got["software.os"] == [None, None] and got["software.container"] is None
-    assert got["code.script_sha256"] is None
+    assert got["code.script_sha256"] is None and got["code.notebook_cells"] is None
     assert got["config_files"] == {}  # runs from before --config-dir used none
 
 

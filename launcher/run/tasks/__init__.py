@@ -49,5 +49,5 @@ class TaskContext:
 
 def get(name: str):
     """The ``run`` function of task ``name`` (imported lazily: tasks import TensorFlow)."""
-    module = {"mnist": "mnist", "custom": "user", "script": "user"}[name]
+    module = {"mnist": "mnist", "custom": "user", "script": "user", "notebook": "user"}[name]
     return importlib.import_module(f"launcher.run.tasks.{module}").run

@@ -1,4 +1,5 @@
-"""User training code: ``train=custom`` (a function) and ``train=script`` (a file).
+"""User training code: ``train=custom`` (a function), ``train=script`` (a file) and
+``train=notebook`` (a Jupyter notebook's code cells, ``launcher.run.notebook``).
 
 Both run in the job process after the determinism bootstrap. What they save under
 ``launcher.output_dir()`` is hashed into result.json by the bootstrap; a model given
@@ -41,9 +42,19 @@ def run(ctx: TaskContext) -> dict:
         # the launch directory as `python -m` would have it, comes first only now, after
         # the launcher itself was imported from where it was installed.
         sys.path.insert(0, snapshot.rooted(str(train.path), ctx.root) if train.path else os.getcwd())
-        returned = load_entrypoint(str(train.entrypoint))(ctx.cfg, ctx.seed)
-    else:
-        returned = run_script(snapshot.rooted(str(train.script), ctx.root), [str(a) for a in train.args])
+        return observed_result(ctx, observer, load_entrypoint(str(train.entrypoint))(ctx.cfg, ctx.seed))
+    if train.name == "notebook":
+        from omegaconf import OmegaConf
+
+        from launcher.run import notebook
+
+        path = snapshot.rooted(str(train.notebook), ctx.root)
+        params = OmegaConf.to_container(train.params) if train.get("params") is not None else {}
+        timings = notebook.execute(path, params, ctx.output_dir / os.path.basename(str(train.notebook)))
+        result = observed_result(ctx, observer, None)
+        result.setdefault("timings", {}).update(timings)  # the shell's start and the cells', apart
+        return result
+    returned = run_script(snapshot.rooted(str(train.script), ctx.root), [str(a) for a in train.args])
     return observed_result(ctx, observer, returned)
 
 
