@@ -80,6 +80,14 @@ SKIP: dict[tuple[str, str], str] = {
 if _optuna_installed():
     SKIP[("docs/errors.md", "launch -m hydra/sweeper=optuna 'train.learning_rate=interval(0.0001,0.01)'     "
                             "# without the extra installed")] = "the optuna extra is installed here"  # fmt: skip
+else:
+    for _cmd in ("launch -m hydra/sweeper=optuna 'train.learning_rate=choice(0.0,0.1)'",
+                 "launch -m hydra/sweeper=optuna sweep.objective=acc 'train.learning_rate=choice(0.01,0.1)'"):
+        SKIP[("docs/sweeps.md", _cmd)] = "the optuna extra is not installed here"
+if len(os.sched_getaffinity(0)) != 2 or _gpu_here():
+    SKIP[("docs/sweeps.md", "launch -m runtime.slots=4 '+seed=range(4)'     # on a 2-core machine")] = (
+        "the refusal names this machine's cores and GPUs; the page shows 2 cores and no GPU"
+    )
 if os.geteuid() != 0:  # docs/fingerprint.md: "Writing into a sealed run needs its write permissions back first"
     for _cmd in ("echo step=4 > runs/20261123-180100-442ec6/outputs/.state",
                  "launch compare runs/20261123-180100-442ec6 runs/20261123-180100-442ec6; echo \"exit $?\"",
