@@ -166,20 +166,20 @@ class Page:
 
 
 # ---------------------------------------------------------------- what an example needs
-def _keras_script(page: Page) -> None:
+def _keras_script(page: Page, example: dx.Example) -> None:
     shutil.copy(SCRIPTS / "keras_fit.py", page.project / "train.py")
     shutil.copy(DATA / "mnist-small.npz", page.project / "mnist.npz")
     page.bind("629d6e", page.launch("train=script", "train.script=train.py", "train.args=[mnist.npz]"))
 
 
-def _helper_script(page: Page) -> None:
+def _helper_script(page: Page, example: dx.Example | None = None) -> None:
     shutil.copy(SCRIPTS / "with_helper.py", page.project / "train.py")
     shutil.copy(SCRIPTS / "helper.py", page.project / "helper.py")
     shutil.copy(DATA / "mnist-small.npz", page.project / "digits.npz")
     (page.root / "elsewhere").mkdir(exist_ok=True)
 
 
-def _second_default_run(page: Page) -> None:
+def _second_default_run(page: Page, example: dx.Example) -> None:
     page.bind("97b3f7", page.launch())
 
 
@@ -190,7 +190,11 @@ def _threads_pair(page: Page, one: str, two: str) -> None:
     page.bind(two, page.launch("determinism.intra_op_threads=2"))
 
 
-def _forced_pair(page: Page) -> None:
+def _refused_pair(page: Page, example: dx.Example) -> None:
+    _threads_pair(page, "75c234", "99f6d7")
+
+
+def _forced_pair(page: Page, example: dx.Example) -> None:
     _threads_pair(page, "c4e142", "b60b21")
     weights = [
         re.search(r'"weights_sha256": "(\w+)"', (page.project / "runs" / page.run_of(s) / "result.json").read_text())
@@ -200,7 +204,7 @@ def _forced_pair(page: Page) -> None:
         pytest.skip("2 intra-op threads give the bits of 1 on this CPU: the page's forced compare needs them to differ")
 
 
-def _too_large(page: Page) -> None:
+def _too_large(page: Page, example: dx.Example) -> None:
     """A run whose data file was over store.snapshot_max_mb, then moved to /mnt/archive."""
     _helper_script(page)
     page.bind("7d836f", page.launch("train=script", "train.script=train.py", "train.args=[digits.npz]",
@@ -209,7 +213,7 @@ def _too_large(page: Page) -> None:
     shutil.move(page.project / "digits.npz", page.root / "archive" / "digits.npz")
 
 
-def _bad_data(page: Page) -> None:
+def _bad_data(page: Page, example: dx.Example) -> None:
     p = page.project
     np.savez(p / "wrong.npz", a=np.zeros(3))
     objects = np.empty(1, dtype=object)
@@ -223,7 +227,7 @@ def _bad_data(page: Page) -> None:
     labels.write_bytes(gzip.compress(raw[:4] + (100).to_bytes(4, "big") + raw[8:108]))  # 100 labels for 200 images
 
 
-def _hidden_state(page: Page) -> None:
+def _hidden_state(page: Page, example: dx.Example) -> None:
     (page.project / "hidden_state.py").write_text(
         "import launcher\n\n(launcher.output_dir() / '.state').write_text('step=3\\n')\n"
     )
@@ -235,13 +239,13 @@ def _tiny_config(page: Page, example: dx.Example) -> None:
     (page.project / "conf" / "train" / "tiny.yaml").write_text("\n".join(example.commands[0].expected) + "\n")
 
 
-# (page, the example's first command) -> its set-up
+# (page, the example's first command) -> its set-up: what it needs but does not show
 SETUP = {
     ("README.md", "launch train=script train.script=train.py 'train.args=[mnist.npz]'"): _keras_script,
     ("README.md", "launch compare runs/20261123-193734-a61944 runs/20261123-193740-97b3f7"): _second_default_run,
-    ("README.md", "launch compare runs/…-75c234 runs/…-99f6d7"): lambda p: _threads_pair(p, "75c234", "99f6d7"),
+    ("README.md", "launch compare runs/…-75c234 runs/…-99f6d7"): _refused_pair,
     ("README.md", "launch train=script train.script=train.py 'train.args=[digits.npz]'"): _helper_script,
-    ("docs/verdicts.md", "launch compare runs/…-75c234 runs/…-99f6d7"): lambda p: _threads_pair(p, "75c234", "99f6d7"),
+    ("docs/verdicts.md", "launch compare runs/…-75c234 runs/…-99f6d7"): _refused_pair,
     ("docs/verdicts.md", "launch train=script train.script=train.py 'train.args=[digits.npz]'"): _helper_script,
     ("docs/verdicts.md", "launch replay runs/20261124-120044-7d836f"): _too_large,
     ("docs/verdicts.md", "launch compare runs/20261123-112107-c4e142 runs/20261123-112112-b60b21 --force   "
@@ -249,7 +253,7 @@ SETUP = {
     ("docs/errors.md", "launch train.data=/etc/passwd"): _bad_data,
     ("docs/fingerprint.md", "launch train=script train.script=hidden_state.py     # writes outputs/.state"):
         _hidden_state,
-    ("docs/hydra.md", "cat conf/train/tiny.yaml"): "tiny",
+    ("docs/hydra.md", "cat conf/train/tiny.yaml"): _tiny_config,
 }
 # The command's environment beyond the page's: "offline, nothing in ~/.keras/datasets".
 OFFLINE = {"HOME": "{root}/home", "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
@@ -313,10 +317,8 @@ class Shell:
 def _run_example(page: Page, example: dx.Example) -> list[str]:
     """Run one example; the mismatches found (empty when it prints what the page says)."""
     setup = SETUP.get((page.name, example.commands[0].text))
-    if setup == "tiny":
-        _tiny_config(page, example)
-    elif setup is not None:
-        setup(page)
+    if setup is not None:
+        setup(page, example)
     paths = page.paths()
     cwd = REPO if page.name in IN_REPO else page.project
     shell = Shell(cwd, page.env())
