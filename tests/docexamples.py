@@ -15,7 +15,8 @@ runs every example for real and matches its output with :func:`match`, in which:
   decimals (a metric) are machine-bound: each is bound to what was printed, so the same
   documented value must come out the same wherever the page repeats it (a 16-digit prefix
   agreeing with the 64-digit digest it starts), but its value is not compared;
-- a duration (``2s``, ``530ms/step``, ``11 s``) matches any duration;
+- a duration (``2s``, ``530ms/step``, ``11 s``) matches any duration, and a number in
+  e-notation (a migration check's error, ``7.45e-09``) any number;
 - a run of two or more spaces matches any run of spaces, and a rule of ``-``, ``*`` or ``=``
   any rule of that character (tables are padded to what they hold);
 - blank lines and trailing spaces are ignored.
@@ -98,6 +99,7 @@ _TOKEN = re.compile(
     r"|(?P<run_id>\b\d{8}-\d{6}-[0-9a-f]{6}\b)"
     r"|(?P<duration>\b\d+(?:\.\d+)?\s?(?:ms|s)\b)"
     r"|(?P<digest>\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{12,64}\b)"
+    r"|(?P<error>(?<![\d.])\d+(?:\.\d+)?e[-+]\d+\b)"
     r"|(?P<metric>(?<![\d.])\d+\.\d{4}(?![\d.]))"
     r"|(?P<spaces> {2,})"
     r"|(?P<rule>-{3,}|\*{3,}|={3,})"
@@ -147,6 +149,8 @@ def _line_pattern(expected: str) -> tuple[re.Pattern[str], list[tuple[str, str]]
             binds.append(("run", text[-6:]))
         elif kind == "ellipsis":
             parts.append(r".*?")
+        elif kind == "error":
+            parts.append(r"\d+(?:\.\d+)?(?:e[-+]\d+)?")
         elif kind == "duration":
             parts.append(r"\d+(?:\.\d+)?\s?(?:ms|s)")
         elif kind == "digest":

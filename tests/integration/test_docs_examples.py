@@ -230,6 +230,12 @@ def _bad_data(page: Page, example: dx.Example) -> None:
     labels.write_bytes(gzip.compress(raw[:4] + (100).to_bytes(4, "big") + raw[8:108]))  # 100 labels for 200 images
 
 
+def _migration(page: Page, example: dx.Example) -> None:
+    for script in ("tf1_mlp.py", "tf2_port.py"):
+        shutil.copy(SCRIPTS / script, page.project / script)
+    shutil.copy(DATA / "mnist-small.npz", page.project / "mnist.npz")
+
+
 def _hidden_state(page: Page, example: dx.Example) -> None:
     (page.project / "hidden_state.py").write_text(
         "import launcher\n\n(launcher.output_dir() / '.state').write_text('step=3\\n')\n"
@@ -257,6 +263,8 @@ SETUP = {
     ("docs/fingerprint.md", "launch train=script train.script=hidden_state.py     # writes outputs/.state"):
         _hidden_state,
     ("docs/hydra.md", "cat conf/train/tiny.yaml"): _tiny_config,
+    ("docs/tf1-migration.md", 'MIGRATION="determinism.random_ops=num_random_ops train.save_weights=true '
+                              'determinism.trace_every=1"'): _migration,  # fmt: skip
 }
 # The command's environment beyond the page's: "offline, nothing in ~/.keras/datasets".
 OFFLINE = {"HOME": "{root}/home", "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",

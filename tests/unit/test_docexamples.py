@@ -77,6 +77,9 @@ def test_elisions_durations_and_table_padding():
     assert dx.match(["REPRODUCED: …"], ["REPRODUCED: replay /x of /y"], dx.Bindings()) is not None
     assert dx.match(["3/3 - 2s - 530ms/step"], ["3/3 - 11s - 1.2s/step"], dx.Bindings()) is not None
     assert dx.match(["3/3 - 2s - 530ms/step"], ["4/4 - 2s - 530ms/step"], dx.Bindings()) is None
+    assert dx.match(["(32,)  2.56e-09  yes"], ["(32,)  1.4e-09  yes"], dx.Bindings()) is not None
+    assert dx.match(["difference 2.38e-07; 0 out"], ["difference 0; 0 out"], dx.Bindings()) is not None
+    assert dx.match(["difference 2.38e-07; 0 out"], ["difference 0; 1 out"], dx.Bindings()) is None
     table = ["| main         | pkg://launcher.configs    |", "-------------"]
     assert dx.match(table, ["| main | pkg://launcher.configs |", "---"], dx.Bindings()) is not None
     assert dx.match(table, ["| main | pkg://launcher.config |", "---"], dx.Bindings()) is None
