@@ -18,6 +18,7 @@ in a later page runs once, in the first.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import shutil
@@ -274,6 +275,34 @@ ENV = {"launch train.data=full        # offline, nothing in ~/.keras/datasets": 
 IN_REPO = {"docs/gpu.md"}
 
 
+# The one digest a page states as a fact of the machine rather than of one run: the README's "Run it
+# again and you get the same weights_sha256 (on this kind of machine: x86-64 with the same CPU features
+# and packages)". It is compared literally where this machine is the page's kind (as its default run's
+# fingerprint says), and only for consistency elsewhere.
+PAGE_DEFAULT = ("README.md", "a61944", "e6a9b0f001fb38e9c8277cf9aa2e5b5c4a7d5081c8a992fa9c180486cabc6186")
+PAGE_MACHINE = {
+    "isa": ["avx", "avx2", "avx512_bf16", "avx512_bitalg", "avx512_vbmi2", "avx512_vnni", "avx512_vpopcntdq",
+            "avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512ifma", "avx512vbmi", "avx512vl", "f16c", "fma",
+            "sse4_1", "sse4_2"],
+    "machine": "x86_64", "tensorflow": "2.21.0", "keras": "3.15.1", "numpy": "2.4.6",
+}  # fmt: skip
+
+
+def _default_digest_problem(page: Page) -> str | None:
+    """Where this machine is the README's kind, the default run's digest must be the page's."""
+    name, suffix, digest = PAGE_DEFAULT
+    if page.name != name or suffix not in page.bindings.runs:
+        return None
+    run = page.project / "runs" / page.run_of(suffix)
+    fp = json.loads((run / "fingerprint.json").read_text())
+    here = {"isa": fp["hardware"]["cpu"].get("isa"), **{k: fp["software"].get(k) for k in PAGE_MACHINE if k != "isa"}}
+    if here != PAGE_MACHINE:
+        return None
+    printed = json.loads((run / "result.json").read_text())["weights_sha256"]
+    return None if printed == digest else (f"{name}: on the page's kind of machine the default run's "
+                                           f"weights_sha256 is {printed}, the page says {digest}")  # fmt: skip
+
+
 # ---------------------------------------------------------------- running an example
 def _examples() -> dict[str, list[dx.Example]]:
     """Every page's examples, an example repeated verbatim in a later page kept in the first."""
@@ -367,6 +396,7 @@ def test_the_pages_console_examples_print_what_they_say(name, tmp_path):
     problems = []
     for example in examples:
         problems += _run_example(page, example)
+    problems += filter(None, [_default_digest_problem(page)])
     assert not problems, f"{len(problems)} example(s) of {name} print other than the page says:\n\n" + "\n".join(
         problems
     )
