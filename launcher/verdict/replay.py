@@ -53,7 +53,8 @@ def replay(
     ``rebuild``: run it in an environment with the run's recorded distributions
     (``launcher.run.rebuild``), checked against the key like this one would be.
     """
-    original = runs.verify_seal(run_dir)
+    # absolute: the job runs in the laid-out snapshot, not where `launch replay runs/X` was typed
+    original = Path(os.path.abspath(runs.verify_seal(run_dir)))
     stored = snapshot.read(original)
     python, probed = None, None
     if rebuild:
