@@ -193,7 +193,7 @@ def _run(run_dir: Path) -> None:
     gathered_at = [-1]
 
     def facts_so_far() -> None:
-        """After a checkpoint: what the job has used so far, for ``launch resume`` to check
+        """Before a checkpoint: what the job has used so far, for ``launch resume`` to check
         (gathered again only when the job has opened more files since)."""
         seen = len(reads.opened) + len(reads.explicit) + len(reads.natively_opened())
         if seen == gathered_at[0]:

@@ -199,7 +199,7 @@ class FitCheckpoints:
         self.count_epoch = count_epoch  # () -> the job's epochs so far, across fits (metrics.jsonl's numbering)
         self.data = data  # (training dataset, validation dataset or None): their iterators are counted
         self.alignment = (IteratorAlignment(), IteratorAlignment())
-        self.on_save = on_save  # called after each checkpoint (the job's facts so far)
+        self.on_save = on_save  # called before each checkpoint (write the job's facts so far)
         self._checkpointer = None
         self.resuming = False
         self.uses = [0, 0]  # first batches of training and of validation seen since the resume
@@ -224,10 +224,10 @@ class FitCheckpoints:
         if history is not None and type(history).__name__ == "History":
             epochs, merged = history_after(history.history, history.epoch, epoch, logs)
             extra["history"] = encode({"epoch": epochs, "history": merged})
+        if self.on_save is not None:  # first: once the checkpoint exists, what it needs is on record
+            self.on_save()
         self.checkpointer().save(self.count_epoch(), extra=extra, arrays=arrays)
         self.seconds.append(time.perf_counter() - started)
-        if self.on_save is not None:
-            self.on_save()
 
     def restore(self, path) -> None:
         """Restore checkpoint ``path`` before the first resumed epoch."""

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import LauncherError
 from launcher.record import fingerprint, index, key, runs, snapshot, tbevents, tracking
-from launcher.run import checkpoints, config, determinism, gpus, interrupts, runtime
+from launcher.run import config, determinism, gpus, interrupts, runtime
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 
 FINGERPRINT = "fingerprint.json"
@@ -206,10 +206,7 @@ def run(cfg: DictConfig, *, store_root: Path | None = None, **kwargs) -> Outcome
 def summary_line(outcome: Outcome) -> str:
     """The one line printed at the end of a run."""
     if not outcome.ok:
-        line = f"[launch] run {outcome.run_dir} {outcome.status.upper()}: {outcome.error}"
-        if outcome.status == "interrupted" and checkpoints.latest_complete(outcome.run_dir)[0] is not None:
-            line += f"; it can be resumed from its last epoch checkpoint: launch resume {outcome.run_dir}"
-        return line
+        return f"[launch] run {outcome.run_dir} {outcome.status.upper()}: {outcome.error}"
     metrics = outcome.result.get("final_metrics", {})
     shown = [f"{k}={v:.4f}" for k, v in sorted(metrics.items())]
     weights = outcome.result.get("weights_sha256") or "(no model recorded)"

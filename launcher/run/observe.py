@@ -66,7 +66,7 @@ class Observer:
         self.run_dir, self.trace_every, self.log_epoch = Path(run_dir), trace_every, log_epoch
         self.checkpoint = checkpoint  # {"every": N, "keep": K}: checkpoint every fit's epochs (None: never)
         self.resume = resume  # the checkpoint a resumed job continues from, until its fit starts
-        self.on_checkpoint = on_checkpoint  # called after each checkpoint (the job's facts so far)
+        self.on_checkpoint = on_checkpoint  # called before each checkpoint (the job's facts so far)
         self.checkpoint_seconds: list[float] = []
         self.models: list = []  # trained Keras models, first trained first (strong references)
         self.variables: list = []  # other trained variables, first trained first

@@ -124,8 +124,7 @@ def test_sigterm_stops_a_script_run_resumably_and_resume_continues_it(launch, tm
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     last = out.strip().splitlines()[-1]
-    assert last == (f"[launch] run {run} INTERRUPTED: SIGTERM; it can be resumed from its last epoch "
-                    f"checkpoint: launch resume {run}"), last  # fmt: skip
+    assert last == f"[launch] run {run} INTERRUPTED: SIGTERM; continue it with: launch resume {run}", last
     assert "Traceback" not in err + out
     assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
     done = launch("resume", run)
