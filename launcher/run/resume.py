@@ -101,9 +101,11 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
         else:
             stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
     user_code = _task(run_dir) in ("script", "custom")
-    # User code runs again where it ran: its relative paths (data, helpers) mean the same files.
+    # User code runs again where it ran (in a sweep's laid-out code snapshot, when it ran from
+    # one): its relative paths (data, helpers) mean the same files.
     cwd = str(previous.get("launch_dir") or os.getcwd()) if user_code else os.getcwd()
-    diffs = precheck.key_differences_now(stored, run_dir, cwd)
+    root = previous.get("root") if user_code and previous.get("root") and os.path.isdir(previous["root"]) else None
+    diffs = precheck.key_differences_now(stored, run_dir, cwd, root=root)
     if diffs and not allow_mismatch:
         raise NotComparable(
             f"cannot resume {run_dir.name} here: {len(diffs)} comparability field(s) differ "
@@ -131,5 +133,5 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
     if fit is not None:  # user code's Keras fit: which one, and its epochs done
         resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"])
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
-    outcome = job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd)
+    outcome = job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root)
     return outcome, notes
