@@ -114,7 +114,7 @@ def test_a_preempted_slurm_job_is_requeued_and_resumes_its_run_to_the_same_bits(
         else:
             pytest.fail("no checkpoint appeared")
         (run,) = found
-        (job_id,) = [p.name for p in (store / "sweeps").glob("*/.submitit/*_*") if p.is_dir()]
+        (job_id,) = [p.name for p in (store / "sweeps").glob("*/.submitit/[0-9]*") if p.is_dir()]
         signalled = subprocess.run(["scancel", "--signal=USR2", job_id], capture_output=True, text=True)
         assert signalled.returncode == 0, signalled.stderr
         out, err = sweep.communicate(timeout=1200)
