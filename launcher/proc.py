@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Ctrl-C; SIGTERM (Slurm, Kubernetes, spot agents); SIGUSR1/2 (Slurm's --signal before a time limit)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 # How long a job asked to stop may take before it is killed: below the 30 s that Slurm
 # (KillWait) and Kubernetes (terminationGracePeriodSeconds) give by default between their
 # SIGTERM and SIGKILL, so the launcher still has time to record how the run ended.

@@ -96,19 +96,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def _sigterm_as_ctrl_c() -> Iterator[None]:
-    """SIGTERM (Slurm's, Kubernetes', ``kill``) ends a command as Ctrl-C does: runs end
-    ``interrupted``, with exit code 130, instead of the process vanishing mid-record."""
+    """SIGTERM (Slurm's, Kubernetes', ``kill``), and SIGUSR1/SIGUSR2 (Slurm's ``--signal``
+    before a time limit), end a command as Ctrl-C does: runs end ``interrupted``, with exit
+    code 130, instead of the process vanishing mid-record."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signums = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    previous = {s: signal.getsignal(s) for s in signums}
+    for signum, handler in previous.items():
+        if handler is signal.SIG_DFL:
+            signal.signal(signum, signal.default_int_handler)
     try:
         yield
     finally:
-        if previous is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is signal.SIG_DFL:
+                signal.signal(signum, handler)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -7,6 +7,7 @@ from launcher.errors import NotComparable
 
 
 def main(argv: list[str]) -> int:
+    from launcher.cli.main import resume_hint
     from launcher.run import job, resume
 
     args = rerun_args("resume", "Continue an interrupted run from its newest complete checkpoint.", argv)
@@ -16,5 +17,5 @@ def main(argv: list[str]) -> int:
         return refused(exc)
     for note in notes:
         print(f"[launch] {note}")
-    print(job.summary_line(outcome))
+    print(job.summary_line(outcome) + resume_hint(outcome))
     return 0 if outcome.ok else (130 if outcome.status == "interrupted" else 1)

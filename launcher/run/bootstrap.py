@@ -173,6 +173,13 @@ def _run(run_dir: Path) -> None:
             final["seeds_set_by_job"] = seeding.recorded()
             print(seeding.note(plan.seed), flush=True)
         reads.stop()
+        facts = gather_facts(final)
+        timings["fingerprint_s"] = time.perf_counter() - measured
+        runs.write_json(run_dir / JOB_FACTS, facts)
+        runs.write_json(run_dir / RESULT, result)
+
+    def gather_facts(final: dict) -> dict:
+        """The job's facts: the settings ``final``, and what it used (modules, distributions, data)."""
         used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()),
                             explicit=reads.explicit, listed=reads.listed, patterns=reads.patterns,
                             started_ns=reads.started_ns, direct_imports=imports.direct,
@@ -181,9 +188,21 @@ def _run(run_dir: Path) -> None:
         facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
         facts["environment_read"] = envreads.recorded()
         facts["observation"] = reads.observation()
-        timings["fingerprint_s"] = time.perf_counter() - measured
-        runs.write_json(run_dir / JOB_FACTS, facts)
-        runs.write_json(run_dir / RESULT, result)
+        return facts
+
+    gathered_at = [-1]
+
+    def facts_so_far() -> None:
+        """Before a checkpoint: what the job has used so far, for ``launch resume`` to check
+        (gathered again only when the job has opened more files since)."""
+        seen = len(reads.opened) + len(reads.explicit) + len(reads.natively_opened())
+        if seen == gathered_at[0]:
+            return
+        gathered_at[0] = seen
+        with reads.paused():
+            runs.write_json(run_dir / JOB_FACTS, gather_facts({**effective, **ctx.effective}))
+
+    ctx.facts_so_far = facts_so_far
 
     real_exit = os._exit
 

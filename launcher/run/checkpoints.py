@@ -26,6 +26,8 @@ from launcher.record import runs
 DIRNAME = "checkpoints"
 MANIFEST = "checkpoint.json"
 PREFIX = "state"  # TensorFlow writes state.index and state.data-00000-of-00001
+EXTRA = "extra.json"  # what a caller keeps beside the variables (an observed fit's state: launcher.run.fitstate)
+ARRAYS = "arrays.npz"  # and its arrays (EarlyStopping's best weights)
 
 
 def name(epoch: int) -> str:
@@ -77,7 +79,11 @@ class Checkpointer:
         variables.update({f"optimizer_{i}": v.value for i, v in enumerate(model.optimizer.variables)})
         self.checkpoint = tf.train.Checkpoint(variables=variables, generator=tf.random.get_global_generator())
 
-    def save(self, epoch: int) -> Path:
+    def save(self, epoch: int, extra: dict | None = None, arrays: dict | None = None) -> Path:
+        """Write checkpoint ``epoch`` atomically; ``extra`` (JSON) and ``arrays`` (NumPy) are kept
+        beside the variables, under the same hashes (``read_extra``)."""
+        import io
+
         import numpy as np
 
         self.root.mkdir(exist_ok=True)
@@ -89,6 +95,12 @@ class Checkpointer:
             self.checkpoint.write(str(tmp / PREFIX))
             rng = {"python": _jsonable(random.getstate()), "numpy": _jsonable(np.random.get_state())}
             runs.write_json(tmp / "rng.json", rng)
+            if extra is not None:
+                runs.write_json(tmp / EXTRA, extra)
+            if arrays:
+                buffer = io.BytesIO()
+                np.savez(buffer, **arrays)
+                runs.write_bytes(tmp / ARRAYS, buffer.getvalue())
             files = {p.name: runs.file_sha256(p) for p in sorted(tmp.iterdir())}
             runs.write_json(tmp / MANIFEST, {"epoch": epoch, "files": files,
                                              "variables": [v.path for v in self.model.variables]})  # fmt: skip
@@ -118,6 +130,18 @@ class Checkpointer:
         complete = sorted(self.root.glob("epoch-*"))
         for old in complete[: max(0, len(complete) - self.keep)]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def read_extra(path: Path) -> tuple[dict | None, dict]:
+    """The ``extra`` JSON and the arrays a checkpoint was saved with (None and {} when none)."""
+    import numpy as np
+
+    extra = json.loads((path / EXTRA).read_text()) if (path / EXTRA).is_file() else None
+    arrays: dict = {}
+    if (path / ARRAYS).is_file():
+        with np.load(path / ARRAYS) as loaded:
+            arrays = {k: loaded[k] for k in loaded.files}
+    return extra, arrays
 
 
 def _jsonable(state):

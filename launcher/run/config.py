@@ -103,15 +103,16 @@ def validate(cfg: DictConfig) -> None:
     trace_every = det.get("trace_every", 0)
     if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
         raise ConfigError(f"determinism.trace_every must be an integer >= 0 (0 = no trace), got {trace_every!r}")
+    if "checkpoint_keep" in train:
+        _positive_int(train.checkpoint_keep, "train.checkpoint_keep")
+    if "checkpoint_every" in train and (isinstance(train.checkpoint_every, bool)
+                                        or not isinstance(train.checkpoint_every, int) or train.checkpoint_every < 0):
+        raise ConfigError(f"train.checkpoint_every must be an integer >= 0, got {train.checkpoint_every!r}")
     if train.name == "mnist":
         _positive_int(train.epochs, "train.epochs")
         _positive_int(train.batch_size, "train.batch_size")
         _positive_int(train.max_samples, "train.max_samples", allow_none=True)
         _positive_number(train.learning_rate, "train.learning_rate")
-        _positive_int(train.checkpoint_keep, "train.checkpoint_keep")
-        if isinstance(train.checkpoint_every, bool) or not isinstance(train.checkpoint_every, int) \
-                or train.checkpoint_every < 0:
-            raise ConfigError(f"train.checkpoint_every must be an integer >= 0, got {train.checkpoint_every!r}")
         if not isinstance(train.data, str) or not train.data:
             raise ConfigError("train.data must be sample, full, or a path to an .npz file or IDX directory")
         if train.data not in ("sample", "full") and not os.path.exists(os.path.expanduser(train.data)):

@@ -1,8 +1,9 @@
-"""Stopping a run on Ctrl-C or SIGTERM: the job stops at a safe point, the launcher records it.
+"""Stopping a run on Ctrl-C, SIGTERM, SIGUSR1 or SIGUSR2: the job stops at a safe point, the
+launcher records it (a run with an epoch checkpoint can then be resumed: ``launch resume``).
 
 The launcher owns the signals (``launcher.proc.run_job``): it starts the job in a session
-of its own, so a terminal's Ctrl-C reaches the launcher only, with SIGINT and SIGTERM
-blocked; on its first SIGINT or SIGTERM it sends the job that one signal. In the job,
+of its own, so a terminal's Ctrl-C reaches the launcher only, with the stop signals
+blocked; on its first stop signal it sends the job that one signal. In the job,
 ``install()`` (the bootstrap, before any task code) catches both and unblocks them, so a
 signal sent while the job was starting is delivered then. The first signal becomes one
 ``KeyboardInterrupt``, raised only where Python code may raise:
@@ -32,8 +33,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-REASONS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}  # the run's error, by the signal that stopped it
+# Ctrl-C; SIGTERM (Slurm, Kubernetes, spot agents); SIGUSR1/2 (Slurm's --signal before a time limit)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+REASONS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGUSR1: "SIGUSR1",
+           signal.SIGUSR2: "SIGUSR2"}  # the run's error, by the signal that stopped it
 
 _requested: int | None = None  # the signal that asked the job to stop
 _raised = False  # the one KeyboardInterrupt has been raised

@@ -169,7 +169,7 @@ def _finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row:
         row.weights_sha256 = result.get("weights_sha256")
         index.record(run_dir.parent, row)
         return Outcome(run_dir, "complete", seed, result=result, returncode=0)
-    state = "interrupted" if returncode in (130, -2, -15, -9) else "failed"
+    state = "interrupted" if returncode in (130, -2, -15, -9, -10, -12) else "failed"
     error = _job_error(run_dir, returncode)
     runs.set_status(run_dir, state, error=error, returncode=returncode)
     row.status = state
@@ -196,9 +196,13 @@ def keep_snapshot(run_dir: Path, resolved: DictConfig, fp: dict, launch_dir: str
     return taken
 
 
-def run(cfg: DictConfig, *, store_root: Path | None = None, **kwargs) -> Outcome:
-    """Prepare and execute one run; a config or store error raises before a run exists."""
+def run(cfg: DictConfig, *, store_root: Path | None = None, on_created=None, **kwargs) -> Outcome:
+    """Prepare and execute one run; a config or store error raises before a run exists.
+    ``on_created(run_dir)`` hears of the run directory before the job starts (a sweep job's
+    record names it, so that a requeued job resumes it)."""
     resolved, run_dir = prepare(cfg, store_root, kwargs.get("cwd"))
+    if on_created is not None:
+        on_created(run_dir)
     try:
         return execute(resolved, run_dir, **kwargs)
     except Exception as exc:  # an expected error or a bug: either way the run never stays "running"

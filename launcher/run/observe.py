@@ -53,7 +53,7 @@ import numpy as np
 
 from launcher.record import usage
 from launcher.record.hashing import keras_weights, weights_digest
-from launcher.run import interrupts, tf1, trace
+from launcher.run import fitstate, interrupts, tf1, trace
 
 _observer: Observer | None = None
 
@@ -61,8 +61,13 @@ _observer: Observer | None = None
 class Observer:
     """The models and variables a job trains, its optimizer steps, epochs and trace."""
 
-    def __init__(self, run_dir: Path, trace_every: int, log_epoch) -> None:
+    def __init__(self, run_dir: Path, trace_every: int, log_epoch, checkpoint: dict | None = None,
+                 resume: dict | None = None, on_checkpoint=None) -> None:  # fmt: skip
         self.run_dir, self.trace_every, self.log_epoch = Path(run_dir), trace_every, log_epoch
+        self.checkpoint = checkpoint  # {"every": N, "keep": K}: checkpoint every fit's epochs (None: never)
+        self.resume = resume  # the checkpoint a resumed job continues from, until its fit starts
+        self.on_checkpoint = on_checkpoint  # called before each checkpoint (the job's facts so far)
+        self.checkpoint_seconds: list[float] = []
         self.models: list = []  # trained Keras models, first trained first (strong references)
         self.variables: list = []  # other trained variables, first trained first
         self.optimizers: list = []  # Keras optimizers that applied gradients
@@ -224,16 +229,20 @@ def _value(v) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- the wrappers
-def install(run_dir: Path, trace_every: int, log_epoch) -> Observer:
-    """Wrap Keras' and TensorFlow's training entry points; returns the observer."""
+def install(run_dir: Path, trace_every: int, log_epoch, checkpoint: dict | None = None, resume: dict | None = None,
+            on_checkpoint=None) -> Observer:  # fmt: skip
+    """Wrap Keras' and TensorFlow's training entry points; returns the observer. With
+    ``checkpoint`` ({"every", "keep"}), every fit's epochs are checkpointed
+    (``launcher.run.fitstate``); with ``resume`` (job.json's), the checkpointed fit continues."""
     global _observer
     import keras
     import tensorflow as tf
     from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
-    _observer = obs = Observer(run_dir, trace_every, log_epoch)
+    _observer = obs = Observer(run_dir, trace_every, log_epoch, checkpoint, resume, on_checkpoint)
     _wrap_model_new(keras, obs)
     _wrap_fit(keras, obs)
+    fitstate.count_iterators(tf.data.Dataset)
     _wrap_compile(keras, obs)
     _wrap_keras_apply(keras, tf, obs)
     _wrap_v1_apply(tf, obs)
@@ -265,15 +274,19 @@ def _wrap_fit(keras, obs: Observer) -> None:
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
-        callbacks = list(bound.arguments.get("callbacks") or [])
-        callbacks.append(_epoch_logger(keras, obs))
+        own = list(bound.arguments.get("callbacks") or [])
+        callbacks = [*own, _epoch_logger(keras, obs)]
         recorder_class = trace.recorder_class()
         if obs.trace_every and not any(isinstance(c, recorder_class) for c in callbacks):
             callbacks.append(recorder_class(obs.run_dir / trace.FILE, obs.trace_every))
+        obs.fits += 1
+        if obs.checkpoint:
+            first, saver = _fit_checkpoints(keras, obs, self, bound, own)
+            callbacks = [first, *callbacks]
+            callbacks.append(saver)  # after every callback has updated its state, the metrics logged
         callbacks.append(interrupts.keras_callback(keras))
         bound.arguments["callbacks"] = callbacks
         obs.note_model(self)
-        obs.fits += 1
         obs.in_fit += 1
         try:
             with interrupts.deferred():  # a Ctrl-C stops the job between two batches
@@ -284,6 +297,30 @@ def _wrap_fit(keras, obs: Observer) -> None:
             obs.last_step = existing[-1]["step"] if existing else obs.last_step
 
     keras.Model.fit = fit
+
+
+def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
+    """(restorer or None, saver) of this fit; when it is the fit a resume continues, it starts
+    at the checkpointed epoch (``initial_epoch``) and the metrics' numbering continues."""
+    args = bound.arguments
+    fit = {"fit": obs.fits, "input": fitstate.input_kind(args.get("x")),
+           "initial_epoch": int(args.get("initial_epoch") or 0), "steps_per_epoch": args.get("steps_per_epoch")}
+    validation = args.get("validation_data")
+    if isinstance(validation, tuple) and len(validation) == 1:
+        validation = validation[0]
+    data = tuple(d if fitstate.input_kind(d) == "tf.data" else None for d in (args.get("x"), validation))
+    checkpoints = fitstate.FitCheckpoints(obs.run_dir, model, int(obs.checkpoint["keep"]), int(obs.checkpoint["every"]),
+                                          own, fit, lambda: obs.epochs, data, obs.on_checkpoint)  # fmt: skip
+    obs.checkpoint_seconds = checkpoints.seconds  # the cost, in result.json (the last fit's)
+    resume_from = None
+    if obs.resume and int(obs.resume.get("fit") or 0) == obs.fits:
+        resume_from = obs.run_dir / obs.resume["checkpoint"]
+        args["initial_epoch"] = int(obs.resume["fit_epoch"])
+        obs.epochs = int(obs.resume["epoch"])
+        obs.resume = None
+        print(f"[launch] resumed from {resume_from.relative_to(obs.run_dir)}: fit {fit['fit']} continues after "
+              f"its epoch {args['initial_epoch']}", flush=True)  # fmt: skip
+    return checkpoints.keras_callbacks(keras, resume_from)
 
 
 def _wrap_compile(keras, obs: Observer) -> None:

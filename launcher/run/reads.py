@@ -34,7 +34,8 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from launcher.record.filecache import stat_key
 
@@ -267,6 +268,18 @@ def observation() -> dict:
 def natively_opened() -> list[str]:
     """The files opened in the watched directories (any process, any code)."""
     return list(_watch.opened) if _watch is not None else []
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Not recording meanwhile: the launcher reads what the job used (a checkpoint's facts)."""
+    global _recording, _listings
+    was = _recording, _listings
+    _recording = _listings = False
+    try:
+        yield
+    finally:
+        _recording, _listings = was
 
 
 def stop() -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from launcher.errors import NotComparable, ResumeError
-from launcher.record import runs
-from launcher.run import checkpoints, gpus, job, precheck, trace
+from launcher.record import fingerprint, runs
+from launcher.run import checkpoints, fitstate, gpus, job, precheck, trace
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 from launcher.run.tasks import METRICS
 
@@ -36,14 +36,22 @@ def _alive(pid: object) -> bool:
     return state != "Z" and b"launch" in cmdline
 
 
-def _why_none(run_dir: Path) -> str:
+USER_CODE = ("script", "custom", "notebook")  # tasks whose observed fits are checkpointed
+
+
+def _task(run_dir: Path) -> str | None:
     try:
-        task = str(OmegaConf.load(run_dir / job.CONFIG).train.name)
+        return str(OmegaConf.load(run_dir / job.CONFIG).train.name)
     except Exception:  # no readable config: the generic reason
-        task = None
-    if task in ("script", "custom", "notebook"):
-        return ("the launcher checkpoints the mnist task, and your code only through "
-                "launcher.run.checkpoints.Checkpointer; run it again with launch")  # fmt: skip
+        return None
+
+
+def _why_none(run_dir: Path) -> str:
+    if _task(run_dir) in USER_CODE:
+        return ("the launcher checkpoints the epochs of your code's Keras fit in seeded and strict runs; "
+                "this one had none: determinism=off, train.checkpoint_every=0, it died in its first epoch, "
+                "or it trains without fit (a custom loop: use launcher.run.checkpoints.Checkpointer); "
+                "run it again with launch")  # fmt: skip
     return "determinism=off, or it died in epoch 1"
 
 
@@ -67,6 +75,9 @@ def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
     if path is None:
         why = "; ".join(notes) if notes else f"it has no checkpoints ({_why_none(run_dir)})"
         raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
+    fit, _ = checkpoints.read_extra(path)
+    if fit is not None and (why := fitstate.why_not_resumable(fit)):
+        raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
     return path, epoch, owner + notes
 
 
@@ -87,8 +98,17 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
     stored = runs.read_json(run_dir / job.FINGERPRINT)
     if (run_dir / JOB_FACTS).exists():
         facts = runs.read_json(run_dir / JOB_FACTS)
-        stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
-    diffs = precheck.key_differences_now(stored, run_dir, os.getcwd())
+        if facts.get("modules") is not None:  # what the job had used by its last checkpoint (user code)
+            container = runs.read_json(run_dir / job.CONTAINER) if (run_dir / job.CONTAINER).exists() else None
+            stored = fingerprint.merge_job_facts(stored, facts, container)
+        else:
+            stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
+    user_code = _task(run_dir) in USER_CODE
+    # User code runs again where it ran (in a sweep's laid-out code snapshot, when it ran from
+    # one): its relative paths (data, helpers) mean the same files.
+    cwd = str(previous.get("launch_dir") or os.getcwd()) if user_code else os.getcwd()
+    root = previous.get("root") if user_code and previous.get("root") and os.path.isdir(previous["root"]) else None
+    diffs = precheck.key_differences_now(stored, run_dir, cwd, root=root)
     if diffs and not allow_mismatch:
         raise NotComparable(
             f"cannot resume {run_dir.name} here: {len(diffs)} comparability field(s) differ "
@@ -100,7 +120,8 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
     runs.unseal_for_resume(run_dir)
     for leftover in (RESULT, ERROR, JOB_FACTS):
         (run_dir / leftover).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / "outputs", ignore_errors=True)
+    if not user_code:  # user code's outputs stay: what its earlier epochs wrote is kept, later ones rewritten
+        shutil.rmtree(run_dir / "outputs", ignore_errors=True)
     keep_metrics_through(run_dir, epoch)
     trace.keep_through(run_dir, epoch)
     history = [*((previous.get("resume") or {}).get("history", [])), {"from_epoch": epoch}]
@@ -111,6 +132,9 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
         "comparable": not diffs,
         "skipped": notes,
     }
+    fit, _ = checkpoints.read_extra(checkpoint)
+    if fit is not None:  # user code's Keras fit: which one, and its epochs done
+        resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"])
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
-    outcome = job.execute(resolved, run_dir, echo=echo, resume=resume_info)
+    outcome = job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root)
     return outcome, notes

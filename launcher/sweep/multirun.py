@@ -400,10 +400,27 @@ def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
     return record
 
 
+def requeued_run(sweep_dir: Path, num: int) -> Path | None:
+    """The run of job ``num`` that an earlier attempt of it started, when the scheduler requeued
+    the job (submitit on Slurm's preemption or time-limit signal) and that run can be resumed."""
+    from launcher.run import resume
+
+    path = job_path(sweep_dir, num)
+    earlier = runs.read_json(path).get("run_dir") if path.exists() else None
+    if not earlier:
+        return None
+    try:
+        resume.check_resumable(Path(earlier))
+    except LauncherError:  # complete, still running, no checkpoint: a fresh run
+        return None
+    return Path(earlier)
+
+
 def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
     """Hold a slot for the job's whole life; update ``record``; return the job's line."""
     from launcher.run import job
 
+    earlier = requeued_run(sweep_dir, record["num"])  # before this attempt's record replaces the earlier one
     slot_list = [_slots.Slot.from_dict(s) for s in meta["slots"]]
     with _slots.hold(slot_list, sweep_dir / SLOTS) as slot:
         if (sweep_dir / STOP).exists():
@@ -414,16 +431,29 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
         print(f"[sweep] job {record['num']:03d} {label(record['overrides'], meta['swept'])}: "
               f"started in {record['slot'] or 'this allocation'}", flush=True)  # fmt: skip
         root = meta.get("code_root")
-        outcome = job.run(
-            cfg,
-            store_root=Path(meta["store_root"]),
-            cwd=snapshot.rooted(meta["cwd"], root),
-            root=root,
-            cpus=slot.cpus if slot else None,
-            echo=False,
-            extra_env=dict(slot.env) if slot else None,
-            track=False,  # MLflow: the sweep logs its jobs as children at the end (finalize)
-        )
+        if earlier is not None:  # requeued after a preemption or a time limit: continue its run
+            from launcher.run import resume
+
+            print(f"[sweep] job {record['num']:03d} was requeued: resuming {earlier}", flush=True)
+            record.update(run_dir=str(earlier))
+            runs.write_json(job_path(sweep_dir, record["num"]), record)
+            outcome, _ = resume.resume(earlier, echo=False)
+        else:
+            def created(run_dir: Path) -> None:  # on record at once: a requeued job finds its run
+                record.update(run_dir=str(run_dir))
+                runs.write_json(job_path(sweep_dir, record["num"]), record)
+
+            outcome = job.run(
+                cfg,
+                store_root=Path(meta["store_root"]),
+                cwd=snapshot.rooted(meta["cwd"], root),
+                root=root,
+                cpus=slot.cpus if slot else None,
+                echo=False,
+                extra_env=dict(slot.env) if slot else None,
+                track=False,  # MLflow: the sweep logs its jobs as children at the end (finalize)
+                on_created=created,
+            )
     tbevents.link_sweep_job(sweep_dir, record["num"], label(record["overrides"], meta["swept"]), outcome.run_dir)
     record.update(
         status=outcome.status, seed=outcome.seed, run_dir=str(outcome.run_dir),

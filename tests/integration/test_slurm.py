@@ -78,3 +78,60 @@ def test_a_slurm_sweeps_seed_0_is_identical_to_a_local_run(tmp_path, mnist_npz):
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert compared.stdout.startswith("IDENTICAL"), compared.stdout
     assert Path(jobs[0]["run_dir"]).parent == store
+
+
+def test_a_preempted_slurm_job_is_requeued_and_resumes_its_run_to_the_same_bits(tmp_path, mnist_npz):
+    """Slurm's preemption signal (USR2, submitit's) after epoch 1's checkpoint: submitit requeues the
+    job, the requeued job resumes the same run directory, and its weights equal a local run's."""
+    import shutil as _shutil
+    import signal
+    import sys
+    import time
+
+    from tests.conftest import REPO, is_run
+
+    script = REPO / "tests" / "integration" / "scripts" / "keras_resume.py"
+    work = tmp_path / "work"
+    work.mkdir()
+    _shutil.copy(mnist_npz, work / "data.npz")
+    args = ["train=script", f"train.script={hydra_quote(str(script))}", "train.args=[data.npz,3,outputs]",
+            "determinism=strict"]  # fmt: skip
+    store = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    sweep = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *args, f"store.root={hydra_quote(str(store))}",
+                              "+seed=0", "hydra/launcher=submitit_slurm", f"hydra.launcher.partition={PARTITION}",
+                              "hydra.launcher.tasks_per_node=1", "hydra.launcher.timeout_min=30"],
+                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            found = [p for p in store.iterdir() if is_run(p)] if store.exists() else []
+            if found and (found[0] / "checkpoints" / "epoch-000001").is_dir():
+                break
+            assert sweep.poll() is None, sweep.communicate()
+            time.sleep(0.05)
+        else:
+            pytest.fail("no checkpoint appeared")
+        (run,) = found
+        (job_id,) = [p.name for p in (store / "sweeps").glob("*/.submitit/[0-9]*") if p.is_dir()]
+        signalled = subprocess.run(["scancel", "--signal=USR2", job_id], capture_output=True, text=True)
+        assert signalled.returncode == 0, signalled.stderr
+        out, err = sweep.communicate(timeout=1200)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], capture_output=True)
+    assert sweep.returncode == 0, out[-3000:] + err[-3000:]
+    (sweep_dir,) = (store / "sweeps").iterdir()
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert summary["counts"] == {"complete": 1}, summary
+    assert summary["jobs"][0]["run_dir"] == str(run)  # the same run directory, continued
+    assert [p for p in store.iterdir() if is_run(p)] == [run]
+    history = json.loads((run / "job.json").read_text())["resume"]["history"]
+    assert history and history[0]["from_epoch"] >= 1
+    local = run_launch(*args, "+seed=0", f"store.root={tmp_path / 'local'}", cwd=work)
+    assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-2000:]
+    (local_run,) = (tmp_path / "local").glob("2*")
+    compared = run_launch("compare", run, local_run)
+    assert compared.stdout.startswith("IDENTICAL"), compared.stdout + compared.stderr

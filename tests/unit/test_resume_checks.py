@@ -94,5 +94,6 @@ def test_an_interrupted_run_of_users_code_says_why_it_has_no_checkpoints(tmp_pat
     run_dir = _stored_run(tmp_path)
     runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n")
     runs.set_status(run_dir, "interrupted")
-    with pytest.raises(ResumeError, match="your code only through launcher.run.checkpoints.Checkpointer"):
+    why = r"no checkpoints \(the launcher checkpoints the epochs of your code's Keras fit .*a custom loop: use "
+    with pytest.raises(ResumeError, match=why + r"launcher.run.checkpoints.Checkpointer"):
         resume.check_resumable(run_dir)

@@ -171,3 +171,11 @@ def test_held_signals_wait_for_the_record_then_reach_their_handler():
         assert heard == [signal.SIGINT]  # once, after the record
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGUSR2])
+def test_slurms_warning_signals_stop_the_job_as_sigterm_does(tmp_path, signum):
+    # Slurm's --signal=USR1@N (or USR2) before a time limit: the job stops, the run is resumable.
+    ended, log = _run(tmp_path, signals=[signum])
+    assert ended == proc.Ended(130, signum, None)
+    assert f"stopped by {signal.Signals(signum).name}" in log

@@ -37,6 +37,9 @@ class TaskContext:
     # Settings only the task can read back (e.g. Keras' effective jit_compile, which it turns
     # off under op determinism); they replace the planned values in the fingerprint.
     effective: dict[str, object] = field(default_factory=dict)
+    # Called before each checkpoint of user code: write the job's facts so far (the data it
+    # has read), so that a resume can check them (set by the bootstrap).
+    facts_so_far: object = None
 
     def log_epoch(self, epoch: int, metrics: dict[str, float]) -> None:
         """Append one epoch's metrics to metrics.jsonl as a single line, durably."""

@@ -13,7 +13,7 @@ import os
 import runpy
 import sys
 
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, ResumeError
 from launcher.record import snapshot
 from launcher.run import observe, userapi
 from launcher.run.tasks import TaskContext
@@ -35,15 +35,18 @@ def load_entrypoint(spec: str):
 def run(ctx: TaskContext) -> dict:
     train = ctx.cfg.train
     ctx.effective["jit_compile"] = None  # user code passes jit_compile to its own compile()
-    observer = observe.install(ctx.run_dir, ctx.trace_every, ctx.log_epoch) if train.get("observe", True) else None
+    observer = None
+    if train.get("observe", True):
+        observer = observe.install(ctx.run_dir, ctx.trace_every, ctx.log_epoch, checkpoint_settings(ctx), ctx.resume,
+                                   ctx.facts_so_far)  # fmt: skip
     ctx.result_so_far = lambda: observed_result(ctx, observer, None)  # a job that ends with os._exit(0)
     if train.name == "custom":
         # The job's interpreter starts with safe paths (-P): the entrypoint's directory, or
         # the launch directory as `python -m` would have it, comes first only now, after
         # the launcher itself was imported from where it was installed.
         sys.path.insert(0, snapshot.rooted(str(train.path), ctx.root) if train.path else os.getcwd())
-        return observed_result(ctx, observer, load_entrypoint(str(train.entrypoint))(ctx.cfg, ctx.seed))
-    if train.name == "notebook":
+        returned = load_entrypoint(str(train.entrypoint))(ctx.cfg, ctx.seed)
+    elif train.name == "notebook":
         from omegaconf import OmegaConf
 
         from launcher.run import notebook
@@ -51,11 +54,24 @@ def run(ctx: TaskContext) -> dict:
         path = snapshot.rooted(str(train.notebook), ctx.root)
         params = OmegaConf.to_container(train.params) if train.get("params") is not None else {}
         timings = notebook.execute(path, params, ctx.output_dir / os.path.basename(str(train.notebook)))
-        result = observed_result(ctx, observer, None)
+        returned = None
+    else:
+        returned = run_script(snapshot.rooted(str(train.script), ctx.root), [str(a) for a in train.args])
+    if observer is not None and observer.resume:
+        raise ResumeError(f"the resumed code never reached the Keras fit its checkpoint is in (fit "
+                          f"{observer.resume.get('fit')}); nothing was resumed")  # fmt: skip
+    result = observed_result(ctx, observer, returned)
+    if train.name == "notebook":
         result.setdefault("timings", {}).update(timings)  # the shell's start and the cells', apart
-        return result
-    returned = run_script(snapshot.rooted(str(train.script), ctx.root), [str(a) for a in train.args])
-    return observed_result(ctx, observer, returned)
+    return result
+
+
+def checkpoint_settings(ctx: TaskContext) -> dict | None:
+    """{"every", "keep"}: checkpoint each observed fit's epochs (seeded and strict runs), or None."""
+    every = int(ctx.cfg.train.get("checkpoint_every", 1) or 0)
+    if ctx.plan.level == "off" or not every:
+        return None
+    return {"every": every, "keep": int(ctx.cfg.train.get("checkpoint_keep", 2))}
 
 
 def observed_result(ctx: TaskContext, observer, returned: object) -> dict:
@@ -85,6 +101,8 @@ def observed_result(ctx: TaskContext, observer, returned: object) -> dict:
                 else:
                     result["weights_not_saved"] = f"{size} bytes, over train.save_weights_max_mb"
         result.setdefault("timings", {})["trace_s"] = observer.seconds
+        if observer.checkpoint_seconds:
+            result["timings"]["checkpoint_s"] = list(observer.checkpoint_seconds)
     if isinstance(returned, dict):
         result["final_metrics"] = {k: float(v) for k, v in returned.items()}
     if userapi._recorded_models:  # the explicit choice of what to hash wins

@@ -1,0 +1,42 @@
+"""A Keras script written without the launcher in mind: a tf.data pipeline reshuffled every
+epoch with a random augmentation map, Dropout, ReduceLROnPlateau and EarlyStopping; it
+writes its history to a file when it ends. Args: DATA.npz EPOCHS OUT_DIR."""
+import json
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+from tensorflow import keras
+
+data, epochs, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with np.load(data) as f:
+    x_train, y_train, x_test, y_test = f["x_train"][:400], f["y_train"][:400], f["x_test"][:100], f["y_test"][:100]
+
+
+def prep(x, y):
+    return tf.cast(x, tf.float32)[..., None] / 255.0, y
+
+
+def augment(x, y):
+    return x + tf.random.uniform(tf.shape(x), maxval=0.1), y
+
+
+train = (tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(400, reshuffle_each_iteration=True)
+         .map(prep).map(augment).batch(100))
+test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).map(prep).batch(100)
+model = keras.Sequential([
+    keras.Input(shape=(28, 28, 1)),
+    keras.layers.Conv2D(4, 3, activation="relu"),
+    keras.layers.MaxPooling2D(),
+    keras.layers.Flatten(),
+    keras.layers.Dropout(0.3),
+    keras.layers.Dense(10, activation="softmax"),
+])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+callbacks = [keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
+             keras.callbacks.EarlyStopping(monitor="val_loss", patience=10, restore_best_weights=True)]
+history = model.fit(train, validation_data=test, epochs=epochs, callbacks=callbacks, verbose=2)
+os.makedirs(out, exist_ok=True)
+with open(os.path.join(out, "history.json"), "w") as f:
+    json.dump({k: [repr(v) for v in vs] for k, vs in history.history.items()}, f, sort_keys=True)

@@ -1,0 +1,146 @@
+"""Resume of an unmodified Keras-fit script (issue 28): a real SIGKILL or SIGTERM after an epoch's
+checkpoint, `launch resume`, and the bits compared with an uninterrupted run's."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, is_run
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).parent / "scripts" / "keras_resume.py"
+EPOCHS = 3
+
+
+def _args(store: Path) -> list[str]:
+    return ["train=script", f"train.script={SCRIPT}", f"train.args=[data.npz,{EPOCHS},outputs]",
+            "determinism=strict", f"store.root={store}"]  # fmt: skip
+
+
+def _work(tmp_path: Path, mnist_npz: Path, name: str) -> Path:
+    """A launch directory with its own copy of the data (the script reads data.npz, relatively)."""
+    work = tmp_path / name
+    work.mkdir()
+    shutil.copy(mnist_npz, work / "data.npz")
+    return work
+
+
+def _run_of(store: Path) -> Path:
+    (run,) = [p for p in store.iterdir() if is_run(p)]
+    return run
+
+
+def _record(run: Path, work: Path) -> dict:
+    result = json.loads((run / "result.json").read_text())
+    return {"weights": result["weights_sha256"], "layers": result["layer_sha256"],
+            "outputs": result["outputs_content"], "metrics": (run / "metrics.jsonl").read_text(),
+            "trace": (run / "trace.jsonl").read_text(),
+            "history": (work / "outputs" / "history.json").read_text()}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, mnist_npz_module) -> dict:
+    tmp = tmp_path_factory.mktemp("reference")
+    work, store = _work(tmp, mnist_npz_module, "work"), tmp / "store"
+    done = subprocess.run([sys.executable, "-m", "launcher", *_args(store)], cwd=work, env=_env(),
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = _run_of(store)
+    return {"run": run, **_record(run, work)}
+
+
+@pytest.fixture(scope="module")
+def mnist_npz_module() -> Path:
+    return REPO / "tests" / "data" / "mnist-small.npz"
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int) -> tuple[Path, subprocess.Popen]:
+    """Start the script's run and send ``signum`` to its launcher once checkpoint ``epoch`` exists."""
+    store.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store)], cwd=work, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = [p for p in store.iterdir() if is_run(p)]
+        if runs and (runs[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
+            os.kill(proc.pid, signum)
+            return runs[0], proc
+        assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("no checkpoint appeared")
+
+
+def _gone(run: Path, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(str(run) in _cmdline(p) for p in Path("/proc").glob("[0-9]*/cmdline")):
+            return
+        time.sleep(0.1)
+    raise AssertionError("the job outlived its launcher")
+
+
+def _cmdline(path: Path) -> str:
+    try:
+        return path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, mnist_npz, uninterrupted):
+    work = _work(tmp_path, mnist_npz, "work")
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    _gone(run, 10)
+    assert not (run / "manifest.json").exists(), "the run finished before it could be killed"
+    done = launch("resume", run, cwd=tmp_path)  # from anywhere: the script runs again where it ran
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "resumed from checkpoints/epoch-00000" in done.stdout
+    resumed = _record(run, work)
+    for key in ("weights", "layers", "metrics", "trace", "history", "outputs"):
+        assert resumed[key] == uninterrupted[key], key
+    result = json.loads((run / "result.json").read_text())
+    assert result["resumed_from_epoch"] >= 1
+    compared = launch("compare", uninterrupted["run"], run)
+    assert compared.returncode == 0 and "IDENTICAL" in compared.stdout, compared.stdout[-2000:]
+
+
+def test_sigterm_stops_a_script_run_resumably_and_resume_continues_it(launch, tmp_path, mnist_npz, uninterrupted):
+    work = _work(tmp_path, mnist_npz, "work")
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    last = out.strip().splitlines()[-1]
+    assert last == f"[launch] run {run} INTERRUPTED: SIGTERM; continue it with: launch resume {run}", last
+    assert "Traceback" not in err + out
+    assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
+    done = launch("resume", run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _record(run, work)["weights"] == uninterrupted["weights"]
+
+
+def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path, mnist_npz):
+    work = _work(tmp_path, mnist_npz, "work")
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    _gone(run, 10)
+    with open(work / "data.npz", "ab") as f:
+        f.write(b"\0")  # the data changed between the kill and the resume
+    done = launch("resume", run)
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "data.npz" in done.stdout + done.stderr
+    assert json.loads((run / "status.json").read_text())["state"] == "running"  # left as it was: unfinished
+    assert not (run / "manifest.json").exists()

@@ -1,0 +1,107 @@
+"""The pure parts of resuming an observed Keras fit (issue 28): what a checkpoint keeps of the
+callbacks and History, bit for bit; which data iterator each resumed epoch must use; what is refused."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from launcher.errors import ResumeError
+from launcher.record import runs
+from launcher.run import checkpoints, fitstate, resume
+
+
+def _roundtrip(value):
+    return fitstate.decode(json.loads(json.dumps(fitstate.encode(value))))
+
+
+def test_encoding_keeps_types_and_bits():
+    value = {"loss": [np.float32(0.1), 0.1, np.float64(-0.0)], 3: (np.int64(7), None, "x"), "inf": np.inf}
+    back = _roundtrip(value)
+    assert back.keys() == value.keys()
+    assert type(back["loss"][0]) is np.float32 and back["loss"][0] == np.float32(0.1)
+    assert repr(back["loss"][0]) == repr(np.float32(0.1))  # what a script printing its history prints
+    assert type(back["loss"][1]) is float and math.copysign(1, back["loss"][2]) == -1
+    assert back[3] == (7, None, "x") and type(back[3][0]) is np.int64 and isinstance(back[3], tuple)
+    assert back["inf"] == math.inf
+    assert math.isnan(_roundtrip(np.float32("nan")))
+    with pytest.raises(TypeError, match="cannot keep a object"):
+        fitstate.encode(object())
+
+
+class EarlyStopping:  # named as Keras' built-in: the state kept is chosen by class name
+    def __init__(self):
+        self.wait, self.stopped_epoch, self.best, self.best_epoch = 2, 0, np.float32(0.5), 1
+        self.best_weights = [np.arange(3, dtype=np.float32), np.ones((2, 2))]
+        self.patience = 5  # configuration, not state: not kept
+
+
+class ReduceLROnPlateau:
+    def __init__(self):
+        self.wait, self.cooldown_counter, self.best = 1, 0, np.inf
+
+
+class Printer:  # a callback of the job's own: its state is not known, not kept
+    def __init__(self):
+        self.count = 4
+
+
+def test_callback_state_is_kept_by_place_and_restored():
+    callbacks = [Printer(), EarlyStopping(), ReduceLROnPlateau()]
+    states, arrays = fitstate.callback_states(callbacks)
+    assert [(s["index"], s["class"]) for s in states] == [(1, "EarlyStopping"), (2, "ReduceLROnPlateau")]
+    assert "patience" not in states[0]["attrs"]
+    states = json.loads(json.dumps(states))
+    fresh = [Printer(), EarlyStopping(), ReduceLROnPlateau()]
+    fresh[1].wait, fresh[1].best, fresh[1].best_weights, fresh[2].best = 0, None, None, None  # on_train_begin
+    assert fitstate.restore_callbacks(fresh, states, arrays) == []
+    assert fresh[1].wait == 2 and type(fresh[1].best) is np.float32 and fresh[2].best == np.inf
+    assert all(np.array_equal(a, b) for a, b in zip(fresh[1].best_weights, callbacks[1].best_weights, strict=True))
+    assert fitstate.restore_callbacks([Printer(), Printer(), ReduceLROnPlateau()], states, arrays) == [
+        "callback 1 is no longer a EarlyStopping"]
+
+
+def test_history_includes_the_epoch_ending_now():
+    assert fitstate.history_after({"loss": [1.0]}, [0], 1, {"loss": 0.5, "lr": 0.1}) == (
+        [0, 1], {"loss": [1.0, 0.5], "lr": [0.1]})
+
+
+def test_each_resumed_epoch_uses_the_iterator_the_uninterrupted_run_used():
+    # Keras 3 (measured): the first epoch makes 1 (unknown length) or 2 iterators, later epochs 2.
+    alignment = fitstate.IteratorAlignment(used=[0, 2], made_at_checkpoint=4)
+    assert [alignment.target(i) for i in range(3)] == [4, 6, 8]
+    assert fitstate.IteratorAlignment.to_make(4, 1) == 3  # the resumed fit made one (its model build)
+    assert fitstate.IteratorAlignment.to_make(6, 6) == 0
+    with pytest.raises(ValueError, match="past the 4"):
+        fitstate.IteratorAlignment.to_make(4, 5)
+    assert fitstate.IteratorAlignment(used=[0], made_at_checkpoint=1).target(1) == 3  # one epoch seen: Keras' 2
+    assert fitstate.IteratorAlignment().target(0) is None  # not resuming: nothing to align
+
+
+def test_what_cannot_be_resumed_is_named():
+    ok = {"fit": 1, "input": "tf.data", "steps_per_epoch": None}
+    assert fitstate.why_not_resumable(ok) is None
+    assert "call 2 of Keras fit" in fitstate.why_not_resumable({**ok, "fit": 2})
+    assert "reads arrays, not a tf.data.Dataset" in fitstate.why_not_resumable({**ok, "input": "arrays"})
+    assert "steps_per_epoch" in fitstate.why_not_resumable({**ok, "steps_per_epoch": 10})
+
+
+def _checkpoint(run_dir, epoch: int, extra: dict) -> None:
+    path = run_dir / checkpoints.DIRNAME / checkpoints.name(epoch)
+    path.mkdir(parents=True)
+    runs.write_json(path / checkpoints.EXTRA, extra)
+    runs.write_json(path / checkpoints.MANIFEST, {"epoch": epoch, "files": {
+        checkpoints.EXTRA: runs.file_sha256(path / checkpoints.EXTRA)}})
+
+
+def test_resume_refuses_a_checkpoint_in_a_second_fit_in_one_line(tmp_path):
+    run_dir = runs.create(tmp_path)
+    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n")
+    _checkpoint(run_dir, 3, {"fit": 2, "fit_epoch": 1, "input": "tf.data", "steps_per_epoch": None})
+    with pytest.raises(ResumeError, match=r"cannot be resumed: its checkpoint is in call 2 of Keras fit; only the "
+                                          r"job's first fit is resumed .*run it again with launch$"):  # fmt: skip
+        resume.check_resumable(run_dir)
+
