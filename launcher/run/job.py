@@ -43,11 +43,12 @@ class Outcome:
         return self.status == "complete"
 
 
-def prepare(cfg: DictConfig, store_root: Path | None = None, cwd: str | None = None) -> tuple[DictConfig, Path]:
-    """Resolve ``cfg`` and create its run directory (``create_run``)."""
+def prepare(cfg: DictConfig, store_root: Path | None = None, cwd: str | None = None,
+            cpu: str | None = None) -> tuple[DictConfig, Path]:
+    """Resolve ``cfg`` and create its run directory (``create_run``; ``cpu``: an emulated CPU model)."""
     resolved = config.resolve(cfg)
     root = Path(store_root) if store_root is not None else Path(str(resolved.store.root))
-    return resolved, create_run(resolved, root, cwd)
+    return resolved, create_run(resolved, root, cwd, cpu)
 
 
 def check_baseline(resolved: DictConfig, cpu: str | None = None) -> None:
@@ -222,7 +223,7 @@ def keep_snapshot(run_dir: Path, resolved: DictConfig, fp: dict, launch_dir: str
 
 def run(cfg: DictConfig, *, store_root: Path | None = None, **kwargs) -> Outcome:
     """Prepare and execute one run; a config or store error raises before a run exists."""
-    resolved, run_dir = prepare(cfg, store_root, kwargs.get("cwd"))
+    resolved, run_dir = prepare(cfg, store_root, kwargs.get("cwd"), kwargs.get("cpu"))
     try:
         return execute(resolved, run_dir, **kwargs)
     except Exception as exc:  # an expected error or a bug: either way the run never stays "running"
