@@ -43,7 +43,7 @@ def qemu() -> str:
 def check_model(model: str) -> str:
     """Refuse a CPU model qemu does not know (one line, with a few it does); the qemu path."""
     path = qemu()
-    known = parse_cpu_models(proc.capture([path, "-cpu", "help"]) or "")
+    known = parse_cpu_models(proc.capture([path, "-cpu", "help"], any_status=True) or "")
     if known and model not in known:
         some = ", ".join(m for m in ("Haswell", "Skylake-Client", "EPYC", "EPYC-Rome", "Nehalem") if m in known)
         raise ConfigError(f"--cpu {model!r}: qemu-x86_64 knows no such CPU model (e.g. {some}; "
@@ -88,5 +88,5 @@ def _emulated_cpu(model: str, python: str, launcher_root: str) -> dict:
         "family": seen["family"], "model_number": seen["model_number"], "stepping": seen["stepping"],
         "cache_size": "unknown (emulated)", "caches": "unknown (emulated)", "microcode": None,
         "levels": cpuid.levels(flags),
-        "emulated": {"by": QEMU, "version": version_line(proc.capture([path, "--version"]) or ""), "cpu": model},
+        "emulated": {"by": QEMU, "version": version_line(proc.capture([path, "--version"], any_status=True) or ""), "cpu": model},
     }  # fmt: skip

@@ -56,15 +56,16 @@ def replay(
     the job under qemu-user as that CPU model (``launcher.run.emulation``); its key holds the
     emulated CPU, so only a portable run (or ``allow_mismatch``) gets past the precheck.
     """
-    original = runs.verify_seal(run_dir)
-    if cpu:
+    if cpu:  # no qemu here, or a model it does not know: refused before anything else
         from launcher.run import emulation
 
+        emulation.check_model(cpu)
+    original = runs.verify_seal(run_dir)
+    if cpu:
         resolved = OmegaConf.load(original / job.CONFIG)
         if str(resolved.runtime.name) != "local":
             raise ConfigError(f"--cpu runs the job under qemu-user on this machine; {original.name} ran with "
                               f"runtime={resolved.runtime.name} (only runtime=local can be emulated)")  # fmt: skip
-        emulation.check_model(cpu)
     stored = snapshot.read(original)
     python, probed = None, None
     if rebuild:
