@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import ConfigError, DeterminismError
+from launcher.errors import DeterminismError
 from launcher.record import cpuid, key, probes
 from launcher.run import determinism, emulation
 from tests.unit.test_fingerprint import _fp
