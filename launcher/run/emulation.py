@@ -82,11 +82,12 @@ def _emulated_cpu(model: str, python: str, launcher_root: str) -> dict:
     if not seen:
         raise ConfigError(f"--cpu {model}: could not read the emulated CPU ({QEMU} -cpu {model} {python} failed)")
     flags = seen["flags"]
+    version = version_line(proc.capture([path, "--version"], any_status=True) or "")
     return {
         "vendor": seen["vendor"], "model": seen["model"],
         "isa": sorted(f for f in flags if probes.is_isa_flag(f)),
         "family": seen["family"], "model_number": seen["model_number"], "stepping": seen["stepping"],
         "cache_size": "unknown (emulated)", "caches": "unknown (emulated)", "microcode": None,
         "levels": cpuid.levels(flags),
-        "emulated": {"by": QEMU, "version": version_line(proc.capture([path, "--version"], any_status=True) or ""), "cpu": model},
+        "emulated": {"by": QEMU, "version": version, "cpu": model},
     }  # fmt: skip
