@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import DeterminismError
+from launcher.errors import ConfigError, DeterminismError
 from launcher.record import cpuid, key, probes
 from launcher.run import determinism, emulation
 from tests.unit.test_fingerprint import _fp
@@ -184,9 +184,43 @@ def test_audit_cpu_knob_without_qemu_refuses_before_anything_runs(tmp_path, laun
     assert not any(store.glob("2*"))  # no run was made
 
 
-@pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64"), reason="qemu-x86_64 is not installed "
-                    "(apt-get install qemu-user)")  # fmt: skip
+@pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
+                    reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
 def test_an_unknown_cpu_model_is_refused_by_name(tmp_path, launch):
     done = launch("replay", str(tmp_path / "any-run"), "--cpu", "Pentium9000")
     assert done.returncode == 2
     assert "--cpu 'Pentium9000': qemu-x86_64 knows no such CPU model" in done.stderr
+
+
+@pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
+                    reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
+def test_a_cpu_below_the_baseline_is_refused_in_one_line_before_a_run_exists():
+    from launcher.run import config, job
+
+    resolved = config.resolve(config.compose(["determinism=portable"]))
+    job.check_baseline(resolved, "Haswell")  # x86-64-v3: accepted
+    with pytest.raises(DeterminismError) as refused:
+        job.check_baseline(resolved, "Nehalem")
+    assert str(refused.value) == ("determinism=portable needs a CPU with x86-64-v3; "
+                                  "Intel Core i7 9xx (Nehalem Class Core i7) has x86-64-v2")  # fmt: skip
+    job.check_baseline(config.resolve(config.compose([])), "Nehalem")  # strict: no baseline to check
+
+
+def test_the_audit_cpu_knob_is_opt_in_and_runs_each_model_emulated():
+    from launcher.run import config
+    from launcher.verdict import audit
+
+    cfg = config.resolve(config.compose([]))
+    assert "cpu" not in [t.knob for t in audit.trials(cfg, 2, audit.parse_options([]))]
+    options = audit.parse_options(["audit.knobs=[cpu]", "audit.cpus=[Haswell,EPYC]"])
+    plan = audit.trials(cfg, 2, options)
+    assert [(t.knob, t.cpu) for t in plan] == [("repeat", None), ("repeat", None), ("cpu", "Haswell"), ("cpu", "EPYC")]
+    with pytest.raises(ConfigError, match="audit.cpus"):
+        audit.parse_options(["audit.knobs=[cpu]", "audit.cpus=[]"])
+
+
+def test_isa_baseline_is_validated_with_the_config():
+    from launcher.run import config
+
+    with pytest.raises(ConfigError, match="determinism.isa_baseline must be one of x86-64-v3, got 'x86-64-v9'"):
+        config.resolve(config.compose(["determinism=portable", "determinism.isa_baseline=x86-64-v9"]))
