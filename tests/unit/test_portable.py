@@ -224,3 +224,13 @@ def test_isa_baseline_is_validated_with_the_config():
 
     with pytest.raises(ConfigError, match="determinism.isa_baseline must be one of x86-64-v3, got 'x86-64-v9'"):
         config.resolve(config.compose(["determinism=portable", "determinism.isa_baseline=x86-64-v9"]))
+
+
+@pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
+                    reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
+def test_the_emulated_job_process_itself_runs_under_qemu(tmp_path):
+    from launcher.run import runtime
+
+    argv = runtime.bootstrap_argv("/venv/bin/python", tmp_path, "Haswell")
+    assert argv[1:3] == ["-cpu", "Haswell"] and os.path.basename(argv[0]) == "qemu-x86_64"
+    assert argv[3:] == runtime.bootstrap_argv("/venv/bin/python", tmp_path)  # the same job command, wrapped
