@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
                                cpu=args.cpu)
     except NotComparable as exc:
         return refused(exc)
-    print(f"{result.verdict}: replay {result.new_run} of {result.original}")
+    emulated = f" (its job emulated as CPU {args.cpu} by qemu-x86_64)" if args.cpu else ""
+    print(f"{result.verdict}: replay {result.new_run} of {result.original}{emulated}")
     print(result.detail)
     return result.exit_code

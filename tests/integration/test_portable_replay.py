@@ -42,7 +42,8 @@ def test_a_portable_run_reproduces_on_an_emulated_haswell(launch, store, mnist_n
     before = set(store.iterdir())
     done = launch("replay", str(run), "--cpu", "Haswell", timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert any(line.startswith("REPRODUCED:") for line in done.stdout.splitlines()), done.stdout[-2000:]
+    assert any(line.startswith("REPRODUCED:") and line.endswith("(its job emulated as CPU Haswell by qemu-x86_64)")
+               for line in done.stdout.splitlines()), done.stdout[-2000:]
     (replay,) = _replayed(store, before)
     cpu = json.loads((replay / "fingerprint.json").read_text())["hardware"]
     assert cpu["cpu"]["emulated"]["cpu"] == "Haswell"
