@@ -59,7 +59,7 @@ KNOBS = {
         Knob("xla", "determinism.jit_compile", ("mnist",)),
         Knob("input_pipeline", "config.train.data_parallel_calls, determinism.deterministic_data", ("mnist",)),
         # Another CPU, emulated (launcher.run.emulation): opt-in, each run takes half a minute or more.
-        Knob("cpu", "hardware.cpu (determinism=portable: hardware.cpu.isa, the baseline)"),
+        Knob("cpu", "hardware.cpu; determinism=portable caps the ISA and keys only its baseline"),
     )
 }
 OPT_IN = ("cpu",)  # knobs tried only when audit.knobs names them
