@@ -215,15 +215,18 @@ def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
             out.flush()
 
 
-def capture(argv: Sequence[str], cwd: str | None = None, timeout: float = 10) -> str | None:
-    """Run a probe; its stdout, or None when the program is missing or fails."""
+def capture(argv: Sequence[str], cwd: str | None = None, timeout: float = 10, *,
+            any_status: bool = False) -> str | None:
+    """Run a probe; its stdout, or None when the program is missing or fails (``any_status``:
+    its stdout whatever its exit status, for programs such as ``qemu-x86_64 -cpu help`` that
+    exit 1 after printing what was asked)."""
     try:
         done = subprocess.run(
             list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.stdout if done.returncode == 0 or any_status else None
 
 
 def spawn_detached(argv: Sequence[str]) -> subprocess.Popen:

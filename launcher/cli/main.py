@@ -28,7 +28,8 @@ from launcher.errors import LauncherError
 COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("launcher.cli.compare:main", "RUN_A RUN_B [--force] [--tolerance RTOL,ATOL] [--plot PNG]: verdict"),
     "replay": ("launcher.cli.replay:main",
-               "RUN [--allow-mismatch] [--data NAME=PATH] [--rebuild]: rerun a stored run, say if it reproduced"),
+               "RUN [--allow-mismatch] [--data NAME=PATH] [--rebuild] [--cpu MODEL]: rerun a stored run, "
+               "say if it reproduced"),
     "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
     "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--rebuild]: list runs"),
     "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
@@ -182,8 +183,8 @@ def usage() -> str:
         lines.append(f"       launch {name:<9} {help_text}")
     lines += [
         "",
-        "config groups: train=mnist|custom|script|notebook  determinism=off|seeded|strict  runtime=local|docker",
-        "  image=tf-cpu|tf-gpu (runtime=docker)  tracking=none|mlflow (docs/tracking.md)",
+        "config groups: train=mnist|custom|script|notebook  determinism=off|seeded|strict|portable",
+        "  runtime=local|docker  image=tf-cpu|tf-gpu (runtime=docker)  tracking=none|mlflow (docs/tracking.md)",
         "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
         "  determinism.trace_every=N (steps between trace points; 0 = none)",

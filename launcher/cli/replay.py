@@ -18,9 +18,11 @@ def main(argv: list[str]) -> int:
             raise ConfigError(f"--data takes NAME=PATH (the recorded data name, and a copy of it), got {item!r}")
         data[name] = path
     try:
-        result = replay.replay(args.run, allow_mismatch=args.allow_mismatch, data=data, rebuild=args.rebuild)
+        result = replay.replay(args.run, allow_mismatch=args.allow_mismatch, data=data, rebuild=args.rebuild,
+                               cpu=args.cpu)
     except NotComparable as exc:
         return refused(exc)
-    print(f"{result.verdict}: replay {result.new_run} of {result.original}")
+    emulated = f" (its job emulated as CPU {args.cpu} by qemu-x86_64)" if args.cpu else ""
+    print(f"{result.verdict}: replay {result.new_run} of {result.original}{emulated}")
     print(result.detail)
     return result.exit_code

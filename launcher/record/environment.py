@@ -26,6 +26,7 @@ ENV_ALLOW = (
     "OMP_*", "GOMP_*", "KMP_*",  # OpenMP runtimes (GNU, Intel): thread counts, schedules, affinity
     "CUDA_*", "CUDNN_*", "CUBLAS_*", "CUBLASLT_*", "NCCL_*", "NVIDIA_*",  # GPU libraries
     "KERAS_*",  # KERAS_BACKEND and friends
+    "NPY_*",  # NumPy: NPY_DISABLE_CPU_FEATURES, NPY_ENABLE_CPU_FEATURES (its SIMD dispatch)
     "PYTHONHASHSEED",
     "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",  # which libraries and modules load
 )  # fmt: skip

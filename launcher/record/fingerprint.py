@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from launcher.errors import SchemaError
+from launcher.record import cpuid
 from launcher.record.environment import allowed_env
 from launcher.record.probes import code, hardware, software, tensorflow_software
 
@@ -87,7 +88,8 @@ def job_facts(
             named.add(os.path.realpath(name))
             name = os.path.realpath(name)
         data[name] = digest
-    facts = {"software": sw, "determinism": effective, "data": dict(sorted(data.items())), "modules": None}
+    facts = {"software": sw, "determinism": effective, "data": dict(sorted(data.items())), "modules": None,
+             "cpu_seen": cpuid.read()}  # fmt: skip
     if used is not None:
         sw["distributions"], sw["libraries"] = used["distributions"], used["libraries"]
         sw["distributions_probed"] = used.get("distributions_probed", {})  # for reading: out of the key
@@ -110,6 +112,9 @@ def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dic
     out["code"]["launcher_modules"] = facts.get("launcher_modules")
     out["environment_read"] = facts.get("environment_read")
     out["observation"] = facts.get("observation")  # how completely the job's reads were seen: not keyed
+    # The CPU the job's own instructions saw (CPUID: the emulated one under qemu-user, where
+    # /proc/cpuinfo is the host's): for reading, not keyed; hardware.cpu is what is keyed.
+    out["hardware"]["cpu_seen_by_job"] = facts.get("cpu_seen")
     return out
 
 

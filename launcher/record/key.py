@@ -50,9 +50,22 @@ def _since_schema_2(getter: Callable[[dict], object]) -> Callable[[dict], object
 
 
 def _cpu(fp: dict, name: str) -> object:
-    """A CPU field added with fingerprint schema 3: unknown where a run did not record it."""
+    """A CPU field (some added with fingerprint schema 3: unknown where a run did not record
+    them). A portable run keys on its ISA baseline instead (``_baseline``)."""
     cpu = fp["hardware"]["cpu"]
+    if cpu.get("baseline"):
+        return _baseline(cpu["baseline"], name)
     return cpu[name] if name in cpu else Unknown("not recorded by this run's fingerprint")
+
+
+def _baseline(baseline: dict, name: str) -> object:
+    """A portable run's CPU in the key: ``isa`` holds the baseline and whether the CPU supports
+    it; the model, generation and caches are out, since every runtime ISA dispatch was capped
+    at the baseline (measured in docs/determinism.md: the same bits on AVX-512, Haswell and
+    Zen 1 CPUs). A strict run compared with it differs here, and in ``determinism``."""
+    if name == "isa":
+        return {"baseline": baseline.get("name"), "supports_baseline": baseline.get("supported")}
+    return f"not keyed (portable: {baseline.get('name')})"
 
 
 def _software(fp: dict) -> dict:
@@ -61,9 +74,11 @@ def _software(fp: dict) -> dict:
 
 KEY: dict[str, Callable[[dict], object]] = {
     # CPU vendor/model/ISA choose oneDNN and Eigen kernels (FIELD-NOTES: AVX2/AVX-512/AMX).
-    "hardware.cpu.vendor": lambda fp: fp["hardware"]["cpu"]["vendor"],
-    "hardware.cpu.model": lambda fp: fp["hardware"]["cpu"]["model"],
-    "hardware.cpu.isa": lambda fp: fp["hardware"]["cpu"]["isa"],
+    # A portable run (determinism=portable) holds its ISA baseline in hardware.cpu.isa and
+    # none of the model fields: its dispatches are capped at the baseline (_baseline).
+    "hardware.cpu.vendor": lambda fp: _cpu(fp, "vendor"),
+    "hardware.cpu.model": lambda fp: _cpu(fp, "model"),
+    "hardware.cpu.isa": lambda fp: _cpu(fp, "isa"),
     # The model name masks generations: two CPUs both named "AMD EPYC", with different ISA
     # subsets, gave different bits for one strict run (FIELD-NOTES). Family, model number and
     # stepping name the microarchitecture, whose kernels and cache sizes (which set oneDNN's

@@ -16,11 +16,17 @@ from importlib import metadata
 from pathlib import Path
 
 from launcher import proc
+from launcher.record import cpuid
 
 # ---------------------------------------------------------------- hardware
 # Instruction-set features that select oneDNN/Eigen/XLA kernels on x86 and ARM.
 ISA_PATTERNS = ("sse4_1", "sse4_2", "avx", "avx2", "avx512*", "amx*", "fma", "f16c", "avx_vnni*",
                 "asimd*", "sve*", "bf16", "i8mm")  # fmt: skip
+
+
+def is_isa_flag(flag: str) -> bool:
+    """Whether a /proc/cpuinfo flag is one of the kernel-selecting ISA features (``ISA_PATTERNS``)."""
+    return any(fnmatch.fnmatchcase(flag, p) for p in ISA_PATTERNS)
 
 
 def parse_cpuinfo(text: str) -> dict:
@@ -34,7 +40,7 @@ def parse_cpuinfo(text: str) -> dict:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     flags = (fields.get("flags") or fields.get("Features") or "").split()
-    isa = sorted({f for f in flags if any(fnmatch.fnmatchcase(f, p) for p in ISA_PATTERNS)})
+    isa = sorted({f for f in flags if is_isa_flag(f)})
     return {
         "vendor": fields.get("vendor_id") or fields.get("CPU implementer"),
         "model": fields.get("model name") or fields.get("CPU part"),
@@ -46,6 +52,8 @@ def parse_cpuinfo(text: str) -> dict:
         "stepping": fields.get("stepping") or fields.get("CPU revision"),
         "cache_size": fields.get("cache size"),
         "microcode": fields.get("microcode"),
+        # The x86-64 levels (v2, v3, v4) all of whose flags the CPU has: portable runs key on one.
+        "levels": cpuid.levels(flags),
     }
 
 
@@ -118,6 +126,11 @@ def parse_nvidia_topology(text: str) -> list[list[str]]:
     ]
 
 
+def read_text(path: str) -> str:
+    """A file's text, or "" when it cannot be read (a probe never fails the run)."""
+    return _read(path)
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text(errors="replace")
@@ -164,6 +177,11 @@ def _version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def distribution_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (None when not installed), without importing it."""
+    return _version(name)
 
 
 def software() -> dict:

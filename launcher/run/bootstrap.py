@@ -22,7 +22,7 @@ ERROR = "error.json"
 OUTPUT_DIR = "outputs"
 # Variables read once when the interpreter or TensorFlow starts (both before any task code):
 # a job that sets them itself changes nothing but the environment it reports.
-READ_AT_START = ("PYTHONHASHSEED", "TF_ENABLE_ONEDNN_OPTS")
+READ_AT_START = ("PYTHONHASHSEED", "TF_ENABLE_ONEDNN_OPTS", "OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")
 
 
 def main(argv: list[str] | None = None) -> int:

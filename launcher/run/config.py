@@ -85,12 +85,15 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"determinism.seed must be a non-negative integer, got {det.seed!r}")
     for key in ("intra_op_threads", "inter_op_threads"):
         value = det[key]
-        if det.level == "strict" and value is None:
-            raise ConfigError(f"determinism.{key} must be set in strict mode (an integer or auto)")
+        if det.level in ("strict", "portable") and value is None:
+            raise ConfigError(f"determinism.{key} must be set in {det.level} mode (an integer or auto)")
         try:
             determinism.resolve_threads(value, 1)
         except LauncherError as exc:
             raise ConfigError(f"determinism.{key}: {exc}") from None
+    if det.level == "portable" and det.get("isa_baseline") not in determinism.ISA_BASELINES:
+        raise ConfigError(f"determinism.isa_baseline must be one of {', '.join(determinism.ISA_BASELINES)}, "
+                          f"got {det.get('isa_baseline')!r}")  # fmt: skip
     if det.get("random_ops") not in determinism.RANDOM_OPS:
         raise ConfigError("determinism.random_ops must be null, num_random_ops or constant, "
                           f"got {det.get('random_ops')!r}")  # fmt: skip

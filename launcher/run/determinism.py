@@ -14,13 +14,21 @@ The same module serves the local runtime and, later, a container entrypoint.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 
 from launcher.errors import DeterminismError
 from launcher.run import tf1
 
-LEVELS = ("off", "seeded", "strict")
+LEVELS = ("off", "seeded", "strict", "portable")
 RANDOM_OPS = (None, "num_random_ops", "constant")
+ISA_BASELINES = ("x86-64-v3",)  # the caps below are measured for these (docs/determinism.md)
+# NumPy's dispatch targets above x86-64-v3, as NPY_DISABLE_CPU_FEATURES names them: NumPy 2.4
+# groups AVX-512 as X86_V4 (plus two extensions), earlier releases named each AVX-512 set.
+_NPY_ABOVE_V3 = {"2.4": "X86_V4 AVX512_ICL AVX512_SPR",
+                 "old": "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL "
+                        "AVX512_SPR"}  # fmt: skip
+_NPY_ABOVE_V3_PREFIXES = ("AVX512", "X86_V4", "AVX10", "AMX")
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,8 @@ class Plan:
     # Stateful random ops seeded by their count (seed 004's DeterministicRandomTestTool), so a TF1
     # graph and its TF2 port draw the same numbers: None, "num_random_ops" or "constant".
     random_ops: str | None = None
+    # portable: the x86-64 level every runtime ISA dispatch is capped at (its caps are in env)
+    isa_baseline: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,12 +68,15 @@ def plan(
     jit_compile: bool | None = None,
     deterministic_data: bool | None = None,
     random_ops: str | None = None,
+    isa_baseline: str | None = None,
+    numpy_version: str | None = None,
 ) -> Plan:
     """Decide the bootstrap for ``level``; thread counts must already be resolved numbers.
 
     ``jit_compile`` and ``deterministic_data`` left at None take the level's default:
     strict turns XLA off and tf.data's order on; the other levels leave both to Keras
-    and tf.data.
+    and tf.data. ``portable`` is strict plus ``isa_caps(isa_baseline, numpy_version)`` in the
+    job's environment (``numpy_version``: the NumPy the job imports, whose dispatch names differ).
     """
     if level not in LEVELS:
         raise DeterminismError(f"unknown determinism level {level!r}; choose one of {LEVELS}")
@@ -88,7 +101,7 @@ def plan(
             **chosen,
         )
     if intra_op_threads is None or inter_op_threads is None:
-        raise DeterminismError("strict determinism needs fixed intra_op_threads and inter_op_threads")
+        raise DeterminismError(f"{level} determinism needs fixed intra_op_threads and inter_op_threads")
     env.update(
         {
             # Deprecated since TF 2.8 in favour of enable_op_determinism(); set for older
@@ -98,6 +111,8 @@ def plan(
             "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
         }
     )
+    if level == "portable":
+        env.update(isa_caps(isa_baseline or ISA_BASELINES[0], numpy_version))
     return Plan(
         level=level,
         seed=seed,
@@ -109,7 +124,39 @@ def plan(
         deterministic_data=True if deterministic_data is None else deterministic_data,
         jit_compile=False if jit_compile is None else jit_compile,
         random_ops=random_ops,
+        isa_baseline=(isa_baseline or ISA_BASELINES[0]) if level == "portable" else None,
     )
+
+
+def isa_caps(baseline: str, numpy_version: str | None = None) -> dict[str, str]:
+    """The environment that caps every runtime ISA dispatch of the job's numerics at ``baseline``.
+
+    Each cap is read once, when its library loads or first dispatches (so it must be in the
+    job's environment from the start): oneDNN's kernels, including the sgemm TensorFlow's
+    Eigen contractions call with oneDNN's ops off (``ONEDNN_MAX_CPU_ISA``); OpenBLAS under
+    NumPy and SciPy (``OPENBLAS_CORETYPE``); NumPy's own SIMD loops
+    (``NPY_DISABLE_CPU_FEATURES``); MKL where a job loads it (``MKL_CBWR``); and XLA's CPU
+    code generation where a job compiles with XLA (``XLA_FLAGS``). Measured effects are in
+    docs/determinism.md.
+    """
+    if baseline not in ISA_BASELINES:
+        raise DeterminismError(f"determinism.isa_baseline must be one of {', '.join(ISA_BASELINES)}, "
+                               f"got {baseline!r}")  # fmt: skip
+    return {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "NPY_DISABLE_CPU_FEATURES": _NPY_ABOVE_V3["2.4" if _numpy_at_least(numpy_version, (2, 4)) else "old"],
+        "MKL_CBWR": "AVX2",
+        "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
+    }
+
+
+def _numpy_at_least(version: str | None, wanted: tuple[int, int]) -> bool:
+    """Whether a NumPy version string is at least ``wanted``; True when unknown (the newest names)."""
+    if not version:
+        return True
+    parts = [int(p) for p in re.findall(r"\d+", version)[:2]]
+    return tuple(parts) >= wanted
 
 
 def apply(p: Plan) -> None:
@@ -176,12 +223,67 @@ def read_back(p: Plan) -> dict:
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "deterministic_data": data_order(tf, p.deterministic_data),
         "jit_compile": xla(tf, p.jit_compile),
-        "env": {name: os.environ.get(name) for name in sorted(_PLANNED_ENV_NAMES)},
+        "env": {name: os.environ.get(name) for name in sorted(set(_PLANNED_ENV_NAMES) | set(p.env))},
         "keras": keras_config(),
         "sessions": tf1.sessions(),
         "random_ops": p.random_ops,
     }
+    if p.isa_baseline:
+        effective["isa_baseline"] = isa_read_back(p.isa_baseline)
     return effective
+
+
+def isa_read_back(baseline: str) -> dict:
+    """What the ISA caps did, where a library tells: NumPy's dispatch targets (each on or off),
+    the core each loaded OpenBLAS chose, and whether this process' CPU (by CPUID, which an
+    emulator answers too) supports the baseline. oneDNN, MKL and XLA expose no query of their
+    effective ISA to Python: their caps are read back from the environment (``env``)."""
+    from launcher.record import cpuid
+
+    seen = cpuid.read()
+    return {"name": baseline, "numpy_dispatch": numpy_dispatch(), "openblas_cores": openblas_cores(),
+            "supported_by_cpu": None if seen is None else cpuid.supports(seen["flags"], baseline)}  # fmt: skip
+
+
+def numpy_dispatch() -> dict[str, bool] | None:
+    """NumPy's runtime dispatch targets, each enabled or not on this CPU under the caps."""
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:
+        try:
+            from numpy.core import _multiarray_umath as umath
+        except ImportError:
+            return None
+    features = umath.__cpu_features__
+    return {name: bool(features.get(name)) for name in umath.__cpu_dispatch__}
+
+
+_OPENBLAS_CORENAME = ("openblas_get_corename", "openblas_get_corename64_", "scipy_openblas_get_corename64_",
+                      "scipy_openblas_get_corename")  # fmt: skip
+
+
+def openblas_cores() -> dict[str, str]:
+    """{library file name: the OpenBLAS core it runs} for every OpenBLAS mapped into this process."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1].lower()})
+    except OSError:
+        return {}
+    out = {}
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for symbol in _OPENBLAS_CORENAME:
+            function = getattr(lib, symbol, None)
+            if function is not None:
+                function.restype = ctypes.c_char_p
+                out[os.path.basename(path)] = function().decode()
+                break
+    return out
 
 
 def data_order(tf, planned: bool | None) -> bool | None:
@@ -233,7 +335,7 @@ _PLANNED_ENV_NAMES = (
     "TF_CUDNN_DETERMINISTIC",
     "CUBLAS_WORKSPACE_CONFIG",
     "TF_ENABLE_ONEDNN_OPTS",
-)
+)  # and whatever else the plan sets (portable's ISA caps): a strict run's record stays as it was
 
 
 def verify(p: Plan, effective: dict) -> None:
@@ -249,10 +351,29 @@ def verify(p: Plan, effective: dict) -> None:
         planned = getattr(p, key)
         if planned is not None and effective.get(key, planned) != planned and not _stricter(key, planned, effective):
             problems.append(f"{key}={effective[key]} (planned {planned})")
+    if p.isa_baseline:
+        problems += isa_problems(p, effective.get("isa_baseline") or {})
     if problems:
         raise DeterminismError(
             "determinism settings did not take effect: " + "; ".join(problems), problems
         )
+
+
+def isa_problems(p: Plan, isa: dict) -> list[str]:
+    """The ISA caps that did not take effect: a NumPy dispatch target above the baseline still
+    on, an OpenBLAS on another core than the planned one, a CPU below the baseline."""
+    problems = []
+    if isa.get("supported_by_cpu") is False:
+        problems.append(f"this CPU does not support {p.isa_baseline}")
+    above = [name for name, on in (isa.get("numpy_dispatch") or {}).items()
+             if on and name.startswith(_NPY_ABOVE_V3_PREFIXES)]  # fmt: skip
+    if above:
+        problems.append(f"NumPy still dispatches {', '.join(above)} above {p.isa_baseline}")
+    planned = p.env.get("OPENBLAS_CORETYPE", "").lower()
+    for lib, core in (isa.get("openblas_cores") or {}).items():
+        if planned and core.lower() != planned:
+            problems.append(f"{lib} runs OpenBLAS core {core} (planned {p.env['OPENBLAS_CORETYPE']})")
+    return problems
 
 
 def _stricter(key: str, planned, effective: dict) -> bool:

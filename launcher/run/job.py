@@ -16,8 +16,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.errors import LauncherError
-from launcher.record import fingerprint, index, key, runs, snapshot, tbevents, tracking
+from launcher.errors import DeterminismError, LauncherError
+from launcher.record import fingerprint, index, key, probes, runs, snapshot, tbevents, tracking
 from launcher.run import config, determinism, gpus, interrupts, runtime
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 
@@ -43,14 +43,32 @@ class Outcome:
         return self.status == "complete"
 
 
-def prepare(cfg: DictConfig, store_root: Path | None = None, cwd: str | None = None) -> tuple[DictConfig, Path]:
-    """Resolve ``cfg`` and create its run directory (``create_run``)."""
+def prepare(cfg: DictConfig, store_root: Path | None = None, cwd: str | None = None,
+            cpu: str | None = None) -> tuple[DictConfig, Path]:
+    """Resolve ``cfg`` and create its run directory (``create_run``; ``cpu``: an emulated CPU model)."""
     resolved = config.resolve(cfg)
     root = Path(store_root) if store_root is not None else Path(str(resolved.store.root))
-    return resolved, create_run(resolved, root, cwd)
+    return resolved, create_run(resolved, root, cwd, cpu)
 
 
-def create_run(resolved: DictConfig, root: Path, cwd: str | None = None) -> Path:
+def check_baseline(resolved: DictConfig, cpu: str | None = None) -> None:
+    """Refuse a portable run on a CPU below its ISA baseline (this machine's, or the emulated ``cpu``)."""
+    baseline = resolved.determinism.get("isa_baseline") if resolved.determinism.level == "portable" else None
+    if not baseline:
+        return
+    if cpu:
+        from launcher.run import emulation
+
+        found = emulation.emulated_cpu(cpu, sys.executable, LAUNCHER_ROOT)
+    else:
+        found = probes.parse_cpuinfo(probes.read_text("/proc/cpuinfo"))
+    if baseline not in found["levels"]:
+        has = found["levels"][-1] if found["levels"] else "none of the x86-64 levels"
+        raise DeterminismError(f"determinism=portable needs a CPU with {baseline}; "
+                               f"{found['model'] or 'this CPU'} has {has}")  # fmt: skip
+
+
+def create_run(resolved: DictConfig, root: Path, cwd: str | None = None, cpu: str | None = None) -> Path:
     """Refuse a job that cannot run (a GPU request that cannot be met, a container that
     could not reach its directories), then create its run directory under ``root``.
 
@@ -58,6 +76,7 @@ def create_run(resolved: DictConfig, root: Path, cwd: str | None = None) -> Path
     """
     gpus.check(resolved)
     runtime.get(str(resolved.runtime.name)).check(resolved, Path(root) / "next-run", cwd or os.getcwd())
+    check_baseline(resolved, cpu)
     run_dir = runs.create(root)
     runs.set_status(run_dir, "running", pid=os.getpid())
     runs.write_bytes(run_dir / CONFIG, OmegaConf.to_yaml(resolved).encode())
@@ -78,6 +97,7 @@ def execute(
     track: bool = True,
     root: str | None = None,
     python: str | None = None,
+    cpu: str | None = None,
 ) -> Outcome:
     """Run the prepared job in ``run_dir`` to its end and record how it ended.
 
@@ -86,10 +106,11 @@ def execute(
     a task's data are looked up there first. The run's TensorBoard events follow the job
     live and are sealed with it; MLflow (``tracking=mlflow``) hears of the run after it
     ended, unless ``track`` is false (a sweep logs its jobs itself, as children of the sweep).
-    ``python`` is the job's interpreter when not ours (a rebuilt environment).
+    ``python`` is the job's interpreter when not ours (a rebuilt environment); ``cpu`` a CPU
+    model the job process runs as, under qemu-user (``replay --cpu``).
     """
     cwd = cwd or os.getcwd()
-    plan, env, fp = launch_fingerprint(resolved, cwd, extra_env, root)
+    plan, env, fp = launch_fingerprint(resolved, cwd, extra_env, root, cpu=cpu, python=python)
     runs.write_json(run_dir / FINGERPRINT, fp)
     runs.write_json(
         run_dir / JOB,
@@ -105,7 +126,7 @@ def execute(
     )
     row = _row(run_dir, resolved, "running", replay_of=replay_of)
     index.record(run_dir.parent, row)
-    job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=cpus, echo=echo, python=python)
+    job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=cpus, echo=echo, python=python, cpu_model=cpu)
     with tbevents.follow(run_dir):
         try:
             returncode = runtime.get(str(resolved.runtime.name)).run(job)
@@ -118,15 +139,19 @@ def execute(
 
 
 def launch_fingerprint(
-    resolved: DictConfig, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None
+    resolved: DictConfig, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None,
+    cpu: str | None = None, python: str | None = None,
 ) -> tuple[determinism.Plan, dict[str, str], dict]:
     """The plan, the job's environment, and the launcher side of its fingerprint (of the
-    code in the laid-out snapshot ``root`` where the job runs from one)."""
+    code in the laid-out snapshot ``root`` where the job runs from one). ``cpu``: the job runs
+    under qemu-user as that CPU model, which its ``hardware.cpu`` records (by CPUID, asked
+    inside the emulator with the job's interpreter ``python``)."""
     det = resolved.determinism
     plan = determinism.plan(
         det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts,
         jit_compile=det.get("jit_compile"), deterministic_data=det.get("deterministic_data"),
-        random_ops=det.get("random_ops"),
+        random_ops=det.get("random_ops"), isa_baseline=det.get("isa_baseline"),
+        numpy_version=probes.distribution_version("numpy"),
     )  # fmt: skip
     env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
     env.update(extra_env or {})
@@ -135,6 +160,13 @@ def launch_fingerprint(
     script = snapshot.rooted(str(resolved.train.script), root) if resolved.train.name == "script" else None
     notebook = snapshot.rooted(str(resolved.train.notebook), root) if resolved.train.name == "notebook" else None
     fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script, notebook)
+    if cpu:
+        from launcher.run import emulation
+
+        fp["hardware"]["cpu"] = emulation.emulated_cpu(cpu, python or sys.executable, LAUNCHER_ROOT)
+    if plan.isa_baseline:  # the key holds this instead of the CPU's model and flags
+        fp["hardware"]["cpu"]["baseline"] = {"name": plan.isa_baseline,
+                                             "supported": plan.isa_baseline in fp["hardware"]["cpu"]["levels"]}
     config_dir = resolved.get("config_dir")
     if config_dir and root:
         config_dir = {"path": snapshot.rooted(str(config_dir["path"]), root), "files": list(config_dir["files"])}
@@ -200,7 +232,7 @@ def run(cfg: DictConfig, *, store_root: Path | None = None, on_created=None, **k
     """Prepare and execute one run; a config or store error raises before a run exists.
     ``on_created(run_dir)`` hears of the run directory before the job starts (a sweep job's
     record names it, so that a requeued job resumes it)."""
-    resolved, run_dir = prepare(cfg, store_root, kwargs.get("cwd"))
+    resolved, run_dir = prepare(cfg, store_root, kwargs.get("cwd"), kwargs.get("cpu"))
     if on_created is not None:
         on_created(run_dir)
     try:

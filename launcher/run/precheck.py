@@ -55,16 +55,17 @@ def current_usage(stored_fp: dict, root: str | None = None, probed: dict | None 
 
 def precheck(
     run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None, *,
-    probed: dict | None = None,
+    probed: dict | None = None, cpu: str | None = None,
 ) -> list[tuple[str, object, object]]:
-    """Key differences between the stored run and a rerun here, now, before running it."""
+    """Key differences between the stored run and a rerun here, now, before running it
+    (as CPU model ``cpu`` under qemu-user, when given)."""
     stored = runs.read_json(run_dir / job.FINGERPRINT)
-    return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed)
+    return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed, cpu=cpu)
 
 
 def key_differences_now(
     stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None, *,
-    probed: dict | None = None,
+    probed: dict | None = None, cpu: str | None = None,
 ) -> list[tuple[str, object, object]]:
     """Key differences between fingerprint ``stored`` of ``run_dir`` and a rerun started in
     ``cwd`` (inside the laid-out snapshot ``root``, when it runs from one).
@@ -74,7 +75,8 @@ def key_differences_now(
     """
     fingerprint.check_schema(stored, str(run_dir))
     resolved = OmegaConf.load(run_dir / job.CONFIG)
-    _, _, current = job.launch_fingerprint(resolved, cwd, extra_env, root)
+    python = (probed or {}).get("python")
+    _, _, current = job.launch_fingerprint(resolved, cwd, extra_env, root, cpu=cpu, python=python)
     # The launcher files the run's job imported, as this launcher has them. A run whose job did
     # not report them (it was interrupted, or a launcher before schema 3 wrote it) is held to
     # the launcher's whole package instead: the same package, or refused.

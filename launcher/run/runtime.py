@@ -30,6 +30,7 @@ class Job:
     echo: bool = True  # stream the job's output to our stdout
     extra: dict = field(default_factory=dict)
     python: str | None = None  # the interpreter of a rebuilt environment (replay --rebuild); default: ours
+    cpu_model: str | None = None  # run the job process under qemu-user as this CPU (replay --cpu); local only
 
 
 class Runtime(Protocol):
@@ -41,11 +42,18 @@ class Runtime(Protocol):
     def run(self, job: Job) -> int: ...
 
 
-def bootstrap_argv(python: str, run_dir: Path) -> list[str]:
+def bootstrap_argv(python: str, run_dir: Path, cpu_model: str | None = None) -> list[str]:
     """The job's command line. Safe paths (``-P``): the launcher comes from where it is
-    installed (``PYTHONPATH``), never from a ``launcher/`` in the launch directory."""
+    installed (``PYTHONPATH``), never from a ``launcher/`` in the launch directory. With
+    ``cpu_model``, the job process itself runs under ``qemu-x86_64 -cpu MODEL`` (its own
+    children would not be emulated)."""
     safe = ["-P"] if sys.version_info >= (3, 11) else []  # -P is new in 3.11
-    return [python, *safe, "-m", "launcher.bootstrap", str(run_dir)]
+    argv = [python, *safe, "-m", "launcher.bootstrap", str(run_dir)]
+    if cpu_model:
+        from launcher.run import emulation
+
+        argv = emulation.wrap(argv, cpu_model)
+    return argv
 
 
 class LocalRuntime:
@@ -59,7 +67,7 @@ class LocalRuntime:
     def run(self, job: Job) -> int:
         """The job's exit code; 130 whenever a SIGINT or SIGTERM stopped it (its error says why)."""
         ended = proc.run_job(
-            bootstrap_argv(job.python or sys.executable, job.run_dir),
+            bootstrap_argv(job.python or sys.executable, job.run_dir, job.cpu_model),
             env=job.env,
             log_path=job.run_dir / "log.txt",
             cwd=job.cwd,

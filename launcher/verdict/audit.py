@@ -28,12 +28,15 @@ from launcher.run import config
 from launcher.verdict import audit_report, compare
 
 USAGE = """usage: launch audit [OVERRIDES...] [audit.repeats=N] [audit.trace_every=N] [audit.knobs=[a,b]]
+                    [audit.cpus=[Haswell,EPYC]]
 
 Runs the job as configured audit.repeats times (default 2), then once per value tried of
 each knob that can change its bits, and prints which knobs change them, the first step
 and layer where the bits split, and the cost. Knobs: intra_op_threads, inter_op_threads,
-onednn_opts, level, xla, input_pipeline. Exit 0: repeats are bitwise stable; 1: they are
-not, or the job fails as configured; 2: bad input. The report is saved in <store>/audits/."""
+onednn_opts, level, xla, input_pipeline, and cpu (only when named in audit.knobs: the job
+under qemu-user as each of audit.cpus, default Haswell; needs apt-get install qemu-user).
+Exit 0: repeats are bitwise stable; 1: they are not, or the job fails as configured; 2: bad
+input. The report is saved in <store>/audits/."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,11 @@ KNOBS = {
         # The launcher compiles only the mnist model; user code calls compile() itself.
         Knob("xla", "determinism.jit_compile", ("mnist",)),
         Knob("input_pipeline", "config.train.data_parallel_calls, determinism.deterministic_data", ("mnist",)),
+        # Another CPU, emulated (launcher.run.emulation): opt-in, each run takes half a minute or more.
+        Knob("cpu", "hardware.cpu; determinism=portable caps the ISA and keys only its baseline"),
     )
 }
+OPT_IN = ("cpu",)  # knobs tried only when audit.knobs names them
 
 
 @dataclass
@@ -65,7 +71,8 @@ class Options:
 
     repeats: int = 2  # runs of the job as configured; >= 2, to judge whether repeats are bitwise stable
     trace_every: int = 1  # steps between trace points in every audit run; 1 finds the exact first step
-    knobs: list[str] = field(default_factory=lambda: list(KNOBS))  # the knobs to perturb
+    knobs: list[str] = field(default_factory=lambda: [k for k in KNOBS if k not in OPT_IN])  # to perturb
+    cpus: list[str] = field(default_factory=lambda: ["Haswell"])  # the cpu knob's qemu CPU models
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class Trial:
     overrides: tuple[str, ...] = ()
     expect: tuple[tuple[str, object], ...] = ()  # fingerprint determinism fields the value must set
     skip: str | None = None  # why this knob does not apply to this job
+    cpu: str | None = None  # the job runs under qemu-user as this CPU model (the cpu knob)
 
 
 def parse_options(dotlist: Sequence[str]) -> Options:
@@ -87,7 +95,7 @@ def parse_options(dotlist: Sequence[str]) -> Options:
         )
     except Exception as exc:  # omegaconf's ValidationError, ConfigKeyError, GrammarParseError
         first = str(exc).splitlines()[0]
-        raise ConfigError(f"bad audit option: {first} (audit options: repeats, trace_every, knobs)") from None
+        raise ConfigError(f"bad audit option: {first} (audit options: repeats, trace_every, knobs, cpus)") from None
     options = Options(**OmegaConf.to_container(merged))
     if options.repeats < 2:
         raise ConfigError(f"audit.repeats must be at least 2 (stability needs two runs to compare), "
@@ -97,6 +105,8 @@ def parse_options(dotlist: Sequence[str]) -> Options:
     unknown = [k for k in options.knobs if k not in KNOBS]
     if unknown or not options.knobs:
         raise ConfigError(f"audit.knobs: unknown {unknown or 'empty list'}; choose from {', '.join(KNOBS)}")
+    if "cpu" in options.knobs and not options.cpus:
+        raise ConfigError("audit.cpus: name at least one CPU model for the cpu knob (e.g. [Haswell])")
     return options
 
 
@@ -107,6 +117,8 @@ def trials(cfg: DictConfig, cores: int, options: Options) -> list[Trial]:
     for name in options.knobs:
         if task not in KNOBS[name].tasks:
             out.append(Trial(name, "-", skip=f"train={task} does not take this setting from the launcher"))
+        elif name == "cpu":
+            out += _cpus(options.cpus)(cfg, cores)
         else:
             out += _KNOB_TRIALS[name](cfg, cores)
     return out
@@ -144,8 +156,16 @@ def _level(cfg: DictConfig, cores: int) -> list[Trial]:
     from launcher.run.determinism import LEVELS
 
     current = cfg.determinism.level
+    # portable is strict with ISA caps: the cpu knob asks what the CPU does to the bits.
     return [Trial("level", f"{lv} (was {current})", (f"determinism={lv}",), (("level", lv),))
-            for lv in LEVELS if lv != current]  # fmt: skip
+            for lv in LEVELS if lv not in (current, "portable")]  # fmt: skip
+
+
+def _cpus(models: list[str]):
+    def tried(cfg: DictConfig, cores: int) -> list[Trial]:
+        return [Trial("cpu", f"{m}, emulated (was this CPU)", cpu=m) for m in models]
+
+    return tried
 
 
 def _input_pipeline(cfg: DictConfig, cores: int) -> list[Trial]:
@@ -196,6 +216,11 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
     for cfg in cfgs:
         if cfg is not None:
             config.resolve(cfg)
+    if any(t.cpu for t in plan):  # no qemu, or a model it does not know: refused before anything runs
+        from launcher.run import emulation
+
+        for model in dict.fromkeys(t.cpu for t in plan if t.cpu):
+            emulation.check_model(model)
     audit_dir = runs.create(os.path.join(str(base.store.root), "audits"))
     header = {"schema": 1, "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
               "overrides": user, "options": asdict(options), "seed": int(base.seed),
@@ -239,7 +264,7 @@ def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], ech
         if t.skip:
             rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
             continue
-        outcome = job.run(cfg, echo=False)
+        outcome = job.run(cfg, echo=False, cpu=t.cpu)
         if outcome.status == "interrupted":
             rows.append(audit_report.Row(t.knob, t.value, "interrupted", run=outcome.run_dir.name))
             return

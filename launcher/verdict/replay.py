@@ -47,14 +47,26 @@ def replay(
     extra_env: dict[str, str] | None = None,
     data: Mapping[str, str] | None = None,
     rebuild: bool = False,
+    cpu: str | None = None,
 ) -> ReplayResult:
     """Rerun ``run_dir`` and compare; raises ``NotComparable`` when the key differs first.
 
     ``rebuild``: run it in an environment with the run's recorded distributions
-    (``launcher.run.rebuild``), checked against the key like this one would be.
+    (``launcher.run.rebuild``), checked against the key like this one would be. ``cpu``: run
+    the job under qemu-user as that CPU model (``launcher.run.emulation``); its key holds the
+    emulated CPU, so only a portable run (or ``allow_mismatch``) gets past the precheck.
     """
+    if cpu:  # no qemu here, or a model it does not know: refused before anything else
+        from launcher.run import emulation
+
+        emulation.check_model(cpu)
     # absolute: the job runs in the laid-out snapshot, not where `launch replay runs/X` was typed
     original = Path(os.path.abspath(runs.verify_seal(run_dir)))
+    if cpu:
+        resolved = OmegaConf.load(original / job.CONFIG)
+        if str(resolved.runtime.name) != "local":
+            raise ConfigError(f"--cpu runs the job under qemu-user on this machine; {original.name} ran with "
+                              f"runtime={resolved.runtime.name} (only runtime=local can be emulated)")  # fmt: skip
     stored = snapshot.read(original)
     python, probed = None, None
     if rebuild:
@@ -81,18 +93,19 @@ def replay(
             if data:
                 raise ConfigError(f"--data needs a run that kept a code snapshot; {original.name} has none")
             unkept, root, cwd = [], None, os.getcwd()
-        diffs = precheck.precheck(original, cwd, extra_env, root, probed=probed)
+        diffs = precheck.precheck(original, cwd, extra_env, root, probed=probed, cpu=cpu)
         if diffs and not allow_mismatch:
             tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
             raise NotComparable(refusal(original, diffs, unkept, rebuilt=rebuild), diffs)
         resolved = OmegaConf.load(original / job.CONFIG)
-        new_run = job.create_run(resolved, original.parent, cwd)  # a refused replay leaves nothing behind
+        new_run = job.create_run(resolved, original.parent, cwd, cpu=cpu)  # a refused replay leaves nothing behind
         notes = {"of": original.name, "comparable": not diffs, "from_snapshot": stored is not None,
                  "rebuilt_environment": str(python) if python else None,
-                 "precheck_differences": [list(map(str, d)) for d in diffs]}  # fmt: skip
+                 "precheck_differences": [list(map(str, d)) for d in diffs], "emulated_cpu": cpu}  # fmt: skip
         outcome = job.execute(
             resolved, new_run, cwd=cwd, cpus=cpus, echo=echo, extra_env=extra_env,
             replay_of=original.name, replay_notes=notes, root=root, python=str(python) if python else None,
+            cpu=cpu,
         )  # fmt: skip
     finally:
         if work is not None:

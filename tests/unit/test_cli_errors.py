@@ -22,7 +22,7 @@ def _launch(capsys, *args: str) -> tuple[int, list[str]]:
         (["train=mnsit"], "launch: error: Could not find 'train/mnsit'. "
                           "Available options in 'train': custom mnist notebook script (did you mean train=mnist?)"),
         (["determinism=maybe"], "launch: error: Could not find 'determinism/maybe'. "
-                                "Available options in 'determinism': off seeded strict"),
+                                "Available options in 'determinism': off portable seeded strict"),
         (["seed=7"], "launch: error: Could not override 'seed': no such key in the config; to add it, use +seed=7"),
         (["train.epoch=3"], "launch: error: Could not override 'train.epoch': no such key in the config; "
                             "did you mean train.epochs? (to add a new key, use +train.epoch=3)"),

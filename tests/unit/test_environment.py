@@ -71,6 +71,7 @@ ALLOWED = {  # an example name for every ENV_ALLOW pattern: recorded
     "NCCL_*": "NCCL_ALGO",
     "NVIDIA_*": "NVIDIA_TF32_OVERRIDE",
     "KERAS_*": "KERAS_BACKEND",
+    "NPY_*": "NPY_DISABLE_CPU_FEATURES",
     "PYTHONHASHSEED": "PYTHONHASHSEED",
     "LD_PRELOAD": "LD_PRELOAD",
     "LD_LIBRARY_PATH": "LD_LIBRARY_PATH",

@@ -23,7 +23,7 @@ def test_parse_cpuinfo_arm():
     )
     cpu = probes.parse_cpuinfo(text + "CPU architecture: 8\nCPU variant\t: 0x1\nCPU revision\t: 1\n")
     assert cpu == {"vendor": "0x41", "model": "0xd40", "isa": ["asimd", "bf16", "i8mm", "sve"], "family": "8",
-                   "model_number": "0x1", "stepping": "1", "cache_size": None, "microcode": None}
+                   "model_number": "0x1", "stepping": "1", "cache_size": None, "microcode": None, "levels": []}
 
 
 def test_parse_cpuinfo_names_the_generation_behind_the_model_name():

@@ -1,0 +1,72 @@
+"""determinism=portable on real runs, replayed on an emulated CPU (qemu-user) (issue 30).
+
+A portable run replayed as an Intel Haswell (AVX2, no AVX-512) gives the same bits as on
+this machine, and its fingerprint holds the emulated CPU; a strict run is refused on the
+CPU fields, and run anyway (--force) the report says whether its bits differ. An emulated
+job takes half a minute or more: two of them here.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUICK, is_run
+
+pytestmark = [
+    pytest.mark.slow,
+    # CI sets LAUNCH_REQUIRE_QEMU=1: there a missing qemu fails these tests instead of skipping them.
+    pytest.mark.skipif(shutil.which("qemu-x86_64") is None and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
+                       reason="qemu-x86_64 is not installed (apt-get install qemu-user)"),
+]  # fmt: skip
+
+
+def _run(launch, store: Path, npz: Path, *overrides: str) -> Path:
+    before = set(store.iterdir())
+    done = launch(f"train.data={npz}", f"store.root={store}", *QUICK, *overrides)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (new,) = [p for p in set(store.iterdir()) - before if is_run(p)]
+    return new
+
+
+def _replayed(store: Path, before: set) -> list[Path]:
+    return [p for p in set(store.iterdir()) - before if is_run(p)]
+
+
+def test_a_portable_run_reproduces_on_an_emulated_haswell(launch, store, mnist_npz):
+    run = _run(launch, store, mnist_npz, "determinism=portable")
+    fp = json.loads((run / "fingerprint.json").read_text())
+    assert fp["determinism"]["isa_baseline"]["numpy_dispatch"].get("X86_V4") in (False, None)
+    before = set(store.iterdir())
+    done = launch("replay", str(run), "--cpu", "Haswell", timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert any(line.startswith("REPRODUCED:") and line.endswith("(its job emulated as CPU Haswell by qemu-x86_64)")
+               for line in done.stdout.splitlines()), done.stdout[-2000:]
+    (replay,) = _replayed(store, before)
+    cpu = json.loads((replay / "fingerprint.json").read_text())["hardware"]
+    assert cpu["cpu"]["emulated"]["cpu"] == "Haswell"
+    assert cpu["cpu"]["model"] == "Intel Core Processor (Haswell)" != fp["hardware"]["cpu"]["model"]
+    assert cpu["cpu_seen_by_job"]["model"] == "Intel Core Processor (Haswell)"  # CPUID inside the emulator
+    assert "avx512f" not in cpu["cpu"]["isa"]
+    compared = launch("compare", str(run), str(replay))
+    assert compared.returncode == 0 and compared.stdout.startswith("IDENTICAL"), compared.stdout
+
+
+def test_a_strict_run_is_refused_on_the_cpu_and_forced_says_whether_its_bits_differ(launch, store, mnist_npz):
+    run = _run(launch, store, mnist_npz)  # strict, this machine's CPU in the key
+    before = set(store.iterdir())
+    refused = launch("replay", str(run), "--cpu", "Haswell")
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert refused.stdout.startswith("REFUSED:") and "hardware.cpu.model" in refused.stdout
+    assert _replayed(store, before) == []  # a refused replay leaves nothing behind
+    forced = launch("replay", str(run), "--cpu", "Haswell", "--force", timeout=900)
+    (replay,) = _replayed(store, before)
+    verdict = next(line for line in forced.stdout.splitlines() if line.split(":")[0] in
+                   ("REPRODUCED", "DIVERGED", "NOT COMPARABLE"))  # fmt: skip
+    same = (json.loads((run / "result.json").read_text())["weights_sha256"]
+            == json.loads((replay / "result.json").read_text())["weights_sha256"])  # fmt: skip
+    # The report says what the bits did, and the run stays marked as not comparable.
+    assert verdict.startswith("NOT COMPARABLE"), forced.stdout[-3000:]
+    assert ("forced: results are bitwise equal" if same else "forced: results differ") in forced.stdout
