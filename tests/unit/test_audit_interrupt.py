@@ -34,7 +34,7 @@ def _report(audit_dir: Path) -> dict:
 def test_ctrl_c_in_a_job_ends_the_audit_with_its_report_and_exit_130(tmp_path, monkeypatch):
     calls = []
 
-    def interrupted(cfg, echo=True):
+    def interrupted(cfg, echo=True, **_):
         calls.append(cfg)
         return Outcome(tmp_path / "store" / "20261123-120000-abcdef", "interrupted", 0, returncode=130)
 
@@ -50,7 +50,7 @@ def test_ctrl_c_in_a_job_ends_the_audit_with_its_report_and_exit_130(tmp_path, m
 
 
 def test_ctrl_c_between_jobs_still_writes_the_report(tmp_path, monkeypatch):
-    def ctrl_c(cfg, echo=True):
+    def ctrl_c(cfg, echo=True, **_):
         raise KeyboardInterrupt
 
     code, audit_dir, _ = _audit(tmp_path, monkeypatch, ctrl_c)
@@ -61,7 +61,7 @@ def test_ctrl_c_between_jobs_still_writes_the_report(tmp_path, monkeypatch):
 
 
 def test_a_crash_still_writes_the_report_and_is_raised(tmp_path, monkeypatch):
-    def crash(cfg, echo=True):
+    def crash(cfg, echo=True, **_):
         raise RuntimeError("bug")
 
     code, audit_dir, printed = _audit(tmp_path, monkeypatch, crash)
@@ -72,7 +72,7 @@ def test_a_crash_still_writes_the_report_and_is_raised(tmp_path, monkeypatch):
 
 
 def test_a_job_that_fails_as_configured_ends_the_audit_with_exit_1(tmp_path, monkeypatch):
-    def failing(cfg, echo=True):
+    def failing(cfg, echo=True, **_):
         return Outcome(tmp_path / "store" / "20261123-120000-abcdef", "failed", 0, error="boom")
 
     code, audit_dir, _ = _audit(tmp_path, monkeypatch, failing)

@@ -241,7 +241,7 @@ class FakeJob:
         self.calls: list[dict] = []
         self.status, self.error = status, error
 
-    def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env, track, root=None):
+    def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env, track, root=None, on_created=None):
         self.calls.append(dict(store_root=store_root, cwd=cwd, cpus=cpus, echo=echo, track=track,
                                extra_env=extra_env, env=dict(__import__("os").environ)))  # fmt: skip
         if self.error:
