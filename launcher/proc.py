@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.console import NoiseFilter
+
 # Ctrl-C; SIGTERM (Slurm, Kubernetes, spot agents); SIGUSR1/2 (Slurm's --signal before a time limit)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 # How long a job asked to stop may take before it is killed: below the 30 s that Slurm
@@ -187,6 +189,7 @@ def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
     """Copy the child's output until it closes it; with ``tick``, call it at least every 0.2 s."""
     assert proc.stdout is not None
     out = sys.stdout.buffer
+    shown = NoiseFilter()  # the log keeps every line; the terminal is spared TensorFlow's start-up noise
     logging = True
     fd = proc.stdout.fileno()
     while True:
@@ -198,6 +201,9 @@ def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
         else:
             chunk = proc.stdout.read1(65536)
         if not chunk:
+            if echo and (rest := shown.flush()):
+                out.write(rest)
+                out.flush()
             return
         if logging:
             try:
@@ -210,8 +216,8 @@ def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
                 except OSError:
                     pass
                 print(f"[launch] {log.name} is no longer written: {exc.strerror}", file=sys.stderr, flush=True)
-        if echo:
-            out.write(chunk)
+        if echo and (visible := shown.feed(chunk)):
+            out.write(visible)
             out.flush()
 
 

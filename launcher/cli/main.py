@@ -49,6 +49,8 @@ def run_single(overrides: list[str], config_dir: str | None = None) -> int:
     from launcher.run import config, determinism, job
 
     cfg = config.compose(overrides, config_dir=config_dir)
+    config.validate(cfg)
+    config.check_entrypoint(cfg, os.getcwd())
     note = determinism.idle_note(str(cfg.determinism.level), cfg.determinism.intra_op_threads, os.cpu_count() or 1)
     if note:
         print(note, flush=True)
@@ -91,8 +93,23 @@ def resume_hint(outcome) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with _sigterm_as_ctrl_c():
-        return _main(argv)
+    try:
+        with _sigterm_as_ctrl_c():
+            code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader of our output went away (``launch compare A B | head -3``): a quiet exit,
+    as a shell tool's, with 128 + SIGPIPE. What is still buffered goes nowhere, so the
+    interpreter's own flush at exit cannot fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 @contextlib.contextmanager
@@ -150,6 +167,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print("launch: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # the reader went away: main() ends quietly
     except Exception as exc:  # an unexpected error: a bug, reported briefly
         if os.environ.get("LAUNCH_FULL_ERROR"):
             traceback.print_exc()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher import proc
+from launcher.console import NoiseFilter
 from launcher.docker import container_spec
 from launcher.errors import BuildFailed, DockerUnavailable, ImageError
 
@@ -250,12 +251,13 @@ def _remove(container) -> None:
 
 def _writer(log: IO[bytes], echo: bool) -> Callable[[bytes], None]:
     out = sys.stdout.buffer
+    shown = NoiseFilter()  # the log keeps every line; the terminal is spared TensorFlow's start-up noise
 
     def write(data: bytes) -> None:
         log.write(data)
         log.flush()
-        if echo:
-            out.write(data)
+        if echo and (visible := shown.feed(data)):
+            out.write(visible)
             out.flush()
 
     return write

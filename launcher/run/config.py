@@ -139,8 +139,52 @@ def validate(cfg: DictConfig) -> None:
     tracking = cfg.get("tracking")
     if tracking is not None and tracking.get("name") not in TRACKERS:
         raise ConfigError(f"tracking={tracking.get('name')!r} is unknown; choose one of {', '.join(TRACKERS)}")
+    if tracking is not None and tracking.get("name") == "mlflow":
+        import importlib.util
+
+        if importlib.util.find_spec("mlflow") is None:  # before training, not a warning after it
+            raise ConfigError("tracking=mlflow needs mlflow: pip install 'tf-repro-launcher[mlflow]'")
     if not str(cfg.store.root):
         raise ConfigError("store.root must be a directory path")
+
+
+def check_entrypoint(cfg: DictConfig, cwd: str) -> None:
+    """train=custom on this machine: the entrypoint's module can be found where the job will
+    look (``train.path``, else ``cwd``, then ``sys.path``), so a typo is bad input (exit 2,
+    no run) rather than a failed run. Found without importing it: no user code runs here."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    train = cfg.train
+    if train.name != "custom" or cfg.runtime.name != "local" or ":" not in str(train.get("entrypoint", "")):
+        return
+    module = str(train.entrypoint).partition(":")[0]
+    first = os.path.join(cwd, os.path.expanduser(str(train.path))) if train.get("path") else cwd
+    top, *rest = module.split(".")
+    if top in sys.modules:
+        spec = sys.modules[top].__spec__
+    else:
+        saved = list(sys.path)
+        sys.path.insert(0, first)
+        try:  # a top-level name: finding it runs no code (editable installs have finders of their own)
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            spec = None
+        finally:
+            sys.path[:] = saved
+    found = top
+    for part in rest:
+        if spec is None:
+            break
+        locations = spec.submodule_search_locations
+        spec = importlib.machinery.PathFinder.find_spec(part, list(locations)) if locations else None
+        if spec is None:
+            raise ConfigError(f"train.entrypoint {str(train.entrypoint)!r}: {found} has no module {part!r}")
+        found = f"{found}.{part}"
+    if spec is None:
+        raise ConfigError(f"train.entrypoint {str(train.entrypoint)!r}: no module {top!r} in {first} or on "
+                          "sys.path; set train.path=DIR to where it lives")  # fmt: skip
 
 
 def _check_notebook(train: DictConfig) -> None:

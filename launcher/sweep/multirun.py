@@ -151,6 +151,7 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
         try:
             cfg = config.compose([*job_overrides, *hydra_overrides], config_dir=config_dir)
             config.validate(cfg)
+            config.check_entrypoint(cfg, os.getcwd())
         except ConfigError as exc:
             what = f"job {num}" if jobs else "the search space at"
             raise ConfigError(f"{what} ({label(job_overrides, swept)}): {exc}") from None

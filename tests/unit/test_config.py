@@ -99,3 +99,27 @@ def test_xla_on_is_refused_for_user_code_which_compiles_its_own_model():
     with pytest.raises(ConfigError, match="jit_compile applies to train=mnist"):
         config.resolve(compose(["train=custom", "train.entrypoint=m:f", "determinism.jit_compile=true"]))
     config.resolve(compose(["train=custom", "train.entrypoint=m:f"]))  # strict's own false is fine
+
+
+def test_an_entrypoint_that_cannot_be_found_is_bad_input_before_any_run(tmp_path, monkeypatch):
+    """Found as the job would find it (train.path, else the launch directory), without importing it."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("raise SystemExit('imported!')\n")  # must never run here
+    (tmp_path / "mypkg" / "train.py").write_text("def main(cfg, seed): pass\n")
+    config.check_entrypoint(compose(["train=custom", "train.entrypoint=mypkg.train:main"]), str(tmp_path))
+    config.check_entrypoint(compose(["train=custom", "train.entrypoint=mypkg.train:main", f"train.path={tmp_path}"]),
+                            "/")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"mypkg has no module 'trian'"):
+        config.check_entrypoint(compose(["train=custom", "train.entrypoint=mypkg.trian:main"]), str(tmp_path))
+    with pytest.raises(ConfigError, match=r"no module 'mypgk' in .* set train.path=DIR"):
+        config.check_entrypoint(compose(["train=custom", "train.entrypoint=mypgk.train:main"]), str(tmp_path))
+    config.check_entrypoint(compose(["train=custom", "train.entrypoint=json:loads"]), str(tmp_path))  # installed
+
+
+def test_tracking_with_mlflow_missing_is_refused_before_training(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"tracking=mlflow needs mlflow: pip install 'tf-repro-launcher\[mlflow\]'"):
+        config.validate(compose(["tracking=mlflow"]))
