@@ -264,7 +264,7 @@ def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], ech
         if t.skip:
             rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
             continue
-        outcome = job.run(cfg, echo=False, cpu=t.cpu)
+        outcome = job.run(cfg, echo=False, **({"cpu": t.cpu} if t.cpu else {}))  # cpu: emulated (the cpu knob)
         if outcome.status == "interrupted":
             rows.append(audit_report.Row(t.knob, t.value, "interrupted", run=outcome.run_dir.name))
             return

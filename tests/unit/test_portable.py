@@ -69,6 +69,20 @@ def test_verify_names_each_cap_that_did_not_take_effect():
     assert determinism.isa_problems(p, ok) == []
 
 
+def test_verify_fails_a_portable_run_whose_caps_did_not_take():
+    p = determinism.plan("portable", 0, 1, 1, True, numpy_version="2.4.6")
+    took = {"env": dict(p.env), "op_determinism": True, "intra_op_threads": 1, "inter_op_threads": 1,
+            "deterministic_data": True, "jit_compile": False,
+            "isa_baseline": {"numpy_dispatch": {"X86_V4": False}, "openblas_cores": {}, "supported_by_cpu": True}}
+    determinism.verify(p, took)
+    not_taken = {**took, "isa_baseline": {**took["isa_baseline"], "numpy_dispatch": {"X86_V4": True}}}
+    with pytest.raises(DeterminismError, match="NumPy still dispatches X86_V4 above x86-64-v3"):
+        determinism.verify(p, not_taken)
+    unset = {**took, "env": {**took["env"], "ONEDNN_MAX_CPU_ISA": None}}
+    with pytest.raises(DeterminismError, match="ONEDNN_MAX_CPU_ISA=None"):
+        determinism.verify(p, unset)
+
+
 def test_the_readback_of_numpy_and_openblas_is_this_process_own(monkeypatch):
     # Natively, without caps: NumPy's dispatch table and OpenBLAS' core as the libraries say.
     import numpy  # noqa: F401 - loads its OpenBLAS
