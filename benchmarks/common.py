@@ -46,4 +46,4 @@ def launch(store: Path, *overrides: str) -> tuple[float, dict]:
 def _runs(store: Path) -> set[Path]:
     if not store.exists():
         return set()
-    return {p for p in store.iterdir() if p.is_dir() and p.name not in ("sweeps", "audits")}
+    return {p for p in store.iterdir() if p.is_dir() and p.name not in ("sweeps", "audits", "objects")}

@@ -30,6 +30,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from launcher.run import reads
+
 # Built-in callbacks whose attributes carry state from one epoch to the next. Others:
 # LearningRateScheduler's state is the optimizer's learning rate (a checkpointed
 # variable); TerminateOnNaN, LambdaCallback, ProgbarLogger keep none.
@@ -226,7 +228,8 @@ class FitCheckpoints:
             extra["history"] = encode({"epoch": epochs, "history": merged})
         if self.on_save is not None:  # first: once the checkpoint exists, what it needs is on record
             self.on_save()
-        self.checkpointer().save(self.count_epoch(), extra=extra, arrays=arrays)
+        with reads.paused():  # the launcher's own files, not the job's reads or writes
+            self.checkpointer().save(self.count_epoch(), extra=extra, arrays=arrays)
         self.seconds.append(time.perf_counter() - started)
 
     def restore(self, path) -> None:
