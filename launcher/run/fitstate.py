@@ -222,7 +222,8 @@ class FitCheckpoints:
         states, arrays = callback_states(self.callbacks)
         iterators = [{"made": made(d), "used": a.used} if d is not None else None
                      for d, a in zip(self.data, self.alignment, strict=True)]  # fmt: skip
-        extra = {**self.fit, "fit_epoch": epoch + 1, "callbacks": states, "iterators": iterators}
+        extra = {**self.fit, "fit_epoch": epoch + 1, "callbacks": states, "iterators": iterators,
+                 "stop_training": bool(getattr(self.model, "stop_training", False))}  # EarlyStopping ended the fit
         if history is not None and type(history).__name__ == "History":
             epochs, merged = history_after(history.history, history.epoch, epoch, logs)
             extra["history"] = encode({"epoch": epochs, "history": merged})
@@ -297,6 +298,13 @@ class FitCheckpoints:
                     self.pending = False
                     owner.restore(resume_from)
                 owner.align()
+
+            def on_train_end(self, logs=None) -> None:
+                # No epoch left to run (the checkpoint is the fit's last epoch, or EarlyStopping
+                # ended it there): restore now, before the others' on_train_end, as they ran then.
+                if self.pending:
+                    self.pending = False
+                    owner.restore(resume_from)
 
             def on_train_batch_begin(self, batch: int, logs=None) -> None:
                 if batch == 0:
