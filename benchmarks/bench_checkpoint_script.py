@@ -6,8 +6,8 @@
    median epoch of the strict mnist task on the same sample (target: under 5 %).
 2. Resume: the same script run SIGKILLed after epoch 1's checkpoint, then ``launch
    resume``: seconds from the command's start until the resumed fit's first epoch ends
-   (the job starts, the key is checked, the state restored, one epoch trained), against
-   a fresh launch's seconds until its first epoch ends.
+   (the key is checked, the job starts, the state is restored, one epoch trained), against
+   a fresh launch's seconds until its first epoch's checkpoint.
 
     python benchmarks/bench_checkpoint_script.py [EPOCHS]
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from common import REPO, launch, tree_env
 
 EPOCHS = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-SAMPLE = REPO / "launcher" / "data" / ".mnist-sample.npz"
+SAMPLE = REPO / "launcher" / "data" / "mnist-sample.npz"
 SCRIPT = """
 import sys
 import numpy as np
@@ -66,6 +66,10 @@ def _until(argv: list[str], cwd: Path, done, timeout: float = 600) -> tuple[floa
     return time.perf_counter() - start, proc
 
 
+def _run_dirs(store: Path) -> list[Path]:
+    return [p for p in store.iterdir() if p.is_dir() and p.name[:1].isdigit()]
+
+
 def _metrics_lines(run: Path) -> int:
     path = run / "metrics.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -88,19 +92,21 @@ def main() -> None:
         store = tmp_path / "killed"
         store.mkdir()
         argv = [sys.executable, "-m", "launcher", *_args(script, store, EPOCHS)]
-        fresh, proc = _until(argv, tmp_path, lambda: any(_metrics_lines(r) >= 1 for r in store.iterdir()))
-        run = next(store.iterdir())
-        while not (run / "checkpoints" / "epoch-000001").is_dir():
-            time.sleep(0.01)
-        os.killpg(proc.pid, signal.SIGKILL)
+
+        def first_checkpoint() -> bool:
+            return any((r / "checkpoints" / "epoch-000001").is_dir() for r in _run_dirs(store))
+
+        fresh, proc = _until(argv, tmp_path, first_checkpoint)
+        os.killpg(proc.pid, signal.SIGKILL)  # at once: the run must not finish first
         proc.wait()
+        (run,) = _run_dirs(store)
         time.sleep(1)
         resumed, proc = _until([sys.executable, "-m", "launcher", "resume", str(run)], tmp_path,
                                lambda: _metrics_lines(run) >= 2)  # fmt: skip
         proc.wait()
         status = json.loads((run / "status.json").read_text())["state"]
         print(f"resume: {resumed:.1f} s from `launch resume` to its first resumed epoch's end; a fresh launch "
-              f"took {fresh:.1f} s to its first epoch's end (the run then ended {status})")  # fmt: skip
+              f"took {fresh:.1f} s to its first epoch's checkpoint (the resumed run ended {status})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -194,8 +194,10 @@ def _run(run_dir: Path) -> None:
 
     def facts_so_far() -> None:
         """Before a checkpoint: what the job has used so far, for ``launch resume`` to check
-        (gathered again only when the job has opened more files since)."""
-        seen = len(reads.opened) + len(reads.explicit) + len(reads.natively_opened())
+        (gathered again only when the job's code has read more files since: files opened
+        natively in a watched directory, by any process, alone do not trigger it, or a busy
+        /tmp would cost a gathering at every epoch, measured)."""
+        seen = sum(1 for info in reads.opened.values() if info["read"]) + len(reads.explicit)
         if seen == gathered_at[0]:
             return
         gathered_at[0] = seen

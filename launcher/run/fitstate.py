@@ -30,6 +30,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from launcher.run import reads
+
 # Built-in callbacks whose attributes carry state from one epoch to the next. Others:
 # LearningRateScheduler's state is the optimizer's learning rate (a checkpointed
 # variable); TerminateOnNaN, LambdaCallback, ProgbarLogger keep none.
@@ -220,13 +222,15 @@ class FitCheckpoints:
         states, arrays = callback_states(self.callbacks)
         iterators = [{"made": made(d), "used": a.used} if d is not None else None
                      for d, a in zip(self.data, self.alignment, strict=True)]  # fmt: skip
-        extra = {**self.fit, "fit_epoch": epoch + 1, "callbacks": states, "iterators": iterators}
+        extra = {**self.fit, "fit_epoch": epoch + 1, "callbacks": states, "iterators": iterators,
+                 "stop_training": bool(getattr(self.model, "stop_training", False))}  # EarlyStopping ended the fit
         if history is not None and type(history).__name__ == "History":
             epochs, merged = history_after(history.history, history.epoch, epoch, logs)
             extra["history"] = encode({"epoch": epochs, "history": merged})
         if self.on_save is not None:  # first: once the checkpoint exists, what it needs is on record
             self.on_save()
-        self.checkpointer().save(self.count_epoch(), extra=extra, arrays=arrays)
+        with reads.paused():  # the launcher's own files, not the job's reads or writes
+            self.checkpointer().save(self.count_epoch(), extra=extra, arrays=arrays)
         self.seconds.append(time.perf_counter() - started)
 
     def restore(self, path) -> None:
@@ -294,6 +298,13 @@ class FitCheckpoints:
                     self.pending = False
                     owner.restore(resume_from)
                 owner.align()
+
+            def on_train_end(self, logs=None) -> None:
+                # No epoch left to run (the checkpoint is the fit's last epoch, or EarlyStopping
+                # ended it there): restore now, before the others' on_train_end, as they ran then.
+                if self.pending:
+                    self.pending = False
+                    owner.restore(resume_from)
 
             def on_train_batch_begin(self, batch: int, logs=None) -> None:
                 if batch == 0:

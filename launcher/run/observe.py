@@ -5,7 +5,9 @@ Installed in the job process before user code runs (``train=script`` and
 entry points and changes none of their arguments that reach the math:
 
 - ``keras.Model.fit``: adds two callbacks, one appending each epoch's logs to
-  ``metrics.jsonl`` and the step-trace recorder (``launcher.run.trace``);
+  ``metrics.jsonl`` and the step-trace recorder (``launcher.run.trace``), and in seeded
+  and strict runs the epoch checkpoints of ``launcher.run.fitstate`` (a resumed job's
+  checkpointed fit starts at its next epoch, its state restored);
 - a Keras optimizer's ``apply`` (``apply_gradients`` calls it) and TensorFlow's
   ``tf.compat.v1.train.Optimizer.apply_gradients``: note the variables trained, and
   in eager code count the step;
@@ -316,11 +318,27 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
     if obs.resume and int(obs.resume.get("fit") or 0) == obs.fits:
         resume_from = obs.run_dir / obs.resume["checkpoint"]
         args["initial_epoch"] = int(obs.resume["fit_epoch"])
+        if obs.resume.get("stop_training"):  # EarlyStopping had ended this fit: no epoch is left
+            args["initial_epoch"] = max(args["initial_epoch"], int(args.get("epochs", 1)))
         obs.epochs = int(obs.resume["epoch"])
+        obs.history = _logged_metrics(obs.run_dir, obs.epochs)  # the final metrics, if no epoch is left
         obs.resume = None
         print(f"[launch] resumed from {resume_from.relative_to(obs.run_dir)}: fit {fit['fit']} continues after "
               f"its epoch {args['initial_epoch']}", flush=True)  # fmt: skip
     return checkpoints.keras_callbacks(keras, resume_from)
+
+
+def _logged_metrics(run_dir: Path, epoch: int) -> dict[str, float]:
+    """The metrics ``metrics.jsonl`` holds for ``epoch`` ({} when none)."""
+    import json
+
+    path = run_dir / "metrics.jsonl"  # launcher.run.tasks.METRICS (the package imports this module)
+    lines = path.read_text().splitlines() if path.exists() else []
+    for line in reversed(lines):
+        values = json.loads(line)
+        if values.pop("epoch", None) == epoch:
+            return values
+    return {}
 
 
 def _wrap_compile(keras, obs: Observer) -> None:

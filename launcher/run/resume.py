@@ -134,7 +134,7 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
     }
     fit, _ = checkpoints.read_extra(checkpoint)
     if fit is not None:  # user code's Keras fit: which one, and its epochs done
-        resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"])
+        resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"], stop_training=bool(fit.get("stop_training")))
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
     outcome = job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root)
     return outcome, notes

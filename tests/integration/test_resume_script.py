@@ -20,9 +20,9 @@ SCRIPT = Path(__file__).parent / "scripts" / "keras_resume.py"
 EPOCHS = 3
 
 
-def _args(store: Path) -> list[str]:
-    return ["train=script", f"train.script={SCRIPT}", f"train.args=[data.npz,{EPOCHS},outputs]",
-            "determinism=strict", f"store.root={store}"]  # fmt: skip
+def _args(store: Path, script_args: str = f"data.npz,{EPOCHS},outputs") -> list[str]:
+    return ["train=script", f"train.script={SCRIPT}", f"train.args=[{script_args}]", "determinism=strict",
+            f"store.root={store}"]  # fmt: skip
 
 
 def _work(tmp_path: Path, mnist_npz: Path, name: str) -> Path:
@@ -66,17 +66,18 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int) -> tuple[Path, subprocess.Popen]:
+def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int,
+                           *args: str) -> tuple[Path, subprocess.Popen]:  # fmt: skip
     """Start the script's run and send ``signum`` to its launcher once checkpoint ``epoch`` exists."""
     store.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store)], cwd=work, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store, *args)], cwd=work, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         runs = [p for p in store.iterdir() if is_run(p)]
         if runs and (runs[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
-            os.kill(proc.pid, signum)
+            (os.killpg if signum == signal.SIGKILL else os.kill)(proc.pid, signum)  # SIGKILL: the job too, at once
             return runs[0], proc
         assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
         time.sleep(0.02)
@@ -144,3 +145,25 @@ def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path, mnist
     assert "data.npz" in done.stdout + done.stderr
     assert json.loads((run / "status.json").read_text())["state"] == "running"  # left as it was: unfinished
     assert not (run / "manifest.json").exists()
+
+
+def test_a_fit_that_early_stopping_ended_resumes_to_its_end(launch, tmp_path, mnist_npz):
+    """Killed after the checkpoint of the epoch where EarlyStopping ended the fit (4 epochs asked,
+    2 run): the resumed fit runs no epoch; EarlyStopping's restore_best_weights acts on the
+    restored state as it did, and the final metrics come from the kept epochs."""
+    early = "data.npz,4,outputs,0,10.0"  # no val_loss improves by 10: it stops after epoch 2
+    reference = _work(tmp_path, mnist_npz, "reference")
+    done = launch(*_args(tmp_path / "reference-store", early), cwd=reference)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    uninterrupted = _run_of(tmp_path / "reference-store")
+    assert len((uninterrupted / "metrics.jsonl").read_text().splitlines()) == 2  # it did stop early
+    work = _work(tmp_path, mnist_npz, "work")
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGKILL, early)
+    proc.communicate(timeout=60)
+    _gone(run, 10)
+    assert not (run / "manifest.json").exists(), "the run finished before it could be killed"
+    done = launch("resume", run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _record(run, work) == _record(uninterrupted, reference)
+    assert json.loads((run / "result.json").read_text())["final_metrics"] == \
+        json.loads((uninterrupted / "result.json").read_text())["final_metrics"]  # fmt: skip

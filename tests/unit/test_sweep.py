@@ -244,6 +244,8 @@ class FakeJob:
     def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env, track, root=None, on_created=None):
         self.calls.append(dict(store_root=store_root, cwd=cwd, cpus=cpus, echo=echo, track=track,
                                extra_env=extra_env, env=dict(__import__("os").environ)))  # fmt: skip
+        if on_created is not None:
+            on_created(Path(store_root) / "run-1")
         if self.error:
             raise self.error
         result = {"final_metrics": {"loss": 0.5}, "weights_sha256": "ab" * 32}
@@ -466,3 +468,19 @@ def test_a_sweep_whose_jobs_seed_themselves_says_the_seed_did_not_reach_them():
     assert note in report.render(summary)
     summary["seeds_set_by_jobs"] = []
     assert report.seed_note(summary) is None  # one hash for three seeds, but no call to name: nothing claimed
+
+
+def test_a_requeued_job_finds_the_run_its_earlier_attempt_started(tmp_path):
+    from launcher.run import checkpoints
+
+    d = _sweep_dir(tmp_path, [])
+    assert sweep.requeued_run(d, 0) is None  # a first attempt
+    run_dir = runs.create(tmp_path / "store")
+    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n")
+    runs.set_status(run_dir, "interrupted")
+    runs.write_json(sweep.job_path(d, 0), {**sweep.pending_record(0, ["+seed=0"], 0), "run_dir": str(run_dir)})
+    assert sweep.requeued_run(d, 0) is None  # no checkpoint: the job starts afresh
+    path = run_dir / checkpoints.DIRNAME / checkpoints.name(1)
+    path.mkdir(parents=True)
+    runs.write_json(path / checkpoints.MANIFEST, {"epoch": 1, "files": {}})
+    assert sweep.requeued_run(d, 0) == run_dir

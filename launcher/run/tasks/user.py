@@ -37,7 +37,8 @@ def run(ctx: TaskContext) -> dict:
     ctx.effective["jit_compile"] = None  # user code passes jit_compile to its own compile()
     observer = None
     if train.get("observe", True):
-        observer = observe.install(ctx.run_dir, ctx.trace_every, ctx.log_epoch, checkpoint_settings(ctx), ctx.resume,
+        fit = ctx.resume if ctx.resume and ctx.resume.get("fit") else None  # a checkpoint of an observed fit
+        observer = observe.install(ctx.run_dir, ctx.trace_every, ctx.log_epoch, checkpoint_settings(ctx), fit,
                                    ctx.facts_so_far)  # fmt: skip
     ctx.result_so_far = lambda: observed_result(ctx, observer, None)  # a job that ends with os._exit(0)
     if train.name == "custom":

@@ -1,6 +1,7 @@
 """A Keras script written without the launcher in mind: a tf.data pipeline reshuffled every
 epoch with a random augmentation map, Dropout, ReduceLROnPlateau and EarlyStopping; it
-writes its history to a file when it ends. Args: DATA.npz EPOCHS OUT_DIR."""
+writes its history to a file when it ends. Args: DATA.npz EPOCHS OUT_DIR [PATIENCE MIN_DELTA]
+(EarlyStopping's on val_loss; default 10 0: it never stops early in 3 epochs)."""
 import json
 import os
 import sys
@@ -10,6 +11,7 @@ import tensorflow as tf
 from tensorflow import keras
 
 data, epochs, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+patience, min_delta = (int(sys.argv[4]), float(sys.argv[5])) if len(sys.argv) > 5 else (10, 0.0)
 with np.load(data) as f:
     x_train, y_train, x_test, y_test = f["x_train"][:400], f["y_train"][:400], f["x_test"][:100], f["y_test"][:100]
 
@@ -35,7 +37,8 @@ model = keras.Sequential([
 ])
 model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 callbacks = [keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
-             keras.callbacks.EarlyStopping(monitor="val_loss", patience=10, restore_best_weights=True)]
+             keras.callbacks.EarlyStopping(monitor="val_loss", patience=patience, min_delta=min_delta,
+                                           restore_best_weights=True)]
 history = model.fit(train, validation_data=test, epochs=epochs, callbacks=callbacks, verbose=2)
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, "history.json"), "w") as f:
