@@ -53,11 +53,18 @@ def q(value: object) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _own_directory() -> str:
+    """An empty working directory for one launch, readable by a container's user as /tmp is."""
+    path = tempfile.mkdtemp(prefix="launch-cwd-")
+    os.chmod(path, 0o755)
+    return path
+
+
 def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600):
     """Run the real `launch` command (as `python -m launcher`) and capture its output.
 
-    It runs outside any git checkout unless ``cwd`` says otherwise, so the code
-    fingerprint does not follow edits to the project's own tree during a test.
+    It runs in an empty directory of its own, outside any git checkout, unless ``cwd`` says
+    otherwise, so the code fingerprint does not follow edits to the project's own tree.
     """
     full_env = {**os.environ, **(env or {})}
     # The tree under test, not whatever copy of the launcher is installed (a worktree, a checkout).
@@ -65,7 +72,9 @@ def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, tim
     full_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return subprocess.run(
         [sys.executable, "-m", "launcher", *map(str, args)],
-        cwd=cwd or tempfile.gettempdir(),
+        # Its own empty directory: the job watches its working directory's opens (inotify sees any
+        # process's), so a shared one such as /tmp would count other tests' files as its reads.
+        cwd=cwd or _own_directory(),
         env=full_env,
         capture_output=True,
         text=True,
