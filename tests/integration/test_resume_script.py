@@ -20,8 +20,8 @@ SCRIPT = Path(__file__).parent / "scripts" / "keras_resume.py"
 EPOCHS = 3
 
 
-def _args(store: Path, script_args: str = f"data.npz,{EPOCHS},outputs") -> list[str]:
-    return ["train=script", f"train.script={SCRIPT}", f"train.args=[{script_args}]", "determinism=strict",
+def _args(store: Path, script_args: str = f"data.npz,{EPOCHS},outputs", script: Path = SCRIPT) -> list[str]:
+    return ["train=script", f"train.script={script}", f"train.args=[{script_args}]", "determinism=strict",
             f"store.root={store}"]  # fmt: skip
 
 
@@ -67,10 +67,11 @@ def _env() -> dict:
 
 
 def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int,
-                           *args: str) -> tuple[Path, subprocess.Popen]:  # fmt: skip
+                           *args: str, script: Path = SCRIPT) -> tuple[Path, subprocess.Popen]:  # fmt: skip
     """Start the script's run and send ``signum`` to its launcher once checkpoint ``epoch`` exists."""
     store.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store, *args)], cwd=work, env=_env(),
+    argv = [sys.executable, "-m", "launcher", *_args(store, *args, script=script)]
+    proc = subprocess.Popen(argv, cwd=work, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300
@@ -144,6 +145,21 @@ def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path, mnist
     assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
     assert "data.npz" in done.stdout + done.stderr
     assert json.loads((run / "status.json").read_text())["state"] == "running"  # left as it was: unfinished
+    assert not (run / "manifest.json").exists()
+
+
+def test_resume_refuses_a_script_edited_since_the_kill_and_names_it(launch, tmp_path, mnist_npz):
+    """Resume reruns the script where it ran: one edited since is refused, never resumed as if unchanged."""
+    work = _work(tmp_path, mnist_npz, "work")
+    script = work / "train_copy.py"
+    shutil.copy(SCRIPT, script)
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL, script=script)
+    proc.communicate(timeout=60)
+    _gone(run, 10)
+    script.write_text(script.read_text() + "\n# tuned after the kill\n")
+    done = launch("resume", run)
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "code.script_sha256" in done.stdout + done.stderr
     assert not (run / "manifest.json").exists()
 
 
