@@ -3,7 +3,7 @@ distinct content over a sweep of unchanged code and data).
 
 Two real runs are made first (the mnist task on the packaged sample, and a script that
 imports two helper modules and reads a small .npz by a relative name). Then, side by
-side in this process, each run's snapshot is taken again N times (``job.keep_snapshot``,
+side in this process, each run's snapshot is taken again N times (``keep.keep_snapshot``,
 what the launcher does before sealing) into a fresh store (cold: every object copied)
 and into the same store (warm: every object already there, as for every run after the
 first of unchanged code). Finally a 10-seed sweep of the script shows the store's growth:
@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from launcher.run import job  # noqa: E402
+from launcher.run import job, keep  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 
@@ -65,12 +65,12 @@ def _time_snapshot(run: Path, launch_dir: str, stores: Path) -> tuple[float, flo
         fresh = stores / f"cold-{i}" / "r"
         fresh.mkdir(parents=True)
         start = time.perf_counter()
-        job.keep_snapshot(fresh, resolved, fp, launch_dir)
+        keep.keep_snapshot(fresh, resolved, fp, launch_dir)
         cold.append(time.perf_counter() - start)
         again = stores / "warm" / f"r{i}"
         again.mkdir(parents=True)
         start = time.perf_counter()
-        job.keep_snapshot(again, resolved, fp, launch_dir)
+        keep.keep_snapshot(again, resolved, fp, launch_dir)
         warm.append(time.perf_counter() - start)
     return statistics.median(cold), statistics.median(warm[1:] or warm)
 

@@ -27,6 +27,7 @@ from launcher.record.probes import code, hardware, software, tensorflow_software
 # package's hash in the key), distributions by content, the CPU's family, model and stepping.
 # Older runs stay readable; what they lack is unknown to the comparability key.
 SCHEMA = 3
+FILE = "fingerprint.json"  # in the run directory
 READABLE_SCHEMAS = (1, 2, 3)
 
 

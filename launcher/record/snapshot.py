@@ -229,6 +229,23 @@ def materialize(store_root: Path, snapshot: Mapping, dest: Path) -> Path:
     return Path(dest)
 
 
+def changed_since(files: Mapping[str, dict]) -> list[str]:
+    """The kept files whose original is now gone or holds other content (an edited script)."""
+    changed = []
+    for path, entry in sorted(files.items()):
+        h = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            changed.append(path)
+            continue
+        if h.hexdigest() != entry["sha256"]:
+            changed.append(path)
+    return changed
+
+
 def link(dest: Path, original: str, target: str) -> None:
     """Make ``original`` (an absolute path) inside the laid-out ``dest`` point at ``target``."""
     inside = Path(dest) / original.lstrip("/")

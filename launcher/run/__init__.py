@@ -9,7 +9,8 @@ opened or listed), ``envreads`` (which environment variables its own code read),
 its own code set),
 ``tf1`` (TF1 graphs and sessions under the bootstrap), ``runtime``
 (where the job process runs), ``gpus`` (a GPU request checked before any run exists),
-``trace`` (the step trace), ``checkpoints`` and ``resume``, ``interrupts`` (Ctrl-C and
+``trace`` (the step trace), ``checkpoints`` and ``resume``, ``keep`` (the code and data a run
+keeps in the store: at each checkpoint and at its end), ``interrupts`` (Ctrl-C and
 SIGTERM at a safe point), ``rebuild`` (a run's recorded environment, rebuilt), ``precheck`` (a stored
 run's key against this environment), ``userapi`` (the helpers user code may call),
 ``data`` and ``tasks`` (the built-in mnist task, user code).

@@ -94,7 +94,7 @@ def _run(run_dir: Path) -> None:
 
     from launcher.record import fingerprint, outputs, runs, snapshot, usage
     from launcher.record.hashing import tree_digest
-    from launcher.run import determinism, envreads, seeding, tasks
+    from launcher.run import determinism, envreads, keep, seeding, tasks
 
     started = time.perf_counter()
     job = runs.read_json(run_dir / JOB)
@@ -202,7 +202,11 @@ def _run(run_dir: Path) -> None:
             return
         gathered_at[0] = seen
         with reads.paused():
-            runs.write_json(run_dir / JOB_FACTS, gather_facts({**effective, **ctx.effective}))
+            facts = gather_facts({**effective, **ctx.effective})
+            runs.write_json(run_dir / JOB_FACTS, facts)
+            # the code and data read so far, kept in the store: a resume reruns the code the run ran
+            keep.keep_so_far(run_dir, cfg, runs.read_json(run_dir / fingerprint.FILE), facts,
+                             snapshot.unrooted(str(job.get("launch_dir") or os.getcwd()), ctx.root), ctx.root)
 
     ctx.facts_so_far = facts_so_far
 

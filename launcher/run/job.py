@@ -20,8 +20,9 @@ from launcher.errors import DeterminismError, LauncherError
 from launcher.record import fingerprint, index, key, probes, runs, snapshot, tbevents, tracking
 from launcher.run import config, determinism, gpus, interrupts, runtime
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
+from launcher.run.keep import keep_snapshot, keep_so_far
 
-FINGERPRINT = "fingerprint.json"
+FINGERPRINT = fingerprint.FILE
 CONFIG = "config.yaml"
 CONTAINER = "container.json"  # written by a container runtime: image id, tag, uid, network
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])
@@ -202,30 +203,13 @@ def _finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row:
         index.record(run_dir.parent, row)
         return Outcome(run_dir, "complete", seed, result=result, returncode=0)
     state = "interrupted" if returncode in (130, -2, -15, -9, -10, -12) else "failed"
+    if (run_dir / JOB_FACTS).exists():  # what it ran so far, kept for launch resume
+        keep_so_far(run_dir, resolved, fp, runs.read_json(run_dir / JOB_FACTS), launch_dir or os.getcwd(), root)
     error = _job_error(run_dir, returncode)
     runs.set_status(run_dir, state, error=error, returncode=returncode)
     row.status = state
     index.record(run_dir.parent, row)
     return Outcome(run_dir, state, seed, error=error, returncode=returncode)
-
-
-def code_file(resolved: DictConfig) -> str | None:
-    """The file of code a run names in its config: train=script's script, train=notebook's notebook."""
-    return {"script": resolved.train.get("script"), "notebook": resolved.train.get("notebook")}.get(
-        str(resolved.train.name))
-
-
-def keep_snapshot(run_dir: Path, resolved: DictConfig, fp: dict, launch_dir: str, root: str | None = None) -> dict:
-    """Keep the code and small data the run used in its store, and ``snapshot.json`` in the run."""
-    script = code_file(resolved)
-    config_dir = resolved.get("config_dir")
-    max_mb = resolved.store.get("snapshot_max_mb", snapshot.DEFAULT_MAX_MB)
-    data = [p for p in (snapshot.data_path(n, launch_dir) for n in fp.get("data") or {}) if p]
-    kept, left_out = snapshot.plan(fp, launch_dir, script, str(config_dir["path"]) if config_dir else None,
-                                   snapshot.data_sizes(data, root), int(max_mb) << 20)  # fmt: skip
-    taken = snapshot.take(run_dir.parent, kept, left_out, launch_dir, root)
-    runs.write_json(run_dir / snapshot.SNAPSHOT, taken)
-    return taken
 
 
 def run(cfg: DictConfig, *, store_root: Path | None = None, on_created=None, **kwargs) -> Outcome:

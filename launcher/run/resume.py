@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.errors import NotComparable, ResumeError
-from launcher.record import fingerprint, runs
+from launcher.errors import NotComparable, ResumeError, StoreError
+from launcher.record import fingerprint, runs, snapshot
 from launcher.run import checkpoints, fitstate, gpus, job, precheck, trace
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
 from launcher.run.tasks import METRICS
@@ -103,11 +104,58 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
             stored = fingerprint.merge_job_facts(stored, facts, container)
         else:
             stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
+    work = None
+    try:
+        cwd, root, work = _where(run_dir, previous, echo)
+        outcome = _continue(run_dir, stored, previous, checkpoint, epoch, notes, cwd, root, allow_mismatch, echo)
+    finally:
+        if work is not None:
+            snapshot.remove(work)
+    return outcome, notes
+
+
+def _where(run_dir: Path, previous: dict, echo: bool) -> tuple[str, str | None, Path | None]:
+    """Where the resumed job runs: ``(cwd, root, work)``.
+
+    User code runs again in its launch directory, so what it writes lands where it did,
+    and with the code the run ran: a sweep's code laid out at submission (``root``), or
+    the run's own snapshot (its script, helpers, notebook and config files as they were
+    at its last checkpoint), laid out in ``work`` with every other file of those
+    directories linked to the original. Data is read where it was: a file changed since
+    is refused by the key check, never continued on. The mnist task runs here.
+    """
+    if _task(run_dir) not in USER_CODE:
+        return os.getcwd(), None, None
+    launch_dir = str(previous.get("launch_dir") or os.getcwd())
+    if previous.get("root") and os.path.isdir(previous["root"]):
+        return launch_dir, previous["root"], None
+    stored = snapshot.read(run_dir)
+    if stored is None:  # interrupted before its first checkpoint kept one, or by an older launcher
+        return launch_dir, None, None
+    launch_dir = str(stored["launch_dir"])
+    if not os.path.isdir(launch_dir):
+        raise ResumeError(f"run {run_dir.name} ran in {launch_dir}, which is gone; resume continues a run "
+                          "where it wrote its files: make the directory again (its code is kept in the run)")
+    code = {path: entry for path, entry in stored["files"].items() if entry["role"] != "data"}
+    try:
+        work = Path(tempfile.mkdtemp(prefix=".resume-", dir=run_dir.parent)).resolve()
+        work.chmod(0o755)  # a container's user must reach the code
+        snapshot.materialize(run_dir.parent, {**stored, "files": code}, work)
+    except OSError as exc:
+        raise StoreError(f"cannot lay out the code of {run_dir.name} in {run_dir.parent}: {exc.strerror}") from None
+    store = {os.path.realpath(run_dir.parent)}
+    for directory in dict.fromkeys([launch_dir, *(os.path.dirname(path) for path in code)]):
+        snapshot.mirror_rest(work, directory, store)
+    changed = snapshot.changed_since(code)
+    if echo and changed:
+        print(f"[launch] resuming with the code the run ran, kept in it; changed since: {', '.join(changed)}",
+              flush=True)  # fmt: skip
+    return launch_dir, str(work), work
+
+
+def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epoch: int, notes: list[str],
+              cwd: str, root: str | None, allow_mismatch: bool, echo: bool) -> job.Outcome:
     user_code = _task(run_dir) in USER_CODE
-    # User code runs again where it ran (in a sweep's laid-out code snapshot, when it ran from
-    # one): its relative paths (data, helpers) mean the same files.
-    cwd = str(previous.get("launch_dir") or os.getcwd()) if user_code else os.getcwd()
-    root = previous.get("root") if user_code and previous.get("root") and os.path.isdir(previous["root"]) else None
     diffs = precheck.key_differences_now(stored, run_dir, cwd, root=root)
     if diffs and not allow_mismatch:
         raise NotComparable(
@@ -131,10 +179,10 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
         "history": history,
         "comparable": not diffs,
         "skipped": notes,
+        "code_from_snapshot": root is not None,
     }
     fit, _ = checkpoints.read_extra(checkpoint)
     if fit is not None:  # user code's Keras fit: which one, and its epochs done
         resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"], stop_training=bool(fit.get("stop_training")))
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
-    outcome = job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root)
-    return outcome, notes
+    return job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root)

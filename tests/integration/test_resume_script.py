@@ -148,19 +148,27 @@ def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path, mnist
     assert not (run / "manifest.json").exists()
 
 
-def test_resume_refuses_a_script_edited_since_the_kill_and_names_it(launch, tmp_path, mnist_npz):
-    """Resume reruns the script where it ran: one edited since is refused, never resumed as if unchanged."""
+def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, tmp_path, mnist_npz,
+                                                                         uninterrupted):  # fmt: skip
+    """The script kept in the run at its checkpoint is what resumes: an edit made while the run
+    waited (here one that would fail at once) is not run, and the resumed run writes where it did."""
     work = _work(tmp_path, mnist_npz, "work")
     script = work / "train_copy.py"
     shutil.copy(SCRIPT, script)
     run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL, script=script)
     proc.communicate(timeout=60)
     _gone(run, 10)
-    script.write_text(script.read_text() + "\n# tuned after the kill\n")
-    done = launch("resume", run)
-    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "code.script_sha256" in done.stdout + done.stderr
-    assert not (run / "manifest.json").exists()
+    kept = json.loads((run / "snapshot.json").read_text())["files"]  # taken by the job before its checkpoint
+    assert kept[str(script)]["role"] == "script", kept
+    script.write_text('raise SystemExit("edited after the kill")\n' + script.read_text())
+    done = launch("resume", run, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"resuming with the code the run ran, kept in it; changed since: {script}" in done.stdout
+    resumed = _record(run, work)  # history.json written into the launch directory, as the run would have
+    for key in ("weights", "layers", "metrics", "trace", "history"):
+        assert resumed[key] == uninterrupted[key], key
+    assert json.loads((run / "job.json").read_text())["resume"]["code_from_snapshot"] is True
+    assert not [p for p in (tmp_path / "store").iterdir() if p.name.startswith(".resume-")]  # laid-out code removed
 
 
 def test_a_fit_that_early_stopping_ended_resumes_to_its_end(launch, tmp_path, mnist_npz):

@@ -128,3 +128,42 @@ def test_read_refuses_a_damaged_snapshot_file(tmp_path):
     (tmp_path / snapshot.SNAPSHOT).write_text('{"schema": 99, "files": {}}')
     with pytest.raises(snapshot.SnapshotError, match="unknown schema"):
         snapshot.read(Path(tmp_path))
+
+
+def test_changed_since_names_kept_files_edited_or_deleted_since(tmp_path):
+    same, edited, gone = tmp_path / "same.py", tmp_path / "edited.py", tmp_path / "gone.py"
+    same.write_bytes(b"a")
+    edited.write_bytes(b"b, edited")
+    files = {str(same): {"sha256": _sha(b"a")}, str(edited): {"sha256": _sha(b"b")}, str(gone): {"sha256": _sha(b"c")}}
+    assert snapshot.changed_since(files) == sorted([str(edited), str(gone)])
+
+
+def test_an_unfinished_run_keeps_its_code_only_when_the_job_named_its_modules(tmp_path):
+    """keep_so_far: user code's facts (with modules) keep a snapshot; the mnist task's none; a store
+    the job cannot write leaves none, without failing the job."""
+    from omegaconf import OmegaConf
+
+    from launcher.run import keep
+
+    work, store = tmp_path / "w", tmp_path / "store"
+    work.mkdir()
+    (work / "train.py").write_bytes(b"script")
+    (work / "helper.py").write_bytes(b"helper")
+    run_dir = store / "20261125-000000-abcdef"
+    run_dir.mkdir(parents=True)
+    resolved = OmegaConf.create({"train": {"name": "script", "script": str(work / "train.py")},
+                                 "store": {"snapshot_max_mb": 64}})  # fmt: skip
+    fp = {"code": {"script_sha256": _sha(b"script")}, "data": {}, "hardware": {}}
+    facts = {"software": {}, "determinism": {}, "data": {},
+             "modules": {"helper": {"path": str(work / "helper.py"), "sha256": _sha(b"helper")}}}  # fmt: skip
+    assert keep.keep_so_far(run_dir, resolved, fp, {**facts, "modules": None}, str(work)) is None
+    assert not (run_dir / snapshot.SNAPSHOT).exists()
+    taken = keep.keep_so_far(run_dir, resolved, fp, facts, str(work))
+    assert {p: e["role"] for p, e in taken["files"].items()} == {str(work / "train.py"): "script",
+                                                                  str(work / "helper.py"): "module"}  # fmt: skip
+    assert snapshot.read(run_dir) == taken
+    (run_dir / snapshot.SNAPSHOT).unlink()
+    snapshot.remove(store / snapshot.OBJECTS)
+    (store / snapshot.OBJECTS).write_text("not a directory")  # a store the job cannot write (even as root)
+    assert keep.keep_so_far(run_dir, resolved, fp, facts, str(work)) is None
+    assert not (run_dir / snapshot.SNAPSHOT).exists()

@@ -45,7 +45,7 @@ def run(ctx: TaskContext) -> dict:
         # The job's interpreter starts with safe paths (-P): the entrypoint's directory, or
         # the launch directory as `python -m` would have it, comes first only now, after
         # the launcher itself was imported from where it was installed.
-        sys.path.insert(0, snapshot.rooted(str(train.path), ctx.root) if train.path else os.getcwd())
+        sys.path.insert(0, snapshot.rooted(str(train.path) if train.path else os.getcwd(), ctx.root))
         returned = load_entrypoint(str(train.entrypoint))(ctx.cfg, ctx.seed)
     elif train.name == "notebook":
         from omegaconf import OmegaConf
