@@ -17,7 +17,7 @@ from tests.conftest import REPO, is_run
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).parent / "scripts" / "keras_resume.py"
-EPOCHS = 3
+EPOCHS = 6  # the script: killed after epoch 2, stopped after epoch 3
 
 
 def _args(store: Path, script_args: str = f"data.npz,{EPOCHS},outputs", script: Path = SCRIPT) -> list[str]:
@@ -104,7 +104,7 @@ def _cmdline(path: Path) -> str:
 
 def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, mnist_npz, uninterrupted):
     work = _work(tmp_path, mnist_npz, "work")
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL)
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGKILL)
     proc.communicate(timeout=60)
     _gone(run, 10)
     assert not (run / "manifest.json").exists(), "the run finished before it could be killed"
@@ -115,14 +115,14 @@ def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, mnist_np
     for key in ("weights", "layers", "metrics", "trace", "history", "outputs"):
         assert resumed[key] == uninterrupted[key], key
     result = json.loads((run / "result.json").read_text())
-    assert result["resumed_from_epoch"] >= 1
+    assert result["resumed_from_epoch"] >= 2
     compared = launch("compare", uninterrupted["run"], run)
     assert compared.returncode == 0 and "IDENTICAL" in compared.stdout, compared.stdout[-2000:]
 
 
 def test_sigterm_stops_a_script_run_resumably_and_resume_continues_it(launch, tmp_path, mnist_npz, uninterrupted):
     work = _work(tmp_path, mnist_npz, "work")
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGTERM)
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 3, signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     last = out.strip().splitlines()[-1]

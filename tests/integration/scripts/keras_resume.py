@@ -1,7 +1,7 @@
 """A Keras script written without the launcher in mind: a tf.data pipeline reshuffled every
 epoch with a random augmentation map, Dropout, ReduceLROnPlateau and EarlyStopping; it
 writes its history to a file when it ends. Args: DATA.npz EPOCHS OUT_DIR [PATIENCE MIN_DELTA]
-(EarlyStopping's on val_loss; default 10 0: it never stops early in 3 epochs)."""
+(EarlyStopping's on val_loss; default 10 0: it never stops early in 6 epochs)."""
 import json
 import os
 import sys
