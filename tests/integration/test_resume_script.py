@@ -191,3 +191,43 @@ def test_a_fit_that_early_stopping_ended_resumes_to_its_end(launch, tmp_path, mn
     assert _record(run, work) == _record(uninterrupted, reference)
     assert json.loads((run / "result.json").read_text())["final_metrics"] == \
         json.loads((uninterrupted / "result.json").read_text())["final_metrics"]  # fmt: skip
+
+
+def _pids_running(needle: str) -> list[int]:
+    return [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/cmdline") if needle in _cmdline(p)]
+
+
+def test_a_submitit_local_job_signalled_to_requeue_resumes_its_run(tmp_path, mnist_npz, uninterrupted):
+    """submitit_local's timeout signal (USR2, as its controller sends before `timeout_min`) after epoch
+    2's checkpoint: submitit requeues the task, and the requeued job resumes the same run directory
+    to the uninterrupted run's bits (the same path a Slurm preemption takes, tests/integration/test_slurm.py)."""
+    work = _work(tmp_path, mnist_npz, "work")
+    store = tmp_path / "store"
+    sweep = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *_args(store), "+seed=0",
+                              "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30"],
+                             cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            found = [p for p in store.iterdir() if is_run(p)] if store.exists() else []
+            if found and (found[0] / "checkpoints" / "epoch-000002").is_dir():
+                break
+            assert sweep.poll() is None, sweep.communicate()
+            time.sleep(0.02)
+        else:
+            pytest.fail("no checkpoint appeared")
+        (task,) = _pids_running(f"submitit.core._submit {store}")  # the job's task, where submitit's handler is
+        os.kill(task, signal.SIGUSR2)
+        out, err = sweep.communicate(timeout=600)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 0, out[-3000:] + err[-3000:]
+    (run,) = found
+    assert [p for p in store.iterdir() if is_run(p)] == [run]  # the same run directory, continued
+    history = json.loads((run / "job.json").read_text())["resume"]["history"]
+    assert history and history[0]["from_epoch"] >= 2, history
+    result = json.loads((run / "result.json").read_text())
+    assert result["weights_sha256"] == uninterrupted["weights"]
+    assert (run / "metrics.jsonl").read_text() == uninterrupted["metrics"]
