@@ -204,9 +204,10 @@ def _run(run_dir: Path) -> None:
         with reads.paused():
             facts = gather_facts({**effective, **ctx.effective})
             runs.write_json(run_dir / JOB_FACTS, facts)
-            # the code and data read so far, kept in the store: a resume reruns the code the run ran
-            keep.keep_so_far(run_dir, cfg, runs.read_json(run_dir / fingerprint.FILE), facts,
-                             snapshot.unrooted(str(job.get("launch_dir") or os.getcwd()), ctx.root), ctx.root)
+            if str(cfg.runtime.name) == "local":  # a container sees only its run directory of the store
+                # the code and data read so far, kept in the store: a resume reruns the code the run ran
+                keep.keep_so_far(run_dir, cfg, runs.read_json(run_dir / fingerprint.FILE), facts,
+                                 snapshot.unrooted(str(job.get("launch_dir") or os.getcwd()), ctx.root), ctx.root)
 
     ctx.facts_so_far = facts_so_far
 
