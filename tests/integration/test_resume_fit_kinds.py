@@ -22,6 +22,7 @@ SCRIPTS = Path(__file__).parent / "scripts"
 DATA = REPO / "tests" / "data" / "mnist-small.npz"
 ARRAYS = (SCRIPTS / "arrays_fit.py", "data.npz,3,outputs,split")  # 3 epochs, validation_split=0.2
 TWO_FITS = (SCRIPTS / "two_fits.py", "data.npz,2,outputs")  # 2 epochs in each fit: epochs 1-2, then 3-4
+KEEP_ONE = "train.checkpoint_keep=1"  # the first fit's end must outlive the pruning (same config in every run)
 
 
 def _args(store: Path, script: Path, script_args: str, *extra: str) -> list[str]:
@@ -54,10 +55,10 @@ def _record(run: Path, work: Path) -> dict:
             "history": (work / "outputs" / "history.json").read_text()}  # fmt: skip
 
 
-def _reference(parent: Path, script: Path, script_args: str) -> dict:
+def _reference(parent: Path, script: Path, script_args: str, *extra: str) -> dict:
     """An uninterrupted run of ``script``: its run directory and its record."""
     work, store = _work(parent, "work"), parent / "store"
-    argv = [sys.executable, "-m", "launcher", *_args(store, script, script_args)]
+    argv = [sys.executable, "-m", "launcher", *_args(store, script, script_args, *extra)]
     done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -72,7 +73,7 @@ def arrays_reference(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def two_fits_reference(tmp_path_factory) -> dict:
-    return _reference(tmp_path_factory.mktemp("two-fits-reference"), *TWO_FITS)
+    return _reference(tmp_path_factory.mktemp("two-fits-reference"), *TWO_FITS, KEEP_ONE)
 
 
 def _kill_after(work: Path, store: Path, epoch: int, script: Path, script_args: str, *extra: str) -> Path:
@@ -138,7 +139,7 @@ def test_a_two_fit_script_killed_in_its_second_fit_resumes_to_the_same_bits(laun
     """Killed after the second fit's first epoch, keeping one checkpoint: the first fit's last one
     (epoch 2) is kept too, and the resumed job fast-forwards the first fit from it."""
     work = _work(tmp_path, "work")
-    run = _kill_after(work, tmp_path / "store", 3, *TWO_FITS, "train.checkpoint_keep=1")
+    run = _kill_after(work, tmp_path / "store", 3, *TWO_FITS, KEEP_ONE)
     assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-000002", "epoch-000003"]
     out = _resumes_to_the_reference(launch, run, work, two_fits_reference)
     assert "[launch] fit 1 fast-forwarded to its end from checkpoints/epoch-000002" in out
@@ -150,7 +151,7 @@ def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(
     """Killed once the first fit's last checkpoint exists: the first fit runs no epoch, and the
     second, on the same pipeline, reads the iterators the uninterrupted run read."""
     work = _work(tmp_path, "work")
-    run = _kill_after(work, tmp_path / "store", 2, *TWO_FITS)
+    run = _kill_after(work, tmp_path / "store", 2, *TWO_FITS, KEEP_ONE)
     shutil.rmtree(run / "checkpoints" / "epoch-000003", ignore_errors=True)  # killed a little late: from epoch 2
     _resumes_to_the_reference(launch, run, work, two_fits_reference)
 
