@@ -10,7 +10,9 @@ checkpoint directory exists whole or not at all; a file damaged afterwards (a to
 write on a lost node) is caught by its hash and the previous checkpoint is used.
 
 The example order needs no state: each epoch's order is a pure function of
-(seed, epoch) (``tasks.mnist.epoch_order``).
+(seed, epoch) (``tasks.mnist.epoch_order``). Pruning keeps the newest ``keep`` and, for an
+observed fit, the last epoch of every fit (``is_fit_end``): a resume from a later fit needs
+them (``needs``), and ``latest_complete`` skips a checkpoint whose earlier fits' ends are gone.
 """
 
 from __future__ import annotations

@@ -22,6 +22,16 @@ the resumed fit makes, and drops, as many as it takes for each resumed epoch to 
 same one (``IteratorAlignment``): nothing is read, the random ``map`` values restart
 with each iterator as they did. Before a resumed epoch's first step runs, the iterator it
 uses is checked; a mismatch fails the run rather than train on another order.
+
+A fit on NumPy arrays needs no alignment: Keras 3.15 (TensorFlow backend) shuffles them with a
+``tf.random.shuffle`` in the pipeline it builds, seeded from TensorFlow's global seed and run
+anew by every iterator, so every epoch reads the same order (measured); the checkpoint keeps
+that seed, and a resumed fit checks it. A checkpoint in a later fit of the job names the
+checkpoint of each earlier fit's last epoch (``before``; the last epoch is always checkpointed
+and never pruned): the resumed job fast-forwards those fits, running no epoch and restoring
+that state at ``on_train_end``, and makes their data's iterators up to the count the
+uninterrupted run had made (``FitCheckpoints.finish_restored``). Generators and ``PyDataset``s
+are refused (``REFUSED_INPUTS``).
 """
 
 from __future__ import annotations
@@ -229,7 +239,7 @@ def why_not_resumable(fit: dict) -> str | None:
                     f"resume must fast-forward and cannot: {why}{again}")  # fmt: skip
         if earlier.get("checkpoint") is None:
             return (f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, whose last "
-                    f"epoch has no checkpoint to fast-forward it from (it did not end normally){again}")
+                    f"epoch has no checkpoint to fast-forward it from (it ran no epoch){again}")
     return None
 
 

@@ -7,7 +7,8 @@ entry points and changes none of their arguments that reach the math:
 - ``keras.Model.fit``: adds two callbacks, one appending each epoch's logs to
   ``metrics.jsonl`` and the step-trace recorder (``launcher.run.trace``), and in seeded
   and strict runs the epoch checkpoints of ``launcher.run.fitstate`` (a resumed job's
-  checkpointed fit starts at its next epoch, its state restored);
+  checkpointed fit starts at its next epoch, its state restored; its earlier fits are
+  fast-forwarded to their ends from their last epochs' checkpoints);
 - a Keras optimizer's ``apply`` (``apply_gradients`` calls it) and TensorFlow's
   ``tf.compat.v1.train.Optimizer.apply_gradients``: note the variables trained, and
   in eager code count the step;
