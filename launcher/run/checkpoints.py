@@ -10,7 +10,9 @@ checkpoint directory exists whole or not at all; a file damaged afterwards (a to
 write on a lost node) is caught by its hash and the previous checkpoint is used.
 
 The example order needs no state: each epoch's order is a pure function of
-(seed, epoch) (``tasks.mnist.epoch_order``).
+(seed, epoch) (``tasks.mnist.epoch_order``). Pruning keeps the newest ``keep`` and, for an
+observed fit, the last epoch of every fit (``is_fit_end``): a resume from a later fit needs
+them (``needs``), and ``latest_complete`` skips a checkpoint whose earlier fits' ends are gone.
 """
 
 from __future__ import annotations
@@ -60,9 +62,38 @@ def latest_complete(run_dir: Path) -> tuple[Path | None, int, list[str]]:
     for path in candidates:
         problem = verify(path)
         if problem is None:
+            problem = _earlier_missing(path)
+        if problem is None:
             return path, int(path.name.split("-")[1]), notes
         notes.append(f"checkpoint {path.name} is incomplete ({problem}); falling back to an earlier one")
     return None, 0, notes
+
+
+def needs(extra: dict | None) -> list[str]:
+    """The other checkpoints a resume from a checkpoint with ``extra`` needs: the last epoch's of each
+    earlier ``fit`` of the job, which the resumed job fast-forwards (``launcher.run.fitstate``)."""
+    return [e["checkpoint"] for e in (extra or {}).get("before") or [] if e.get("checkpoint")]
+
+
+def _earlier_missing(path: Path) -> str | None:
+    """What is wrong with the earlier fits' checkpoints that the checkpoint at ``path`` needs, or None."""
+    try:
+        extra = json.loads((path / EXTRA).read_text()) if (path / EXTRA).is_file() else None
+    except ValueError:
+        return f"{EXTRA} is unreadable"
+    for needed in needs(extra):
+        problem = verify(path.parent / needed)
+        if problem is not None:
+            return f"it needs {needed}, the end of an earlier fit, and that one has {problem}"
+    return None
+
+
+def is_fit_end(path: Path) -> bool:
+    """Is the checkpoint at ``path`` the last epoch of an observed fit (kept for later fits' resume)?"""
+    try:
+        return bool(json.loads((path / EXTRA).read_text()).get("final"))
+    except (OSError, ValueError):
+        return False
 
 
 class Checkpointer:
@@ -93,7 +124,7 @@ class Checkpointer:
         tmp.mkdir()
         try:
             self.checkpoint.write(str(tmp / PREFIX))
-            rng = {"python": _jsonable(random.getstate()), "numpy": _jsonable(np.random.get_state())}
+            rng = {"python": _jsonable(random.getstate()), "numpy": _jsonable(np.random.get_state()), **_more_rngs()}
             runs.write_json(tmp / "rng.json", rng)
             if extra is not None:
                 runs.write_json(tmp / EXTRA, extra)
@@ -124,12 +155,16 @@ class Checkpointer:
         random.setstate(_python_state(rng["python"]))
         kind, keys, pos, has_gauss, cached = rng["numpy"]
         np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+        _restore_more_rngs(rng)
         return json.loads((path / MANIFEST).read_text())["epoch"]
 
     def _prune(self) -> None:
+        """Keep the newest ``keep`` checkpoints, and the last epoch's of every fit: a resume from a
+        later fit fast-forwards the earlier ones from them."""
         complete = sorted(self.root.glob("epoch-*"))
         for old in complete[: max(0, len(complete) - self.keep)]:
-            shutil.rmtree(old, ignore_errors=True)
+            if not is_fit_end(old):
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def read_extra(path: Path) -> tuple[dict | None, dict]:
@@ -142,6 +177,40 @@ def read_extra(path: Path) -> tuple[dict | None, dict]:
         with np.load(path / ARRAYS) as loaded:
             arrays = {k: loaded[k] for k in loaded.files}
     return extra, arrays
+
+
+def _op_seeds():
+    """TensorFlow's eager source of op seeds (``random.Random``; None without a global seed): a
+    ``tf.random.*`` op or ``Dataset.shuffle`` made without a seed draws its seed from it."""
+    from tensorflow.python.eager import context
+
+    return getattr(context.context(), "_rng", None)
+
+
+def _keras_seeds():
+    """Keras' global ``SeedGenerator`` (``keras.random.*`` without a seed draws from it), or None."""
+    from keras.src.backend.common import global_state
+    from keras.src.random import seed_generator
+
+    return global_state.get_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR)
+
+
+def _more_rngs() -> dict:
+    """The states of TensorFlow's op-seed source and Keras' global seed generator, when they exist:
+    code between two fits may draw from them (a new layer, a new shuffled dataset)."""
+    out: dict = {}
+    if (ops := _op_seeds()) is not None:
+        out["tf_op_seeds"] = _jsonable(ops.getstate())
+    if (keras_seeds := _keras_seeds()) is not None:
+        out["keras_seed_generator"] = _jsonable(keras_seeds.state.numpy())
+    return out
+
+
+def _restore_more_rngs(rng: dict) -> None:
+    if "tf_op_seeds" in rng and (ops := _op_seeds()) is not None:
+        ops.setstate(_python_state(rng["tf_op_seeds"]))
+    if "keras_seed_generator" in rng and (keras_seeds := _keras_seeds()) is not None:
+        keras_seeds.state.assign(rng["keras_seed_generator"])
 
 
 def _jsonable(state):

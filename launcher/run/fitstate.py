@@ -22,10 +22,21 @@ the resumed fit makes, and drops, as many as it takes for each resumed epoch to 
 same one (``IteratorAlignment``): nothing is read, the random ``map`` values restart
 with each iterator as they did. Before a resumed epoch's first step runs, the iterator it
 uses is checked; a mismatch fails the run rather than train on another order.
+
+A fit on NumPy arrays needs no alignment: Keras 3.15 (TensorFlow backend) shuffles them with a
+``tf.random.shuffle`` in the pipeline it builds, seeded from TensorFlow's global seed and run
+anew by every iterator, so every epoch reads the same order (measured); the checkpoint keeps
+that seed, and a resumed fit checks it. A checkpoint in a later fit of the job names the
+checkpoint of each earlier fit's last epoch (``before``; the last epoch is always checkpointed
+and never pruned): the resumed job fast-forwards those fits, running no epoch and restoring
+that state at ``on_train_end``, and makes their data's iterators up to the count the
+uninterrupted run had made (``FitCheckpoints.finish_restored``). Generators and ``PyDataset``s
+are refused (``REFUSED_INPUTS``).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 
 import numpy as np
@@ -42,7 +53,15 @@ STATEFUL: dict[str, tuple[str, ...]] = {
     "History": ("epoch", "history"),
 }
 ARRAY_STATE = {"EarlyStopping": "best_weights"}  # list-of-arrays attributes, kept in arrays.npz
-INPUTS = ("tf.data",)  # the fit inputs whose later epochs a resume is measured to reproduce
+INPUTS = ("tf.data", "arrays")  # the fit inputs whose later epochs a resume is measured to reproduce
+# Why the other inputs are refused (Keras 3.15's TF backend, read in its source).
+REFUSED_INPUTS = {
+    "generator": ("a Python generator cannot be rewound: the resumed job's generator starts at its beginning where "
+                  "the uninterrupted run's had moved on"),
+    "PyDataset": ("a keras.utils.PyDataset keeps its own state (what its on_epoch_end changes, its own RNG), which "
+                  "is not checkpointed, and Keras shuffles its batches with Python's random in tf.data's prefetch "
+                  "thread, at no fixed moment relative to a checkpoint"),
+}
 
 
 def encode(value: object) -> object:
@@ -165,26 +184,62 @@ class IteratorAlignment:
 
 
 def input_kind(x: object) -> str:
-    """What feeds a fit: ``tf.data``, ``arrays`` (NumPy or tensors), or the class's name."""
+    """What feeds a fit: ``tf.data``, ``arrays`` (NumPy arrays or tensors, also in a tuple, list or
+    dict), ``generator``, ``PyDataset``, or the class's name."""
     module = type(x).__module__
     if module.startswith("tensorflow") and "Dataset" in type(x).__name__:
         return "tf.data"
-    if isinstance(x, np.ndarray) or (module.startswith("tensorflow") and hasattr(x, "shape")):
+    if _is_array(x) or (isinstance(x, (tuple, list, dict)) and x and all(map(_is_array, _leaves(x)))):
         return "arrays"
+    if inspect.isgenerator(x):
+        return "generator"
+    if any(c.__name__ == "PyDataset" and c.__module__.startswith("keras") for c in type(x).__mro__):
+        return "PyDataset"
     return type(x).__name__
 
 
-def why_not_resumable(fit: dict) -> str | None:
-    """Why the fit a checkpoint is in cannot be resumed bitwise, or None when it can."""
-    if fit.get("fit", 1) != 1:
-        return (f"its checkpoint is in call {fit['fit']} of Keras fit; only the job's first fit is "
-                "resumed (what the code computes between fits is not checkpointed); run it again with launch")
-    if fit.get("input") not in INPUTS:
-        return (f"its fit reads {fit.get('input')}, not a tf.data.Dataset; a resumed fit is measured to "
-                "reproduce the later epochs of a tf.data pipeline only; run it again with launch")
+def _is_array(x: object) -> bool:
+    return isinstance(x, np.ndarray) or (type(x).__module__.startswith("tensorflow") and hasattr(x, "shape"))
+
+
+def _leaves(x: object) -> list:
+    if isinstance(x, dict):
+        return [leaf for v in x.values() for leaf in _leaves(v)]
+    if isinstance(x, (tuple, list)):
+        return [leaf for v in x for leaf in _leaves(v)]
+    return [x]
+
+
+def _why_not_kind(fit: dict) -> str | None:
+    """Why a fit's input or steps cannot be reproduced by a resume, or None."""
+    kind = fit.get("input")
+    if kind in REFUSED_INPUTS:
+        return REFUSED_INPUTS[kind]
+    if kind not in INPUTS:
+        return (f"it reads {kind}, not a tf.data.Dataset or arrays; a resumed fit is measured to reproduce "
+                "the later epochs of those only")
     if fit.get("steps_per_epoch") is not None:
-        return ("its fit sets steps_per_epoch (its iterator runs on across epochs, and is not "
-                "checkpointed); run it again with launch")
+        return "it sets steps_per_epoch (its iterator runs on across epochs, and is not checkpointed)"
+    return None
+
+
+def why_not_resumable(fit: dict) -> str | None:
+    """Why the fit a checkpoint is in cannot be resumed bitwise, or None when it can. A checkpoint
+    in a later fit needs every earlier fit fast-forwarded from its last epoch's checkpoint (``before``)."""
+    again = "; run it again with launch"
+    if (why := _why_not_kind(fit)) is not None:
+        return f"its fit (call {fit.get('fit', 1)} of Keras fit) cannot be resumed: {why}{again}"
+    before = fit.get("before")
+    if fit.get("fit", 1) != 1 and before is None:
+        return (f"its checkpoint is in call {fit['fit']} of Keras fit and was written by a launcher that does not "
+                f"keep the earlier fits' ends{again}")  # fmt: skip
+    for earlier in before or []:
+        if (why := _why_not_kind(earlier)) is not None:
+            return (f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, which a "
+                    f"resume must fast-forward and cannot: {why}{again}")  # fmt: skip
+        if earlier.get("checkpoint") is None:
+            return (f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, whose last "
+                    f"epoch has no checkpoint to fast-forward it from (it ran no epoch){again}")
     return None
 
 
@@ -197,13 +252,15 @@ class FitCheckpoints:
                  data: tuple, on_save=None) -> None:  # fmt: skip
         self.run_dir, self.model, self.keep, self.every = run_dir, model, keep, every
         self.callbacks = callbacks  # the job's own callbacks, as given to fit
-        self.fit = fit  # {"fit": n, "input": kind, "initial_epoch": k, "steps_per_epoch": ...}
+        self.fit = fit  # {"fit": n, "input": kind, "epochs": n, "initial_epoch": k, "steps_per_epoch", "before"}
         self.count_epoch = count_epoch  # () -> the job's epochs so far, across fits (metrics.jsonl's numbering)
         self.data = data  # (training dataset, validation dataset or None): their iterators are counted
         self.alignment = (IteratorAlignment(), IteratorAlignment())
         self.on_save = on_save  # called before each checkpoint (write the job's facts so far)
         self._checkpointer = None
         self.resuming = False
+        self.kept_made: list[int | None] = [None, None]  # iterators made of the data at the checkpoint
+        self.last: str | None = None  # the checkpoint of the fit's last epoch, once written or restored
         self.uses = [0, 0]  # first batches of training and of validation seen since the resume
         self.seconds: list[float] = []
 
@@ -214,6 +271,16 @@ class FitCheckpoints:
             self._checkpointer = Checkpointer(self.run_dir, self.model, self.keep)
         return self._checkpointer
 
+    def ends_at(self, epoch: int) -> bool:
+        """Is ``epoch`` (from 0) the fit's last? Its last asked for, or EarlyStopping ended the fit there."""
+        return epoch + 1 >= int(self.fit.get("epochs", 1)) or bool(getattr(self.model, "stop_training", False))
+
+    def ending(self) -> dict:
+        """What a later fit's checkpoint keeps of this one (in ``before``), once it has ended: its
+        kind, and the checkpoint of its last epoch a resume fast-forwards it from (None: none)."""
+        kept = {k: self.fit.get(k) for k in ("fit", "input", "steps_per_epoch")}
+        return {**kept, "checkpoint": self.last}
+
     def save(self, epoch: int, logs: dict | None) -> None:
         import time
 
@@ -223,14 +290,16 @@ class FitCheckpoints:
         iterators = [{"made": made(d), "used": a.used} if d is not None else None
                      for d, a in zip(self.data, self.alignment, strict=True)]  # fmt: skip
         extra = {**self.fit, "fit_epoch": epoch + 1, "callbacks": states, "iterators": iterators,
-                 "stop_training": bool(getattr(self.model, "stop_training", False))}  # EarlyStopping ended the fit
+                 "stop_training": bool(getattr(self.model, "stop_training", False)),  # EarlyStopping ended the fit
+                 "final": self.ends_at(epoch)}  # the fit's last epoch: kept for a later fit's resume (pruning)
         if history is not None and type(history).__name__ == "History":
             epochs, merged = history_after(history.history, history.epoch, epoch, logs)
             extra["history"] = encode({"epoch": epochs, "history": merged})
         if self.on_save is not None:  # first: once the checkpoint exists, what it needs is on record
             self.on_save()
         with reads.paused():  # the launcher's own files, not the job's reads or writes
-            self.checkpointer().save(self.count_epoch(), extra=extra, arrays=arrays)
+            path = self.checkpointer().save(self.count_epoch(), extra=extra, arrays=arrays)
+        self.last = path.name if extra["final"] else None
         self.seconds.append(time.perf_counter() - started)
 
     def restore(self, path) -> None:
@@ -238,6 +307,9 @@ class FitCheckpoints:
         from launcher.run.checkpoints import read_extra
 
         extra, arrays = read_extra(path)
+        if self.fit.get("input") == "arrays" and extra.get("tf_seed") != self.fit.get("tf_seed"):
+            raise _resume_error(f"the fit's shuffled order of its arrays comes from TensorFlow's global seed, "
+                                f"{self.fit.get('tf_seed')} now, {extra.get('tf_seed')} in the uninterrupted run")
         for i, kept in enumerate(extra.get("iterators") or [None, None]):
             if kept is not None and self.data[i] is not None:
                 self.alignment[i].__init__(kept["used"], kept["made"])
@@ -250,6 +322,22 @@ class FitCheckpoints:
             kept = decode(extra["history"])
             history.epoch, history.history = kept["epoch"], kept["history"]
         self.resuming = True
+        self.kept_made = [(kept or {}).get("made") for kept in (extra.get("iterators") or [None, None])]
+
+    def finish_restored(self, path) -> None:
+        """A fit with no epoch left, its last epoch's state restored: it ends there. The iterators of
+        its data are made, and dropped, up to the uninterrupted run's count at that epoch's end, so that
+        a later fit on the same data reads the same iterators (Keras makes none in a fit with no epoch)."""
+        self.last = path.name
+        for dataset, count in zip(self.data, self.kept_made, strict=True):
+            if dataset is None or count is None:
+                continue
+            try:
+                missing = IteratorAlignment.to_make(count, made(dataset))
+            except ValueError as exc:
+                raise _resume_error(f"the data pipeline's order cannot be reproduced: {exc}") from None
+            for _ in range(missing):
+                iter(dataset)
 
     def align(self) -> None:
         """Before a resumed epoch: make and drop iterators until the next one of the training and
@@ -287,7 +375,8 @@ class FitCheckpoints:
 
         class SaveFitState(keras.callbacks.Callback):
             def on_epoch_end(self, epoch: int, logs=None) -> None:
-                if (epoch + 1) % owner.every == 0:
+                # Every N-th epoch, and always the fit's last: a later fit's resume fast-forwards from it.
+                if (epoch + 1) % owner.every == 0 or owner.ends_at(epoch):
                     owner.save(epoch, logs)
 
         class FitStateFirst(keras.callbacks.Callback):
@@ -305,6 +394,7 @@ class FitCheckpoints:
                 if self.pending:
                     self.pending = False
                     owner.restore(resume_from)
+                    owner.finish_restored(resume_from)
 
             def on_train_batch_begin(self, batch: int, logs=None) -> None:
                 if batch == 0:

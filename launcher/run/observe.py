@@ -7,7 +7,8 @@ entry points and changes none of their arguments that reach the math:
 - ``keras.Model.fit``: adds two callbacks, one appending each epoch's logs to
   ``metrics.jsonl`` and the step-trace recorder (``launcher.run.trace``), and in seeded
   and strict runs the epoch checkpoints of ``launcher.run.fitstate`` (a resumed job's
-  checkpointed fit starts at its next epoch, its state restored);
+  checkpointed fit starts at its next epoch, its state restored; its earlier fits are
+  fast-forwarded to their ends from their last epochs' checkpoints);
 - a Keras optimizer's ``apply`` (``apply_gradients`` calls it) and TensorFlow's
   ``tf.compat.v1.train.Optimizer.apply_gradients``: note the variables trained, and
   in eager code count the step;
@@ -86,6 +87,7 @@ class Observer:
         self.session_values: list[np.ndarray] | None = None
         self.in_fit = 0
         self.fits = 0
+        self.finished: list[dict] = []  # each ended fit's kind and last checkpoint (fitstate.FitCheckpoints.ending)
         self.jit_requested: dict[str, object] = {}  # model name -> the jit_compile its compile() asked for
         self.epochs = 0
         self.history: dict[str, float] = {}
@@ -282,8 +284,9 @@ def _wrap_fit(keras, obs: Observer) -> None:
         if obs.trace_every and not any(isinstance(c, recorder_class) for c in callbacks):
             callbacks.append(recorder_class(obs.run_dir / trace.FILE, obs.trace_every))
         obs.fits += 1
+        checkpoints = None
         if obs.checkpoint:
-            first, saver = _fit_checkpoints(keras, obs, self, bound, own)
+            checkpoints, (first, saver) = _fit_checkpoints(keras, obs, self, bound, own)
             callbacks = [first, *callbacks]
             callbacks.append(saver)  # after every callback has updated its state, the metrics logged
         callbacks.append(interrupts.keras_callback(keras))
@@ -292,7 +295,10 @@ def _wrap_fit(keras, obs: Observer) -> None:
         obs.in_fit += 1
         try:
             with interrupts.deferred():  # a Ctrl-C stops the job between two batches
-                return original(*bound.args, **bound.kwargs)
+                history = original(*bound.args, **bound.kwargs)
+            if checkpoints is not None:  # ended normally: a later fit's checkpoints name its last one
+                obs.finished.append(checkpoints.ending())
+            return history
         finally:
             obs.in_fit -= 1
             existing = trace.read(obs.run_dir)
@@ -302,11 +308,16 @@ def _wrap_fit(keras, obs: Observer) -> None:
 
 
 def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
-    """(restorer or None, saver) of this fit; when it is the fit a resume continues, it starts
-    at the checkpointed epoch (``initial_epoch``) and the metrics' numbering continues."""
+    """This fit's ``FitCheckpoints`` and its (restorer, saver) callbacks. When it is the fit a resume
+    continues, it starts at the checkpointed epoch (``initial_epoch``) and the metrics' numbering
+    continues; when it is an earlier fit of the job, it is fast-forwarded to its end from its last
+    epoch's checkpoint."""
     args = bound.arguments
-    fit = {"fit": obs.fits, "input": fitstate.input_kind(args.get("x")),
-           "initial_epoch": int(args.get("initial_epoch") or 0), "steps_per_epoch": args.get("steps_per_epoch")}
+    fit = {"fit": obs.fits, "input": fitstate.input_kind(args.get("x")), "epochs": int(args.get("epochs", 1)),
+           "initial_epoch": int(args.get("initial_epoch") or 0), "steps_per_epoch": args.get("steps_per_epoch"),
+           "before": list(obs.finished)}  # fmt: skip
+    if fit["input"] == "arrays":  # the order Keras shuffles arrays in comes from TensorFlow's global seed
+        fit["tf_seed"] = _tf_global_seed()
     validation = args.get("validation_data")
     if isinstance(validation, tuple) and len(validation) == 1:
         validation = validation[0]
@@ -325,7 +336,36 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
         obs.resume = None
         print(f"[launch] resumed from {resume_from.relative_to(obs.run_dir)}: fit {fit['fit']} continues after "
               f"its epoch {args['initial_epoch']}", flush=True)  # fmt: skip
-    return checkpoints.keras_callbacks(keras, resume_from)
+    elif obs.resume and obs.fits < int(obs.resume.get("fit") or 0):
+        resume_from = _fast_forward(obs, args)
+    return checkpoints, checkpoints.keras_callbacks(keras, resume_from)
+
+
+def _fast_forward(obs: Observer, args: dict) -> Path:
+    """An earlier fit of the job than the one a resume continues: it runs no epoch
+    (``initial_epoch`` = ``epochs``) and ends in its last epoch's state, restored from the
+    checkpoint the resumed checkpoint names for it (``fitstate.FitCheckpoints.finish_restored``)."""
+    from launcher.errors import ResumeError
+    from launcher.run import checkpoints
+
+    extra, _ = checkpoints.read_extra(obs.run_dir / obs.resume["checkpoint"])
+    ended = [e for e in (extra or {}).get("before") or [] if e.get("fit") == obs.fits and e.get("checkpoint")]
+    if not ended:
+        raise ResumeError(f"fit {obs.fits} of the job has no checkpoint of its end in the resumed checkpoint's "
+                          "record: it cannot be fast-forwarded")  # fmt: skip
+    path = obs.run_dir / checkpoints.DIRNAME / ended[0]["checkpoint"]
+    args["initial_epoch"] = max(int(args.get("initial_epoch") or 0), int(args.get("epochs", 1)))
+    obs.epochs = int(path.name.split("-")[1])
+    obs.history = _logged_metrics(obs.run_dir, obs.epochs)
+    print(f"[launch] fit {obs.fits} fast-forwarded to its end from {path.relative_to(obs.run_dir)}", flush=True)
+    return path
+
+
+def _tf_global_seed() -> int | None:
+    """TensorFlow's global seed now (``tf.random.set_seed``'s), or None."""
+    from tensorflow.python.eager import context
+
+    return context.global_seed()
 
 
 def _logged_metrics(run_dir: Path, epoch: int) -> dict[str, float]:

@@ -81,12 +81,51 @@ def test_each_resumed_epoch_uses_the_iterator_the_uninterrupted_run_used():
     assert fitstate.IteratorAlignment().target(0) is None  # not resuming: nothing to align
 
 
+def test_what_feeds_a_fit_is_classified():
+    x = np.zeros((4, 2))
+    assert fitstate.input_kind(x) == "arrays"
+    assert fitstate.input_kind((x, x)) == fitstate.input_kind({"a": x, "b": [x]}) == "arrays"  # several inputs
+    assert fitstate.input_kind((x, "text")) == "tuple" and fitstate.input_kind([]) == "list"
+    assert fitstate.input_kind(i for i in range(3)) == "generator"
+    py_dataset = type("PyDataset", (), {"__module__": "keras.src.trainers.data_adapters.py_dataset_adapter"})
+    assert fitstate.input_kind(type("Batches", (py_dataset,), {})()) == "PyDataset"  # a subclass, by its base
+    assert fitstate.input_kind(type("PyDataset", (), {})()) == "PyDataset"  # not Keras': its own name
+
+
 def test_what_cannot_be_resumed_is_named():
     ok = {"fit": 1, "input": "tf.data", "steps_per_epoch": None}
     assert fitstate.why_not_resumable(ok) is None
-    assert "call 2 of Keras fit" in fitstate.why_not_resumable({**ok, "fit": 2})
-    assert "reads arrays, not a tf.data.Dataset" in fitstate.why_not_resumable({**ok, "input": "arrays"})
+    assert fitstate.why_not_resumable({**ok, "input": "arrays"}) is None
+    assert "a Python generator cannot be rewound" in fitstate.why_not_resumable({**ok, "input": "generator"})
+    assert "PyDataset keeps its own state" in fitstate.why_not_resumable({**ok, "input": "PyDataset"})
+    assert "reads dict, not a tf.data.Dataset or arrays" in fitstate.why_not_resumable({**ok, "input": "dict"})
     assert "steps_per_epoch" in fitstate.why_not_resumable({**ok, "steps_per_epoch": 10})
+    assert all(fitstate.why_not_resumable({**ok, "input": kind}).endswith("; run it again with launch")
+               for kind in ("generator", "PyDataset", "dict"))  # fmt: skip
+
+
+def test_a_later_fit_is_resumed_when_every_earlier_one_can_be_fast_forwarded():
+    first = {"fit": 1, "input": "arrays", "steps_per_epoch": None, "checkpoint": "epoch-000002"}
+    second = {"fit": 2, "input": "tf.data", "steps_per_epoch": None, "before": [first]}
+    assert fitstate.why_not_resumable(second) is None
+    assert "after call 1, which a resume must fast-forward and cannot: a Python generator" in \
+        fitstate.why_not_resumable({**second, "before": [{**first, "input": "generator"}]})  # fmt: skip
+    assert "after call 1, whose last epoch has no checkpoint" in \
+        fitstate.why_not_resumable({**second, "before": [{**first, "checkpoint": None}]})  # fmt: skip
+    assert "does not keep the earlier fits' ends" in fitstate.why_not_resumable({**second, "before": None})
+
+
+def test_a_fits_last_epoch_is_its_end_and_named_for_later_fits():
+    class Model:
+        stop_training = False
+
+    model = Model()
+    fit = {"fit": 1, "input": "tf.data", "epochs": 3, "steps_per_epoch": None, "before": []}
+    state = fitstate.FitCheckpoints(None, model, 2, 5, [], fit, lambda: 0, (None, None))
+    assert [state.ends_at(e) for e in range(3)] == [False, False, True]
+    model.stop_training = True  # EarlyStopping ended it
+    assert state.ends_at(0)
+    assert state.ending() == {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "checkpoint": None}
 
 
 def _checkpoint(run_dir, epoch: int, extra: dict) -> None:
@@ -97,11 +136,37 @@ def _checkpoint(run_dir, epoch: int, extra: dict) -> None:
         checkpoints.EXTRA: runs.file_sha256(path / checkpoints.EXTRA)}})
 
 
-def test_resume_refuses_a_checkpoint_in_a_second_fit_in_one_line(tmp_path):
+def test_resume_refuses_a_checkpoint_in_a_fit_after_a_generator_in_one_line(tmp_path):
     run_dir = runs.create(tmp_path)
     runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n")
-    _checkpoint(run_dir, 3, {"fit": 2, "fit_epoch": 1, "input": "tf.data", "steps_per_epoch": None})
-    with pytest.raises(ResumeError, match=r"cannot be resumed: its checkpoint is in call 2 of Keras fit; only the "
-                                          r"job's first fit is resumed .*run it again with launch$"):  # fmt: skip
+    first = {"fit": 1, "input": "generator", "steps_per_epoch": None, "checkpoint": "epoch-000002", "final": True}
+    _checkpoint(run_dir, 2, first)
+    _checkpoint(run_dir, 3, {"fit": 2, "fit_epoch": 1, "input": "tf.data", "steps_per_epoch": None, "before": [first]})
+    with pytest.raises(ResumeError, match=r"cannot be resumed: its checkpoint is in call 2 of Keras fit, after call 1, "
+                                          r"which a resume must fast-forward and cannot: a Python generator cannot be "
+                                          r"rewound.*; run it again with launch$"):  # fmt: skip
         resume.check_resumable(run_dir)
 
+
+def test_a_later_fits_checkpoint_needs_the_earlier_fits_end(tmp_path):
+    run_dir = runs.create(tmp_path)
+    first = {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "checkpoint": "epoch-000002"}
+    _checkpoint(run_dir, 1, {**first, "final": False})
+    _checkpoint(run_dir, 3, {"fit": 2, "fit_epoch": 1, "input": "tf.data", "steps_per_epoch": None, "before": [first]})
+    path, epoch, notes = checkpoints.latest_complete(run_dir)
+    assert (path.name, epoch) == ("epoch-000001", 1)  # not epoch 3: fit 1's end is gone
+    assert notes == ["checkpoint epoch-000003 is incomplete (it needs epoch-000002, the end of an earlier fit, and "
+                     "that one has no checkpoint.json); falling back to an earlier one"]  # fmt: skip
+    _checkpoint(run_dir, 2, {**first, "final": True})
+    assert checkpoints.latest_complete(run_dir)[:2] == (run_dir / "checkpoints" / "epoch-000003", 3)
+
+
+def test_pruning_keeps_the_newest_and_every_fits_end(tmp_path):
+    run_dir = runs.create(tmp_path)
+    for epoch, final in ((1, False), (2, True), (3, False), (4, True), (5, False), (6, False)):
+        _checkpoint(run_dir, epoch, {"fit": 1 + (epoch > 2), "final": final})
+    checkpointer = object.__new__(checkpoints.Checkpointer)  # no model: pruning only
+    checkpointer.root, checkpointer.keep = run_dir / checkpoints.DIRNAME, 2
+    checkpointer._prune()
+    assert sorted(p.name for p in checkpointer.root.iterdir()) == ["epoch-000002", "epoch-000004", "epoch-000005",
+                                                                    "epoch-000006"]  # fmt: skip

@@ -1,0 +1,166 @@
+"""Resume of unmodified Keras-fit scripts beyond one fit on a tf.data pipeline (issue 28): a fit on
+NumPy arrays that Keras shuffles, a script with two fits (fine-tuning), and a fit on a generator,
+which is refused. Each is killed for real (SIGKILL to the launcher's process group) after a
+checkpoint and resumed with `launch resume`; its bits are compared with an uninterrupted run's."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, is_run
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parent / "scripts"
+DATA = REPO / "tests" / "data" / "mnist-small.npz"
+ARRAYS = (SCRIPTS / "arrays_fit.py", "data.npz,3,outputs,split")  # 3 epochs, validation_split=0.2
+TWO_FITS = (SCRIPTS / "two_fits.py", "data.npz,2,outputs")  # 2 epochs in each fit: epochs 1-2, then 3-4
+KEEP_ONE = "train.checkpoint_keep=1"  # the first fit's end must outlive the pruning (same config in every run)
+
+
+def _args(store: Path, script: Path, script_args: str, *extra: str) -> list[str]:
+    return ["train=script", f"train.script={script}", f"train.args=[{script_args}]", "determinism=strict",
+            f"store.root={store}", *extra]  # fmt: skip
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def _work(parent: Path, name: str) -> Path:
+    """A launch directory with its own copy of the data (the scripts read data.npz, relatively)."""
+    work = parent / name
+    work.mkdir()
+    shutil.copy(DATA, work / "data.npz")
+    return work
+
+
+def _run_of(store: Path) -> Path:
+    (run,) = [p for p in store.iterdir() if is_run(p)]
+    return run
+
+
+def _record(run: Path, work: Path) -> dict:
+    result = json.loads((run / "result.json").read_text())
+    return {"weights": result["weights_sha256"], "layers": result["layer_sha256"],
+            "outputs": result["outputs_content"], "metrics": (run / "metrics.jsonl").read_text(),
+            "trace": (run / "trace.jsonl").read_text(), "final": result["final_metrics"],
+            "history": (work / "outputs" / "history.json").read_text()}  # fmt: skip
+
+
+def _reference(parent: Path, script: Path, script_args: str, *extra: str) -> dict:
+    """An uninterrupted run of ``script``: its run directory and its record."""
+    work, store = _work(parent, "work"), parent / "store"
+    argv = [sys.executable, "-m", "launcher", *_args(store, script, script_args, *extra)]
+    done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = _run_of(store)
+    return {"run": run, **_record(run, work)}
+
+
+@pytest.fixture(scope="module")
+def arrays_reference(tmp_path_factory) -> dict:
+    return _reference(tmp_path_factory.mktemp("arrays-reference"), *ARRAYS)
+
+
+@pytest.fixture(scope="module")
+def two_fits_reference(tmp_path_factory) -> dict:
+    return _reference(tmp_path_factory.mktemp("two-fits-reference"), *TWO_FITS, KEEP_ONE)
+
+
+def _kill_after(work: Path, store: Path, epoch: int, script: Path, script_args: str, *extra: str) -> Path:
+    """Start the script's run and SIGKILL its launcher's process group once checkpoint ``epoch`` exists."""
+    store.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store, script, script_args, *extra)], cwd=work,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = [p for p in store.iterdir() if is_run(p)]
+        if runs and (runs[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+            assert not (runs[0] / "manifest.json").exists(), "the run finished before it could be killed"
+            return runs[0]
+        assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("no checkpoint appeared")
+
+
+def _resumes_to_the_reference(launch, run: Path, work: Path, reference: dict) -> str:
+    """Resume ``run``; its record must equal the reference's bit for bit and `launch compare` say IDENTICAL."""
+    done = launch("resume", run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    resumed = _record(run, work)
+    for key in ("weights", "layers", "metrics", "trace", "history", "outputs", "final"):
+        assert resumed[key] == reference[key], key
+    compared = launch("compare", reference["run"], run)
+    assert compared.returncode == 0 and "IDENTICAL" in compared.stdout, compared.stdout[-2000:]
+    return done.stdout
+
+
+def test_keras_shuffles_arrays_in_the_same_order_in_every_epoch():
+    """The measured premise of resuming a fit on arrays (Keras 3.15, TensorFlow backend): the order
+    comes from a tf.random.shuffle in the pipeline Keras builds, seeded from TensorFlow's global
+    seed; each iterator (each epoch) starts it anew, so no state moves from epoch to epoch."""
+    code = """
+import numpy as np, keras, tensorflow as tf
+from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
+keras.utils.set_random_seed(0)
+x, y = np.arange(20, dtype=np.float32)[:, None], np.arange(20)
+def orders(n):
+    dataset = ArrayDataAdapter(x, y, batch_size=5, shuffle=True).get_tf_dataset()
+    return [[int(v) for b in dataset for v in b[1].numpy()] for _ in range(n)]
+first, again = orders(3), orders(1)
+print(first[0] != list(range(20)), all(o == first[0] for o in first + again))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]  # shuffled, and the same in every epoch
+
+
+def test_a_fit_on_arrays_killed_after_epoch_1_resumes_to_the_same_bits(launch, tmp_path, arrays_reference):
+    work = _work(tmp_path, "work")
+    run = _kill_after(work, tmp_path / "store", 1, *ARRAYS)
+    out = _resumes_to_the_reference(launch, run, work, arrays_reference)
+    assert "resumed from checkpoints/epoch-000001" in out
+
+
+def test_a_two_fit_script_killed_in_its_second_fit_resumes_to_the_same_bits(launch, tmp_path, two_fits_reference):
+    """Killed after the second fit's first epoch, keeping one checkpoint: the first fit's last one
+    (epoch 2) is kept too, and the resumed job fast-forwards the first fit from it."""
+    work = _work(tmp_path, "work")
+    run = _kill_after(work, tmp_path / "store", 3, *TWO_FITS, KEEP_ONE)
+    assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-000002", "epoch-000003"]
+    out = _resumes_to_the_reference(launch, run, work, two_fits_reference)
+    assert "[launch] fit 1 fast-forwarded to its end from checkpoints/epoch-000002" in out
+    assert "resumed from checkpoints/epoch-000003: fit 2 continues after its epoch 1" in out
+
+
+def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(launch, tmp_path,
+                                                                                two_fits_reference):  # fmt: skip
+    """Killed once the first fit's last checkpoint exists: the first fit runs no epoch, and the
+    second, on the same pipeline, reads the iterators the uninterrupted run read."""
+    work = _work(tmp_path, "work")
+    run = _kill_after(work, tmp_path / "store", 2, *TWO_FITS, KEEP_ONE)
+    shutil.rmtree(run / "checkpoints" / "epoch-000003", ignore_errors=True)  # killed a little late: from epoch 2
+    _resumes_to_the_reference(launch, run, work, two_fits_reference)
+
+
+def test_a_fit_on_a_generator_is_refused_in_one_line(launch, tmp_path):
+    work = _work(tmp_path, "work")
+    run = _kill_after(work, tmp_path / "store", 1, SCRIPTS / "generator_fit.py", "data.npz,3")
+    done = launch("resume", run)
+    assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr
+    assert f"run {run.name} cannot be resumed: its fit (call 1 of Keras fit) cannot be resumed: a Python generator " \
+           "cannot be rewound" in done.stdout + done.stderr  # fmt: skip
+    assert not (run / "manifest.json").exists()
