@@ -164,3 +164,45 @@ def test_a_fit_on_a_generator_is_refused_in_one_line(launch, tmp_path):
     assert f"run {run.name} cannot be resumed: its fit (call 1 of Keras fit) cannot be resumed: a Python generator " \
            "cannot be rewound" in done.stdout + done.stderr  # fmt: skip
     assert not (run / "manifest.json").exists()
+
+
+NOTEBOOK = Path(__file__).parent / "notebooks" / "train.ipynb"
+
+
+def _notebook_args(store: Path, notebook: Path) -> list[str]:
+    return ["train=notebook", f"train.notebook={notebook}", "determinism=strict",
+            f"train.params={{data: {DATA}, epochs: 3}}", f"store.root={store}"]  # fmt: skip
+
+
+def test_a_killed_notebook_resumes_with_its_kept_cells_to_the_same_bits(launch, tmp_path):
+    """A notebook (its fit on arrays) killed after epoch 1's checkpoint, then edited (a narrower
+    convolution, as a user tuning while the run waited): the resume runs the notebook the run
+    kept and ends with the uninterrupted run's weights and metrics; `launch compare` IDENTICAL."""
+    notebook = tmp_path / "train.ipynb"
+    shutil.copyfile(NOTEBOOK, notebook)
+    done = launch(*_notebook_args(tmp_path / "reference", notebook))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    reference = _run_of(tmp_path / "reference")
+    store = tmp_path / "store"
+    store.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_notebook_args(store, notebook)], cwd=tmp_path,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not ((runs := [p for p in store.iterdir() if is_run(p)]) and
+               (runs[0] / "checkpoints" / "epoch-000001").is_dir()):  # fmt: skip
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-2000:]
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    (run,) = runs
+    assert not (run / "manifest.json").exists(), "the run finished before it could be killed"
+    notebook.write_text(notebook.read_text().replace("Conv2D(8, 3", "Conv2D(4, 3"))
+    done = launch("resume", run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"changed since: {notebook}" in done.stdout
+    result, expected = (json.loads((r / "result.json").read_text()) for r in (run, reference))
+    assert result["weights_sha256"] == expected["weights_sha256"] and result["resumed_from_epoch"] == 1
+    assert (run / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
+    compared = launch("compare", reference, run)
+    assert compared.returncode == 0 and compared.stdout.startswith("IDENTICAL"), compared.stdout[-2000:]
