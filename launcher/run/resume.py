@@ -1,6 +1,8 @@
 """``launch resume RUN``: continue an interrupted run from its newest complete checkpoint.
 
-The run continues in its own directory with its stored config and seed. Metrics of
+The run continues in its own directory with its stored config and seed; user code
+runs again with the code the run kept in the store (``launcher.run.keep``), laid out
+afresh, in its launch directory (``_where``). Metrics of
 epochs after the checkpoint (written before the interruption) are dropped and
 appended again as the resumed epochs end; ``job.json`` and ``result.json`` record
 that the run was resumed and from which epoch. The current environment's
