@@ -123,7 +123,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests of a module with a module-scoped fixture (a Docker image, an MLflow server, a
-    tmpfs store) run on one xdist worker, so the fixture is made once (``--dist loadgroup``)."""
+    tmpfs store) run on one xdist worker, so the fixture is made once (``--dist loadgroup``).
+    Tests marked ``long(seconds=N)`` (N measured on 2 cores) come first, longest first: started
+    last, one would keep a worker busy while the other has nothing left to do."""
+    items.sort(key=lambda item: -(getattr(item.get_closest_marker("long"), "kwargs", {}).get("seconds", 0)))
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         scopes = {d.scope for defs in (info.name2fixturedefs.values() if info else ()) for d in defs}

@@ -16,6 +16,7 @@ def _row(stdout: str, knob: str, value: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith(knob) and value in line)
 
 
+@pytest.mark.long(seconds=117)
 def test_the_audit_finds_the_knobs_that_change_the_bits_and_where(launch, store, mnist_npz):
     overrides = ["train=mnist", f"train.data={mnist_npz}", f"store.root={store}", *QUICK]
     done = launch("audit", *overrides)

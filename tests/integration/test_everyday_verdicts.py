@@ -292,6 +292,7 @@ model.fit(x[..., None], y, epochs=1, batch_size=64, verbose=0)
 """
 
 
+@pytest.mark.long(seconds=70)
 def test_the_audit_says_a_knob_the_job_sets_itself_is_set_by_the_job_never_free(launch, tmp_path):
     shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SETS_ITS_THREADS)
@@ -397,6 +398,7 @@ def _write_csv(path: Path, x: np.ndarray, y: np.ndarray) -> None:
     path.write_text(_csv(x, y))
 
 
+@pytest.mark.long(seconds=101)
 def test_data_a_child_process_reads_is_in_the_key_and_what_it_hides_is_never_called_a_bug(launch, tmp_path):
     """``subprocess.check_output(["zcat", "digits.csv.gz"])``: the file it names is data (a
     changed one is REFUSED by name). A program that reads a file it names itself is recorded,

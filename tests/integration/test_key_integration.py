@@ -45,6 +45,7 @@ def project(tmp_path: Path) -> Path:
     return target
 
 
+@pytest.mark.long(seconds=71)
 def test_a_changed_helper_module_is_refused_and_an_unchanged_one_is_identical(launch, store, mnist_npz, project):
     a = _run(launch, store, project / "with_helper.py", str(mnist_npz))
     b = _run(launch, store, project / "with_helper.py", str(mnist_npz))
@@ -59,6 +60,7 @@ def test_a_changed_helper_module_is_refused_and_an_unchanged_one_is_identical(la
     assert replayed.returncode == 0 and "REPRODUCED: " in replayed.stdout, replayed.stdout[-2000:]
 
 
+@pytest.mark.long(seconds=68)
 def test_a_data_file_the_script_opens_itself_is_in_the_key(launch, store, mnist_npz, tmp_path):
     data = tmp_path / "mnist.npz"
     shutil.copy(mnist_npz, data)
