@@ -62,8 +62,26 @@ def _own_directory() -> str:
 
 
 # The environment this test process started with: shared runs are made in it, whichever test and
-# worker comes first (a test may have imported a library that set a variable the key holds).
+# worker comes first, and each test starts in it (below).
 START_ENV = dict(os.environ)
+
+
+@pytest.fixture(autouse=True)
+def _start_environment():
+    """Each test, and so each launch, starts in ``START_ENV``: importing scikit-learn (TensorFlow
+    imports it when installed) sets ``KMP_DUPLICATE_LIB_OK`` and ``KMP_INIT_AT_FORK`` in this
+    process, at collection or in a test, and the key holds a launch's environment, so a launch
+    after it would not be comparable with a shared run made before it. (pytest's own
+    ``PYTEST_*`` variables are left alone.)"""
+    def reset() -> None:
+        for name in set(os.environ) - set(START_ENV):
+            if not name.startswith("PYTEST_"):
+                del os.environ[name]
+        os.environ.update({k: v for k, v in START_ENV.items() if not k.startswith("PYTEST_")})
+
+    reset()
+    yield
+    reset()
 
 
 def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600,
