@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,13 +61,38 @@ def _own_directory() -> str:
     return path
 
 
-def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600):
+# The environment this test process started with: shared runs are made in it, whichever test and
+# worker comes first, and each test starts in it (below).
+START_ENV = dict(os.environ)
+
+
+@pytest.fixture(autouse=True)
+def _start_environment():
+    """Each test, and so each launch, starts in ``START_ENV``: importing scikit-learn (TensorFlow
+    imports it when installed) sets ``KMP_DUPLICATE_LIB_OK`` and ``KMP_INIT_AT_FORK`` in this
+    process, at collection or in a test, and the key holds a launch's environment, so a launch
+    after it would not be comparable with a shared run made before it. (pytest's own
+    ``PYTEST_*`` variables are left alone.)"""
+    def reset() -> None:
+        for name in set(os.environ) - set(START_ENV):
+            if not name.startswith("PYTEST_"):
+                del os.environ[name]
+        os.environ.update({k: v for k, v in START_ENV.items() if not k.startswith("PYTEST_")})
+
+    reset()
+    yield
+    reset()
+
+
+def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600,
+               base_env: dict | None = None):
     """Run the real `launch` command (as `python -m launcher`) and capture its output.
 
     It runs in an empty directory of its own, outside any git checkout, unless ``cwd`` says
-    otherwise, so the code fingerprint does not follow edits to the project's own tree.
+    otherwise, so the code fingerprint does not follow edits to the project's own tree. Its
+    environment is this process's (or ``base_env``) updated with ``env``.
     """
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**(os.environ if base_env is None else base_env), **(env or {})}
     # The tree under test, not whatever copy of the launcher is installed (a worktree, a checkout).
     paths = [str(REPO), *filter(None, full_env.get("PYTHONPATH", "").split(os.pathsep))]
     full_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
@@ -89,6 +115,7 @@ def launch():
 
 
 QUICK = ("train.epochs=1", "train.batch_size=100")
+TINY = (*QUICK, "train.max_samples=300")  # 3 steps of 100 images
 
 
 def run_dir_of(done) -> Path:
@@ -114,7 +141,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests of a module with a module-scoped fixture (a Docker image, an MLflow server, a
-    tmpfs store) run on one xdist worker, so the fixture is made once (``--dist loadgroup``)."""
+    tmpfs store) run on one xdist worker, so the fixture is made once (``--dist loadgroup``).
+    Tests marked ``long(seconds=N)`` (N measured on 2 cores) come first, longest first: started
+    last, one would keep a worker busy while the other has nothing left to do."""
+    items.sort(key=lambda item: -(getattr(item.get_closest_marker("long"), "kwargs", {}).get("seconds", 0)))
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         scopes = {d.scope for defs in (info.name2fixturedefs.values() if info else ()) for d in defs}
@@ -138,10 +168,10 @@ def build_once(root: Path, name: str, build) -> dict:
 
     from filelock import FileLock
 
-    directory, done = root / name, root / f"{name}.json"
+    done = root / f"{name}.json"
     with FileLock(str(root / f"{name}.lock")):
-        if not done.exists():
-            directory.mkdir(exist_ok=True)
+        if not done.exists():  # a build that failed left its directory; the next caller starts afresh
+            directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
             done.write_text(json.dumps(build(directory)))
     return json.loads(done.read_text())
 
@@ -156,6 +186,82 @@ def copy_store(source: Path, target: Path) -> Path:
     index = target / "index.sqlite"
     if index.exists():
         index.chmod(0o644)
-        with sqlite3.connect(index) as db:
-            db.execute("UPDATE runs SET path = replace(path, ?, ?)", (str(source.resolve()), str(target.resolve())))
+        db = sqlite3.connect(index)
+        try:  # closed at once: an open connection keeps a WAL beside the index, and the file busy
+            with db:
+                db.execute("UPDATE runs SET path = replace(path, ?, ?)", (str(source.resolve()), str(target.resolve())))
+        finally:
+            db.close()
     return target
+
+
+# ---------------------------------------------------------------- trained runs shared by tests
+# Each is trained once per test session (``build_once``: the first test to ask, on any worker,
+# trains it; the others wait for it). Its runs are sealed, so read-only: a test that writes into
+# a run, or adds one to its store (a replay, a resume), works on ``copy_store(...)`` of it.
+SCRIPTS = Path(__file__).parent / "integration" / "scripts"
+
+
+def _trained(directory: Path, *args: str, cwd: Path | None = None) -> dict:
+    """One real run of ``args`` into the store ``directory/store``: its run directory and output."""
+    store = directory / "store"
+    done = run_launch(*args, f"store.root={q(store)}", cwd=cwd, base_env=START_ENV)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return {"store": str(store), "run": str(run_dir_of(done)), "stdout": done.stdout}
+
+
+def _twins(directory: Path, *args: str, cwd: Path | None = None) -> list[dict]:
+    """The same run twice, one after the other, each alone in its store (``directory/a``, ``/b``)."""
+    out = []
+    for name in ("a", "b"):
+        (directory / name).mkdir()
+        out.append(_trained(directory / name, *args, cwd=cwd))
+    return out
+
+
+def _paths(built: dict) -> dict:
+    return {k: Path(v) if k in ("store", "run") else v for k, v in built.items()}
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(shared_root) -> list[dict]:
+    """Two strict MNIST runs of the defaults (seed 0) on 300 images, one epoch of 3 steps, each
+    alone in its store: ``[{"store", "run", "stdout"}, ...]``; they are IDENTICAL."""
+    built = build_once(shared_root, "tiny", lambda d: {"runs": _twins(
+        d, "train=mnist", f"train.data={q(DATA / 'mnist-small.npz')}", *TINY)})
+    return [_paths(r) for r in built["runs"]]
+
+
+@pytest.fixture(scope="session")
+def untraced_runs(shared_root) -> list[dict]:
+    """Two strict MNIST runs on 600 images (``QUICK``) with ``determinism.trace_every=0``: no trace."""
+    built = build_once(shared_root, "untraced", lambda d: {"runs": _twins(
+        d, "train=mnist", f"train.data={q(DATA / 'mnist-small.npz')}", *QUICK, "determinism.trace_every=0")})
+    return [_paths(r) for r in built["runs"]]
+
+
+THREE_EPOCHS = ("train=mnist", "determinism=strict", "train.epochs=3", "train.batch_size=50")
+
+
+@pytest.fixture(scope="session")
+def three_epoch_run(shared_root) -> dict:
+    """An uninterrupted strict MNIST run of 3 epochs of 12 steps (``THREE_EPOCHS``): what a killed
+    and resumed run must equal; ``{"store", "run", "stdout", "result", "metrics", "trace", "checkpoints"}``."""
+    def build(directory: Path) -> dict:
+        built = _trained(directory, *THREE_EPOCHS, f"train.data={DATA / 'mnist-small.npz'}")
+        run = Path(built["run"])
+        return {**built, "result": json.loads((run / "result.json").read_text()),
+                "metrics": (run / "metrics.jsonl").read_text(), "trace": (run / "trace.jsonl").read_text(),
+                "checkpoints": sorted(p.name for p in (run / "checkpoints").iterdir())}  # fmt: skip
+
+    return _paths(build_once(shared_root, "three-epochs", build))
+
+
+@pytest.fixture(scope="session")
+def keras_fit_runs(shared_root) -> list[dict]:
+    """``scripts/keras_fit.py`` (a Keras fit of 2 epochs inside a function) on the MNIST subset,
+    unmodified, twice, each alone in its store; they are IDENTICAL."""
+    built = build_once(shared_root, "keras-fit", lambda d: {"runs": _twins(
+        d, "train=script", f"train.script={q(SCRIPTS / 'keras_fit.py')}",
+        f"train.args=[{q(DATA / 'mnist-small.npz')}]")})
+    return [_paths(r) for r in built["runs"]]

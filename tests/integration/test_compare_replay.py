@@ -10,12 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import QUICK, is_run, q, run_dir_of
+from tests.conftest import TINY, copy_store, is_run, q, run_dir_of
 
 pytestmark = pytest.mark.slow
-
-TINY = (*QUICK, "train.max_samples=300")
-
 
 def _run(launch, store, npz, *overrides) -> Path:
     before = set(store.iterdir())
@@ -32,13 +29,22 @@ def _verdict(stdout: str) -> str:
 
 
 @pytest.fixture
-def two_threads_runs(launch, store, mnist_npz):
-    """Two equal runs, and a third with another thread count and (a knob that changes the bits on any
-    machine, after step 0) another learning rate."""
-    a = _run(launch, store, mnist_npz, "determinism.intra_op_threads=1")
-    b = _run(launch, store, mnist_npz, "determinism.intra_op_threads=1")
+def two_threads_runs(launch, tiny_runs, mnist_npz, tmp_path):
+    """Two equal runs (shared, ``tiny_runs``: 1 intra-op thread, strict's default), and a third with
+    another thread count and (a knob that changes the bits on any machine, after step 0) another
+    learning rate."""
+    a, b = (r["run"] for r in tiny_runs)
+    store = tmp_path / "store"
+    store.mkdir()
     c = _run(launch, store, mnist_npz, "determinism.intra_op_threads=2", "train.learning_rate=0.002")
     return a, b, c
+
+
+@pytest.fixture
+def writable_twin(tiny_runs, tmp_path) -> Path:
+    """A copy of the second shared run, for a test that changes it."""
+    store = copy_store(tiny_runs[1]["store"], tmp_path / "twin store")
+    return store / tiny_runs[1]["run"].name
 
 
 def _perturbed_copy(run: Path, target: Path, by: float) -> Path:
@@ -94,8 +100,8 @@ def test_compare_identical_refused_forced_and_tolerance(launch, two_threads_runs
     assert bad.returncode == 2 and "--tolerance takes RTOL,ATOL" in bad.stderr
 
 
-def test_fingerprint_schema_and_key_fields(two_threads_runs):
-    a, _, _ = two_threads_runs
+def test_fingerprint_schema_and_key_fields(tiny_runs):
+    a = tiny_runs[0]["run"]
     text = (a / "fingerprint.json").read_text()
     fp = json.loads(text)
     assert text == json.dumps(fp, sort_keys=True, indent=2) + "\n"  # canonical JSON
@@ -120,8 +126,8 @@ def test_fingerprint_schema_and_key_fields(two_threads_runs):
     assert fp["determinism"]["keras"]["floatx"] == "float32"
 
 
-def test_tampered_or_incomplete_runs_are_refused_and_not_modified(launch, two_threads_runs, tmp_path):
-    a, b, _ = two_threads_runs
+def test_tampered_or_incomplete_runs_are_refused_and_not_modified(launch, tiny_runs, writable_twin, tmp_path):
+    a, b = tiny_runs[0]["run"], writable_twin
     fp_file = b / "fingerprint.json"
     b.chmod(0o755)
     fp_file.chmod(0o644)
@@ -166,8 +172,8 @@ def test_a_changed_or_added_hidden_file_is_refused_by_compare_replay_and_resume(
     assert len([p for p in store.iterdir() if is_run(p)]) == 1  # nothing ran
 
 
-def test_a_fingerprint_schema_this_version_cannot_read(launch, two_threads_runs):
-    a, b, _ = two_threads_runs
+def test_a_fingerprint_schema_this_version_cannot_read(launch, tiny_runs, writable_twin):
+    a, b = tiny_runs[0]["run"], writable_twin
     from launcher.record import runs
 
     b.chmod(0o755)
@@ -195,8 +201,9 @@ def test_replay_reproduces_and_links_to_the_original(launch, store, mnist_npz):
     assert json.loads((new / "result.json").read_text())["seed"] == 3
 
 
-def test_replay_refuses_when_the_environment_differs(launch, store, mnist_npz):
-    original = _run(launch, store, mnist_npz)
+def test_replay_refuses_when_the_environment_differs(launch, tiny_runs, tmp_path):
+    store = copy_store(tiny_runs[0]["store"], tmp_path / "store")  # the replay adds a run to it
+    original = store / tiny_runs[0]["run"].name
     done = launch("replay", original, env={"OMP_NUM_THREADS": "3"})
     assert done.returncode == 3 and done.stdout.startswith("REFUSED")
     assert "environment.OMP_NUM_THREADS" in done.stdout

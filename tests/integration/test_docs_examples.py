@@ -384,7 +384,8 @@ def _run_example(page: Page, example: dx.Example) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("name", [p for p in PAGES if any(True for _ in dx.extract((REPO / p).read_text(), p))])
+@pytest.mark.parametrize("name", [pytest.param(p, marks=pytest.mark.long(seconds=100)) if p == "README.md" else p
+                                  for p in PAGES if any(True for _ in dx.extract((REPO / p).read_text(), p))])
 def test_the_pages_console_examples_print_what_they_say(name, tmp_path):
     examples = _examples()[name]
     if not examples:

@@ -55,21 +55,41 @@ def test_data_under_the_users_cache_is_in_the_key(launch, tmp_path):
     assert refused.returncode == 3 and f"data.{data}" in refused.stdout, refused.stdout
 
 
+PLAIN = CACHED_DATA.replace('os.path.expanduser("~/.cache/myproject/digits.npz")', '"digits.npz"')
+
+
+@pytest.fixture(scope="session")
+def plain_run(shared_root) -> Path:
+    """``plain.py`` (CACHED_DATA reading ``digits.npz`` beside it) run once in its project
+    directory, the run alone in its store (shared by the tests of this module)."""
+    from tests.conftest import START_ENV, build_once, run_launch
+
+    def build(directory: Path) -> dict:
+        project = directory / "project"
+        project.mkdir()
+        shutil.copy(DATA / "mnist-small.npz", project / "digits.npz")
+        (project / "plain.py").write_text(PLAIN)
+        done = run_launch("train=script", "train.script=plain.py", f"store.root={q(directory / 'store')}",
+                          cwd=project, base_env=START_ENV)  # fmt: skip
+        return {"run": str(run_dir_of(done))}
+
+    return Path(build_once(shared_root, "everyday-plain", build)["run"])
+
+
 def _sha(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_a_script_kept_its_trained_values_and_tolerance_compares_them(launch, tmp_path):
+def test_a_script_kept_its_trained_values_and_tolerance_compares_them(launch, tmp_path, plain_run):
     """Script runs keep weights.npz by default; --tolerance compares the values, and never calls
     runs EQUIVALENT whose weights it could not compare."""
     shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
-    (tmp_path / "train.py").write_text(CACHED_DATA.replace('os.path.expanduser("~/.cache/myproject/digits.npz")',
-                                                           '"digits.npz"'))  # fmt: skip
+    (tmp_path / "plain.py").write_text(PLAIN)
     store = tmp_path / "store"
-    a = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
-    b = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=1",
+    a = plain_run  # the defaults (shared)
+    b = run_dir_of(launch("train=script", "train.script=plain.py", f"store.root={q(store)}", "+seed=1",
                           "train.save_weights=false", cwd=tmp_path))  # fmt: skip
     assert json.loads((a / "result.json").read_text())["weights_file"] == "weights.npz"
     with np.load(a / "weights.npz") as f:
@@ -214,16 +234,14 @@ def test_a_script_that_seeds_itself_is_named_and_the_sweep_says_so(launch, tmp_p
     assert "the job seeds itself" in (run / "log.txt").read_text()
 
 
-def test_a_job_that_ends_with_os_exit_keeps_what_it_trained(launch, tmp_path):
+def test_a_job_that_ends_with_os_exit_keeps_what_it_trained(launch, tmp_path, plain_run):
     """Some scripts end with os._exit(0) after training (to skip a slow or crashing teardown):
     the run is sealed with the weights and metrics observed before it."""
     shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
-    script = CACHED_DATA.replace('os.path.expanduser("~/.cache/myproject/digits.npz")', '"digits.npz"')
-    (tmp_path / "train.py").write_text(script + "os._exit(0)\n")
-    (tmp_path / "plain.py").write_text(script)
+    (tmp_path / "train.py").write_text(PLAIN + "os._exit(0)\n")
     store = tmp_path / "store"
     a = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
-    b = run_dir_of(launch("train=script", "train.script=plain.py", f"store.root={q(store)}", cwd=tmp_path))
+    b = plain_run  # the same script without os._exit (shared)
     ra, rb = (json.loads((r / "result.json").read_text()) for r in (a, b))
     assert ra["weights_sha256"] == rb["weights_sha256"] and ra["final_metrics"] == rb["final_metrics"]
     assert ra["ended"].startswith("os._exit(0)") and (a / "weights.npz").exists()
@@ -274,6 +292,7 @@ model.fit(x[..., None], y, epochs=1, batch_size=64, verbose=0)
 """
 
 
+@pytest.mark.long(seconds=70)
 def test_the_audit_says_a_knob_the_job_sets_itself_is_set_by_the_job_never_free(launch, tmp_path):
     shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SETS_ITS_THREADS)
@@ -285,17 +304,15 @@ def test_the_audit_says_a_knob_the_job_sets_itself_is_set_by_the_job_never_free(
     assert "free here" not in verdict and "must pin" not in verdict, verdict
 
 
-def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_path):
+def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_path, plain_run):
     """Keras imports pandas when it is installed; a script that never uses pandas does not key it
     (a later `pip install` of the launcher's extras refuses no earlier run); one that reads
     its data with pandas does."""
     pytest.importorskip("pandas")
     shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
-    plain = CACHED_DATA.replace('os.path.expanduser("~/.cache/myproject/digits.npz")', '"digits.npz"')
-    (tmp_path / "plain.py").write_text(plain)
-    (tmp_path / "uses_pandas.py").write_text("import pandas as pd\nprint(pd.DataFrame({'a': [1]}).shape)\n" + plain)
+    (tmp_path / "uses_pandas.py").write_text("import pandas as pd\nprint(pd.DataFrame({'a': [1]}).shape)\n" + PLAIN)
     store = tmp_path / "store"
-    a = run_dir_of(launch("train=script", "train.script=plain.py", f"store.root={q(store)}", cwd=tmp_path))
+    a = plain_run  # never uses pandas (shared)
     b = run_dir_of(launch("train=script", "train.script=uses_pandas.py", f"store.root={q(store)}", cwd=tmp_path))
     sa, sb = (json.loads((r / "fingerprint.json").read_text())["software"] for r in (a, b))
     assert "pandas" not in sa["distributions"] and "pandas" in sa["distributions_probed"]
@@ -381,6 +398,7 @@ def _write_csv(path: Path, x: np.ndarray, y: np.ndarray) -> None:
     path.write_text(_csv(x, y))
 
 
+@pytest.mark.long(seconds=101)
 def test_data_a_child_process_reads_is_in_the_key_and_what_it_hides_is_never_called_a_bug(launch, tmp_path):
     """``subprocess.check_output(["zcat", "digits.csv.gz"])``: the file it names is data (a
     changed one is REFUSED by name). A program that reads a file it names itself is recorded,

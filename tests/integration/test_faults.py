@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, REPO, run_launch
+from tests.conftest import QUICK, REPO, THREE_EPOCHS, copy_store, run_launch
 
 STRICT = ("train=mnist", "determinism=strict")
-THREE_EPOCHS = (*STRICT, "train.epochs=3", "train.batch_size=50")
 ROOT = os.geteuid() == 0
 
 
@@ -99,29 +98,16 @@ def test_a_first_image_build_on_a_fresh_cache_makes_its_own_directories(tmp_path
 
 
 # ---------------------------------------------------------------- fixtures: real runs
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict:
-    """An uninterrupted 3-epoch strict run: what a resumed run must equal, bit for bit."""
-    store = tmp_path_factory.mktemp("reference")
-    npz = REPO / "tests" / "data" / "mnist-small.npz"
-    done = run_launch(*THREE_EPOCHS, f"train.data={npz}", f"store.root={store}")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (run,) = _new_runs(store)
-    return {"run": run, "result": json.loads((run / "result.json").read_text())}
+@pytest.fixture
+def reference(three_epoch_run) -> dict:
+    """An uninterrupted 3-epoch strict run (shared, ``THREE_EPOCHS``): what a resumed run must equal, bit for bit."""
+    return three_epoch_run
 
 
-@pytest.fixture(scope="module")
-def one_run_store(tmp_path_factory) -> Path:
-    """A store holding one complete quick run (copy it before damaging it)."""
-    store = tmp_path_factory.mktemp("one-run") / "store"
-    done = _quick(store, REPO / "tests" / "data" / "mnist-small.npz")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return store
-
-
-def _copy_store(source: Path, target: Path) -> Path:
-    subprocess.run(["cp", "-a", str(source), str(target)], check=True)
-    return target
+@pytest.fixture
+def one_run_store(tiny_runs) -> Path:
+    """A store holding one complete quick run (shared: copy it before damaging it)."""
+    return tiny_runs[0]["store"]
 
 
 def _start(store: Path, npz: Path) -> subprocess.Popen:
@@ -168,7 +154,7 @@ def _resumed_to_reference(run: Path, reference: dict) -> subprocess.CompletedPro
 # ---------------------------------------------------------------- the index
 @pytest.mark.slow
 def test_a_corrupted_index_never_stops_a_run(tmp_path, one_run_store, mnist_npz):
-    store = _copy_store(one_run_store, tmp_path / "store")
+    store = copy_store(one_run_store, tmp_path / "store")
     (first,) = _new_runs(store)
     garbage = b"\x00garbage, as a bad copy or a sync tool leaves it" * 200
     (store / "index.sqlite").write_bytes(garbage)
@@ -187,8 +173,9 @@ def test_a_corrupted_index_never_stops_a_run(tmp_path, one_run_store, mnist_npz)
     assert "2 run(s)" in listed.stdout and listed.stdout.count(" complete ") == 2
 
 
+@pytest.mark.slow  # its store holds a trained run
 def test_a_deleted_index_is_rebuilt_from_the_run_directories(tmp_path, one_run_store):
-    store = _copy_store(one_run_store, tmp_path / "store")
+    store = copy_store(one_run_store, tmp_path / "store")
     (run,) = _new_runs(store)
     weights = json.loads((run / "result.json").read_text())["weights_sha256"]
     (store / "index.sqlite").unlink()
@@ -275,9 +262,10 @@ def test_a_disk_that_fills_during_a_checkpoint_fails_the_run_and_resume_continue
         assert listed.stdout.count(" complete ") == 1, listed.stdout
 
 
+@pytest.mark.slow  # its store holds a trained run
 def test_a_read_only_store_reads_and_refuses_writes_in_one_line(tmp_path, one_run_store, mnist_npz):
     with _mounted(tmp_path / "ro", "size=8m") as disk:
-        store = _copy_store(one_run_store, disk / "store")
+        store = copy_store(one_run_store, disk / "store")
         (run,) = _new_runs(store)
         before = sorted(p.name for p in store.rglob("*"))
         remount = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)

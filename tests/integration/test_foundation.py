@@ -20,15 +20,14 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def test_strict_run_twice_gives_identical_weights(launch, store, mnist_npz):
-    first = quick_run(launch, store, mnist_npz, "determinism=strict")
-    quick_run(launch, store, mnist_npz, "determinism=strict")
-    a, b = _runs(store)
+def test_strict_run_twice_gives_identical_weights(tiny_runs):
+    first = tiny_runs[0]  # the same strict run twice (shared: tests/conftest.py)
+    a, b = (r["run"] for r in tiny_runs)
     ra, rb = _json(a / "result.json"), _json(b / "result.json")
     assert ra["weights_sha256"] == rb["weights_sha256"]
     assert ra["layer_sha256"] == rb["layer_sha256"]
     assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()
-    assert ra["weights_sha256"] in first.stdout  # the one-line summary shows it
+    assert ra["weights_sha256"] in first["stdout"]  # the one-line summary shows it
     for run in (a, b):
         names = {p.name for p in run.iterdir()}
         assert {"config.yaml", "fingerprint.json", "metrics.jsonl", "result.json", "log.txt",
@@ -37,10 +36,11 @@ def test_strict_run_twice_gives_identical_weights(launch, store, mnist_npz):
         assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == 0
 
 
-def test_different_seeds_give_different_weights(launch, store, mnist_npz):
-    quick_run(launch, store, mnist_npz, "+seed=1")
-    quick_run(launch, store, mnist_npz, "+seed=2")
-    a, b = _runs(store)
+def test_different_seeds_give_different_weights(launch, store, mnist_npz, tiny_runs):
+    quick_run(launch, store, mnist_npz, "+seed=1", "train.max_samples=300")  # tiny_runs' config, another seed
+    (a,), b = _runs(store), tiny_runs[0]["run"]
+    assert yaml.safe_load((a / "config.yaml").read_text())["seed"] == 1
+    assert yaml.safe_load((b / "config.yaml").read_text())["seed"] == 0
     assert _json(a / "result.json")["weights_sha256"] != _json(b / "result.json")["weights_sha256"]
 
 

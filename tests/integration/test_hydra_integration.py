@@ -26,6 +26,7 @@ def project(tmp_path: Path, mnist_npz: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.long(seconds=62)
 def test_config_dir_runs_a_users_config_and_the_fingerprint_hashes_it(launch, project):
     done = launch("--config-dir", "conf", "train=tiny", "store.root=runs", cwd=project)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -52,6 +53,7 @@ def _data(cfg_yaml: str) -> str:
     return next(line.split(": ", 1)[1] for line in cfg_yaml.splitlines() if line.strip().startswith("data: "))
 
 
+@pytest.mark.long(seconds=145)
 def test_a_two_trial_optuna_search_repeats_its_trials_and_weights(launch, project):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     args = ("-m", "-cd", "conf", "train=tiny", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",

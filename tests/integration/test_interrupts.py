@@ -216,6 +216,7 @@ STRESS_KINDS = ["ctrl-c", "sigterm", "ctrl-c", "ctrl-c twice", "ctrl-c"]
 STRESS_WINDOW_S = 8.0  # the moments: uniform over the job's first seconds (TensorFlow's import to epochs)
 
 
+@pytest.mark.long(seconds=154)
 def test_stress_interrupts_at_random_moments_always_end_interrupted(mnist_npz, tmp_path):
     """20 real training launches, each interrupted at a random moment after its job started:
     every one ends INTERRUPTED with exit code 130, status.json ``interrupted``, no traceback,

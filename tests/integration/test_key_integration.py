@@ -45,6 +45,7 @@ def project(tmp_path: Path) -> Path:
     return target
 
 
+@pytest.mark.long(seconds=71)
 def test_a_changed_helper_module_is_refused_and_an_unchanged_one_is_identical(launch, store, mnist_npz, project):
     a = _run(launch, store, project / "with_helper.py", str(mnist_npz))
     b = _run(launch, store, project / "with_helper.py", str(mnist_npz))
@@ -59,6 +60,7 @@ def test_a_changed_helper_module_is_refused_and_an_unchanged_one_is_identical(la
     assert replayed.returncode == 0 and "REPRODUCED: " in replayed.stdout, replayed.stdout[-2000:]
 
 
+@pytest.mark.long(seconds=68)
 def test_a_data_file_the_script_opens_itself_is_in_the_key(launch, store, mnist_npz, tmp_path):
     data = tmp_path / "mnist.npz"
     shutil.copy(mnist_npz, data)
@@ -104,18 +106,19 @@ def test_files_read_by_native_code_are_found_by_the_listing(launch, store, mnist
     _refused_on(launch("compare", a, c), f"data.imgs/{labels[0]}/{changed.name}")
 
 
-def test_onednn_isa_is_refused_and_log_verbosity_is_not(launch, store, mnist_npz):
+def test_onednn_isa_is_refused_and_log_verbosity_is_not(launch, store, mnist_npz, tiny_runs):
     quiet = quick_run(launch, store, mnist_npz, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     chatty = quick_run(launch, store, mnist_npz, env={"TF_CPP_MIN_LOG_LEVEL": "0"})
-    avx2 = quick_run(launch, store, mnist_npz, "determinism.onednn_opts=true", env={"ONEDNN_MAX_CPU_ISA": "AVX2"})
-    onednn = quick_run(launch, store, mnist_npz, "determinism.onednn_opts=true")
-    runs = [run_dir_of(d) for d in (quiet, chatty, avx2, onednn)]
+    avx2 = quick_run(launch, store, mnist_npz, "determinism.onednn_opts=true", "train.max_samples=300",
+                     env={"ONEDNN_MAX_CPU_ISA": "AVX2"})  # fmt: skip
+    runs = [run_dir_of(d) for d in (quiet, chatty, avx2)]
+    runs.append(tiny_runs[0]["run"])  # the same without ONEDNN_MAX_CPU_ISA (strict: onednn_opts=true; shared)
     done = launch("compare", runs[0], runs[1])
     assert done.returncode == 0, done.stdout
     _refused_on(launch("compare", runs[3], runs[2]), "environment.ONEDNN_MAX_CPU_ISA")
 
 
-def test_a_package_the_job_never_loads_does_not_refuse(launch, store, mnist_npz, tmp_path):
+def test_a_package_the_job_never_loads_does_not_refuse(launch, store, mnist_npz, tmp_path, tiny_runs):
     # A distribution installed between two runs (here: on the job's path, as pip would put it).
     site = tmp_path / "site"
     (site / "unused_pkg-1.0.dist-info").mkdir(parents=True)
@@ -123,8 +126,8 @@ def test_a_package_the_job_never_loads_does_not_refuse(launch, store, mnist_npz,
     (site / "unused_pkg-1.0.dist-info" / "METADATA").write_text(metadata)
     (site / "unused_pkg").mkdir()
     (site / "unused_pkg" / "__init__.py").write_text("")
-    a = run_dir_of(quick_run(launch, store, mnist_npz))
-    b = run_dir_of(quick_run(launch, store, mnist_npz, env={"PYTHONPATH": str(site)}))
+    a = tiny_runs[0]["run"]  # shared: the same run without it
+    b = run_dir_of(quick_run(launch, store, mnist_npz, "train.max_samples=300", env={"PYTHONPATH": str(site)}))
     fa, fb = (json.loads((r / "fingerprint.json").read_text())["software"] for r in (a, b))
     assert "unused-pkg==1.0" in fb["packages"] and "unused-pkg==1.0" not in fa["packages"]
     assert "keras" in fa["distributions"] and "unused-pkg" not in fb["distributions"]

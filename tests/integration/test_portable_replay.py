@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, is_run
+from tests.conftest import TINY, copy_store, is_run
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,7 +25,7 @@ pytestmark = [
 
 def _run(launch, store: Path, npz: Path, *overrides: str) -> Path:
     before = set(store.iterdir())
-    done = launch(f"train.data={npz}", f"store.root={store}", *QUICK, *overrides)
+    done = launch(f"train.data={npz}", f"store.root={store}", *TINY, *overrides)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (new,) = [p for p in set(store.iterdir()) - before if is_run(p)]
     return new
@@ -35,6 +35,7 @@ def _replayed(store: Path, before: set) -> list[Path]:
     return [p for p in set(store.iterdir()) - before if is_run(p)]
 
 
+@pytest.mark.long(seconds=130)
 def test_a_portable_run_reproduces_on_an_emulated_haswell(launch, store, mnist_npz):
     run = _run(launch, store, mnist_npz, "determinism=portable")
     fp = json.loads((run / "fingerprint.json").read_text())
@@ -54,8 +55,10 @@ def test_a_portable_run_reproduces_on_an_emulated_haswell(launch, store, mnist_n
     assert compared.returncode == 0 and compared.stdout.startswith("IDENTICAL"), compared.stdout
 
 
-def test_a_strict_run_is_refused_on_the_cpu_and_forced_says_whether_its_bits_differ(launch, store, mnist_npz):
-    run = _run(launch, store, mnist_npz)  # strict, this machine's CPU in the key
+@pytest.mark.long(seconds=128)
+def test_a_strict_run_is_refused_on_the_cpu_and_forced_says_whether_its_bits_differ(launch, tiny_runs, tmp_path):
+    store = copy_store(tiny_runs[0]["store"], tmp_path / "store")  # the replay adds a run to it
+    run = store / tiny_runs[0]["run"].name  # strict, this machine's CPU in the key (shared: tests/conftest.py)
     before = set(store.iterdir())
     refused = launch("replay", str(run), "--cpu", "Haswell")
     assert refused.returncode == 3, refused.stdout + refused.stderr

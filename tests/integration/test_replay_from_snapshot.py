@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, REPO, q, run_dir_of
+from tests.conftest import DATA, REPO, copy_store, q, run_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +33,23 @@ def project(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def project_run(tmp_path_factory) -> dict:
+    """A run of a user's project (``project``'s files), made once for the tests that only replay it:
+    ``{"project", "store", "run"}``. One test edits the project afterwards; each test that adds
+    a replay to the store works on its own copy (``copy_store``)."""
+    from tests.conftest import run_launch
+
+    root = tmp_path_factory.mktemp("project run")
+    path = root / "project"
+    path.mkdir()
+    shutil.copy(SCRIPTS / "with_helper.py", path / "train.py")
+    shutil.copy(SCRIPTS / "helper.py", path / "helper.py")
+    shutil.copy(DATA / "mnist-small.npz", path / "digits.npz")
+    store = root / "store"
+    return {"project": path, "store": store, "run": _script_run(run_launch, path, store)}
+
+
 def _script_run(launch, project: Path, store: Path, *extra: str):
     done = launch("train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}",
                   *extra, cwd=project)  # fmt: skip
@@ -43,9 +60,10 @@ def _fp(run: Path) -> dict:
     return json.loads((run / "fingerprint.json").read_text())
 
 
-def test_replay_after_the_code_was_edited_and_the_script_and_data_deleted(launch, project, tmp_path):
-    store = tmp_path / "store"
-    run = _script_run(launch, project, store)
+def test_replay_after_the_code_was_edited_and_the_script_and_data_deleted(launch, project_run, tmp_path):
+    project = project_run["project"]  # where the run ran: edited below (no other test reads it)
+    store = copy_store(project_run["store"], tmp_path / "store")  # the replay adds a run to it
+    run = store / project_run["run"].name
     snap = json.loads((run / "snapshot.json").read_text())
     assert {e["role"] for e in snap["files"].values()} == {"script", "module", "data"}
     assert json.loads((run / "manifest.json").read_text())["files"]["snapshot.json"]  # the seal covers it
@@ -120,10 +138,10 @@ def test_a_data_file_too_large_to_keep_is_found_by_hash_or_refused_by_name(launc
     assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
 
 
-def test_a_launcher_that_differs_outside_the_job_replays_an_old_run(launch, project, tmp_path):
+def test_a_launcher_that_differs_outside_the_job_replays_an_old_run(project_run, tmp_path):
     """The same launcher but for a comment in its CLI, from another path, in another venv."""
-    store = tmp_path / "store"
-    run = _script_run(launch, project, store)
+    store = copy_store(project_run["store"], tmp_path / "store")  # the replays add runs to it
+    run = store / project_run["run"].name
     other = tmp_path / "other launcher"
     shutil.copytree(REPO / "launcher", other / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
     main = other / "launcher" / "cli" / "main.py"

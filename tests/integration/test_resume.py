@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, is_run
+from tests.conftest import REPO, THREE_EPOCHS, is_run
 
 pytestmark = pytest.mark.slow
 
-ARGS = ("train=mnist", "determinism=strict", "train.epochs=3", "train.batch_size=50")
+ARGS = THREE_EPOCHS  # ("train=mnist", "determinism=strict", "train.epochs=3", "train.batch_size=50")
 
 
 def _result(run: Path) -> dict:
@@ -63,13 +63,9 @@ def _processes_mentioning(path: Path) -> list[str]:
 
 
 @pytest.fixture
-def uninterrupted(launch, tmp_path, mnist_npz) -> dict:
-    store = tmp_path / "reference"
-    done = launch(*ARGS, f"train.data={mnist_npz}", f"store.root={store}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    (run,) = [p for p in store.iterdir() if is_run(p)]
-    return {"result": _result(run), "metrics": (run / "metrics.jsonl").read_text(),
-            "trace": (run / "trace.jsonl").read_text(), "checkpoints": _checkpoints(run)}  # fmt: skip
+def uninterrupted(three_epoch_run) -> dict:
+    """The same run, uninterrupted (shared: ``tests/conftest.py::three_epoch_run``, made with ``ARGS``)."""
+    return three_epoch_run
 
 
 def _checkpoints(run: Path) -> list[str]:

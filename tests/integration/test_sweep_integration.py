@@ -31,6 +31,7 @@ def _by_seed(summary: dict) -> dict[int, str]:
     return {j["seed"]: j["weights_sha256"] for j in summary["jobs"]}
 
 
+@pytest.mark.long(seconds=63)
 def test_four_seed_sweep_runs_summarizes_and_repeats_bit_for_bit(launch, store, mnist_npz):
     first, sweep_a = _sweep(launch, store, mnist_npz, "+seed=range(4)")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

@@ -36,9 +36,8 @@ def _compare(launch, a: Path, b: Path, *extra: str):
     return launch("compare", a, b, *extra)
 
 
-def test_keras_fit_inside_a_function_is_observed_and_identical_twice(launch, store, mnist_npz):
-    a = _script_run(launch, store, "keras_fit.py", str(mnist_npz))
-    b = _script_run(launch, store, "keras_fit.py", str(mnist_npz))
+def test_keras_fit_inside_a_function_is_observed_and_identical_twice(launch, keras_fit_runs):
+    a, b = (r["run"] for r in keras_fit_runs)  # the script run twice (shared: tests/conftest.py)
     ra = _result(a)
     assert ra["weights_sha256"] and ra["weights_sha256"] == _result(b)["weights_sha256"]
     assert ra["observed"]["models"] == ["sequential"] and ra["observed"]["fits"] == 1
@@ -53,7 +52,7 @@ def test_keras_fit_inside_a_function_is_observed_and_identical_twice(launch, sto
     assert done.stdout.startswith("IDENTICAL: weights, 2 epochs' metrics and 4 traced steps are bitwise equal")
 
 
-def test_the_trace_and_saved_weights_never_change_the_weights(launch, store, mnist_npz):
+def test_the_trace_and_saved_weights_never_change_the_weights(launch, store, mnist_npz, untraced_runs):
     """``determinism.trace_every`` and ``train.save_weights`` read the weights, never change
     them (which is why neither is in the config hash): the script task and the mnist task."""
     plain = _script_run(launch, store, "keras_fit.py", str(mnist_npz), "1",
@@ -63,18 +62,17 @@ def test_the_trace_and_saved_weights_never_change_the_weights(launch, store, mni
     assert not (plain / "trace.jsonl").exists() and not (plain / "weights.npz").exists()
     assert len((both / "trace.jsonl").read_text().splitlines()) == 7 and (both / "weights.npz").is_file()
     assert _result(plain)["weights_sha256"] == _result(both)["weights_sha256"]
-    mnist = []
-    for every in (0, 1):
-        done = launch("train=mnist", f"train.data={q(mnist_npz)}", f"store.root={q(store)}", "train.epochs=1",
-                      "train.batch_size=100", f"determinism.trace_every={every}")  # fmt: skip
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        mnist.append(run_dir_of(done))
+    mnist = [untraced_runs[0]["run"]]  # the same with determinism.trace_every=0 (shared: tests/conftest.py)
+    done = launch("train=mnist", f"train.data={q(mnist_npz)}", f"store.root={q(store)}", "train.epochs=1",
+                  "train.batch_size=100", "determinism.trace_every=1")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    mnist.append(run_dir_of(done))
     assert not (mnist[0] / "trace.jsonl").exists() and (mnist[1] / "trace.jsonl").is_file()
     assert _result(mnist[0])["weights_sha256"] == _result(mnist[1])["weights_sha256"]
 
 
-def test_keras_fit_bits_follow_threads_and_seed(launch, store, mnist_npz):
-    base = _result(_script_run(launch, store, "keras_fit.py", str(mnist_npz)))["weights_sha256"]
+def test_keras_fit_bits_follow_threads_and_seed(launch, store, mnist_npz, keras_fit_runs):
+    base = _result(keras_fit_runs[0]["run"])["weights_sha256"]  # the script's defaults (shared)
     threads = _result(_script_run(launch, store, "keras_fit.py", str(mnist_npz),
                                   overrides=("determinism.intra_op_threads=2",)))["weights_sha256"]  # fmt: skip
     seeded = _result(_script_run(launch, store, "keras_fit.py", str(mnist_npz), overrides=("+seed=1",)))
