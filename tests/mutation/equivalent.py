@@ -9,6 +9,7 @@ truly equivalent, add it here with the reason.
 from __future__ import annotations
 
 _NO_COPY = "astype(copy=...) only decides whether numpy may return the input itself; the bytes hashed are the same"
+_ORDERED_SET = "the dict is an ordered set: only its keys are returned (list(out)), never a value"
 _CHUNK = "the digest of a file does not depend on the size of the blocks it is read in (read(None) reads it whole)"
 
 EQUIVALENT: dict[tuple[str, str], str] = {
@@ -32,4 +33,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "equal=None is Comparison's default",
     ("launcher.verdict.compare.x_report", "lines.append(f\"NOT COMPARABLE ({'XX; XX'.join(c.notes)})\")"):
         "a NOT COMPARABLE comparison has exactly one note (decide writes it): the separator is never printed",
+    ("launcher.verdict.compare.x__wrap", "return textwrap.wrap(text, width, break_on_hyphens=None) or [text]"):
+        "textwrap breaks at hyphens only when break_on_hyphens is True: None is as False",
+    ("launcher.verdict.audit.x_likely_causes",
+     'out[f"a generator made without a seed: {g[\'call\']} at {g[\'where\']} (seed it from launcher.seed())"] = ""'):
+        _ORDERED_SET,
+    ("launcher.verdict.audit.x_likely_causes", 'out[f"input the key may not hold: {gap}"] = ""'): _ORDERED_SET,
 }  # fmt: skip

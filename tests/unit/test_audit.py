@@ -124,6 +124,11 @@ def test_likely_causes_come_from_what_the_baseline_runs_recorded():
     assert causes == ["a generator made without a seed: numpy.random.default_rng() at train.py:7 (seed it from "
                       "launcher.seed())", "input the key may not hold: the job ran 1 program(s) ...: zcat a.gz"]
     assert audit.likely_causes([record([]), record([])]) == []
+    # The gaps of the first two runs (the baseline repeats); one run alone has none to compare.
+    gap = ["the job ran 1 program(s) ...: zcat a.gz"]
+    assert audit.likely_causes([record([], gap)]) == [] and audit.likely_causes([]) == []
+    three = audit.likely_causes([record([]), record([]), record([], gap)])
+    assert three == []
 
 
 def test_a_job_that_records_nothing_is_not_judged_and_no_knob_is_free():

@@ -320,3 +320,19 @@ def test_a_refusal_on_cpu_flags_names_the_flags_that_differ():
     mapping = compare.item_differences({"x": 1, "y": 2}, {"y": 3, "z": 4}, "A", "B")
     assert mapping == "only in A: x; only in B: z; changed: y"
     assert compare.item_differences([1, 2], [2, 1]) == "the same items in another order"
+
+
+def test_a_long_list_difference_wraps_at_88_columns_between_whole_names():
+    """Wrapped at spaces only: a distribution's name is never cut at its hyphens; up to 88
+    characters stay on one line."""
+    from launcher.verdict import compare
+
+    wheels = ["tensorflow-cpu", "nvidia-cublas-cu12", "nvidia-cudnn-cu12", "nvidia-cuda-runtime-cu12",
+              "nvidia-nccl-cu12"]
+    short = ["libnvidia-cublas-cu12-with-a-long-name", "xxxxx"]  # 82 characters of differences
+    assert compare.difference_table([("software.distributions", wheels, ["keras"]), ("x", short, ["keras"])]) == [
+        "  field                   run A                                         run B",
+        "  software.distributions  only in run A: tensorflow-cpu, nvidia-cublas-cu12, nvidia-cudnn-cu12,",
+        "                          nvidia-cuda-runtime-cu12, nvidia-nccl-cu12; only in run B: keras",
+        "  x                       only in run A: libnvidia-cublas-cu12-with-a-long-name, xxxxx; only in run B: keras",
+    ]

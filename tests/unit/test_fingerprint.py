@@ -67,6 +67,10 @@ def test_parse_nvidia_smi_outputs():
     assert probes.parse_cuda_driver_version((RECORDED / "nvidia-smi.txt").read_text()) == "12.4"
     topo = probes.parse_nvidia_topology((RECORDED / "nvidia-smi-topo.txt").read_text())
     assert topo == [["X", "NV12"], ["NV12", "X"]]  # GPU-to-GPU links only, NIC columns dropped
+    # A row starts in the first column: an indented line naming a GPU (a legend, a wrapped cell) is none.
+    text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSYS\t0-7\nGPU1\tSYS\t X \t0-7\n GPU1 SYS X\n\tGPU0 X\n"
+    assert probes.parse_nvidia_topology(text) == [["X", "SYS"], ["SYS", "X"]]
+    assert probes.parse_nvidia_topology("") == []
 
 
 def test_no_gpu_outputs():

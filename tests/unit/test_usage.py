@@ -373,6 +373,12 @@ def test_only_what_the_job_imported_itself_and_what_that_requires_is_keyed():
     assert probed == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12"}
     mine = usage.keyed_distributions(used, imported, {"tensorflow", "pandas"}, requires)
     assert mine == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12", "pandas", "pytz"}
+    # Requirements are followed to any depth, and only to what the job used: a requirement that is
+    # not installed, or was never loaded, is not keyed.
+    chain = {"app": ["lib", "absent"], "lib": ["core"], "core": ["optional-never-loaded"]}
+    used_chain = ["app", "lib", "core", "unrelated"]
+    imported_chain = {"app": {"app"}, "lib": {"lib"}, "core": {"core"}, "unrelated": {"unrelated"}}
+    assert usage.keyed_distributions(used_chain, imported_chain, {"app"}, chain) == {"app", "lib", "core"}
     assert usage.parse_requires(["numpy>=1.26", "pandas ; extra == 'pandas'", "rich", "ml-dtypes (>=0.5)",
                                  "Typing_Extensions; python_version < '3.12'"]) == [
         "numpy", "rich", "ml-dtypes", "typing-extensions"]  # fmt: skip
