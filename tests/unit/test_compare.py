@@ -376,3 +376,34 @@ def test_runs_whose_reads_were_not_fully_observed_are_never_called_a_determinism
     assert "not fully observed" in text and "cat /data/x" in text and "determinism bug" not in text
     a.fingerprint["observation"]["gaps"] = []
     assert compare.decide(a, b).verdict == "DIFFERENT"
+
+
+def test_runs_that_trained_alike_and_differ_only_in_output_files_say_so():
+    a, b = _record(), _record()
+    a.result = {**a.result, "outputs": {"model.npy": "h1", "log.txt": "t1"}}
+    b.result = {**b.result, "outputs": {"model.npy": "h1", "log.txt": "t2"}}
+    c = compare.decide(a, b)
+    assert c.verdict == "DIFFERENT" and c.notes == [f"{compare.ONLY_OUTPUTS}: outputs/log.txt"]
+    b.result["weights_sha256"] = "w2"  # the training differs too: no such note
+    assert not any(n.startswith(compare.ONLY_OUTPUTS) for n in compare.decide(a, b).notes)
+
+
+def test_trained_alike_needs_every_training_record_bitwise_equal():
+    from launcher.run.trace import Divergence
+
+    a, b = _record(), _record()
+    assert compare.trained_alike(a, b, None, [], None)
+    assert compare.trained_alike(a, b, None, [], Divergence(common_steps=3))  # traces equal at every step
+    assert not compare.trained_alike(a, b, None, [], Divergence(common_steps=3, step=2))
+    assert not compare.trained_alike(a, b, 1, [], None)  # an epoch's metrics differ
+    assert not compare.trained_alike(a, b, None, ["conv1"], None)  # a layer's weights differ
+    for field, other in (("weights_sha256", "w2"), ("final_metrics", {"loss": 0.5})):
+        changed = _record()
+        changed.result = {**changed.result, field: other}
+        assert not compare.trained_alike(a, changed, None, [], None), field
+        assert not compare.trained_alike(changed, a, None, [], None), field
+    minus_zero = _record()
+    minus_zero.result = {**minus_zero.result, "final_metrics": {"loss": -0.0}}
+    zero = _record()
+    zero.result = {**zero.result, "final_metrics": {"loss": 0.0}}
+    assert not compare.trained_alike(minus_zero, zero, None, [], None)  # bit for bit: -0.0 is not 0.0

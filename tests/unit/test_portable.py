@@ -160,6 +160,8 @@ def test_portable_runs_on_different_cpus_have_one_key():
     assert key.key_differences(a, b) == []
     assert key.key_sha256(a) == key.key_sha256(b)
     assert key.comparability_key(a)["hardware.cpu.isa"] == {"baseline": "x86-64-v3", "supports_baseline": True}
+    for field in ("vendor", "model", "family", "model_number", "stepping", "cache_size", "caches"):
+        assert key.comparability_key(b)[f"hardware.cpu.{field}"] == "not keyed (portable: x86-64-v3)"
 
 
 def test_strict_runs_on_different_cpus_are_still_refused_on_every_cpu_field():
