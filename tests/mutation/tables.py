@@ -6,7 +6,8 @@ tables: which fields are in the comparability key (``key.KEY``), which words mar
 key fields ``--tolerance`` admits, the exit code of NOTHING COMPARED, the width of a trace's layer
 hash. Each mutant here removes one entry (or changes one constant) in a fresh pytest process
 (``-p tests.mutation.tables``, the mutant named in ``LAUNCH_TABLE_MUTANT``) and must make a unit
-test fail. Run from the project root: ``python tests/mutation/tables.py``; exit 1 if one survives.
+test fail. Run from the project root: ``python tests/mutation/tables.py [MODULE ...]`` (only the
+tables of those modules, when named); exit 1 if one survives.
 
 A mutant is judged by behaviour: the tests that compare a table with a literal copy of it
 (``LITERAL``) are left out of its run, so an entry only counts as tested when dropping it changes
@@ -99,14 +100,15 @@ EQUIVALENT = {
 }  # fmt: skip
 
 
-def mutants() -> list[dict]:
+def mutants(modules: list[str] | None = None) -> list[dict]:
     import importlib
 
     out = []
     for module, name in TABLES:
-        for entry in getattr(importlib.import_module(module), name):
-            out.append({"module": module, "name": name, "remove": entry})
-    out += [{"module": m, "name": n, "value": v} for m, n, v in CONSTANTS]
+        if not modules or module in modules:
+            for entry in getattr(importlib.import_module(module), name):
+                out.append({"module": module, "name": name, "remove": entry})
+    out += [{"module": m, "name": n, "value": v} for m, n, v in CONSTANTS if not modules or m in modules]
     return out
 
 
@@ -141,8 +143,12 @@ def pytest_configure(config) -> None:
         setattr(module, m["name"], tuple(e for e in table if e != m["remove"]))
 
 
-def main() -> int:
+def main(modules: list[str]) -> int:
     sys.path.insert(0, os.getcwd())
+    unknown = [m for m in modules if m not in TESTS]
+    if unknown:
+        print(f"no tables of {', '.join(unknown)}; modules: {', '.join(TESTS)}")
+        return 2
     listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                              *sorted({test.partition("::")[0] for test in LITERAL})],
                             capture_output=True, text=True).stdout.splitlines()  # fmt: skip
@@ -150,12 +156,12 @@ def main() -> int:
     if stale:  # --deselect of a test that is gone deselects nothing: say so
         print(f"LITERAL names tests that do not exist: {', '.join(stale)}")
         return 2
-    for module in TESTS:  # the control: the plugin with nothing changed must pass, or every "kill" is noise
+    for module in modules or TESTS:  # the control: the plugin with nothing changed must pass, or every "kill" is noise
         if not run({"module": module, "name": None}):
             continue
         print(f"the unit tests of {module} fail without a mutant: fix them first")
         return 2
-    todo = mutants()
+    todo = mutants(modules)
     with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
         killed = list(pool.map(run, todo))
     counts: dict[str, list[int]] = {}
@@ -185,4 +191,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
