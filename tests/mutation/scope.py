@@ -50,6 +50,15 @@ DESELECT = (
 )
 
 
+# The unit-test files of each module: a mutant written into a copy of the tree (report.py) is run
+# against these first; only one they all pass is run against the whole of tests/unit.
+UNIT_TESTS: dict[str, tuple[str, ...]] = {
+    "launcher.record.key": ("test_key_fields.py", "test_fingerprint.py", "test_portable.py", "test_usage.py"),
+    "launcher.verdict.audit": ("test_audit.py", "test_audit_interrupt.py", "test_portable.py"),
+    "launcher.verdict.compare": ("test_compare.py", "test_compare_report.py"),
+}
+
+
 def patterns() -> list[str]:
     """``mutmut run`` arguments selecting the mutants in scope."""
     return [f"{module}.{func}__mutmut_*" for module, funcs in SCOPE.items() for func in funcs]
