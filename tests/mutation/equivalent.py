@@ -31,8 +31,6 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("launcher.verdict.compare.x_decide",
      'return Comparison("NOTHING COMPARED", NOTHING_COMPARED, notes=why, )'):
         "equal=None is Comparison's default",
-    ("launcher.verdict.compare.x_report", "lines.append(f\"NOT COMPARABLE ({'XX; XX'.join(c.notes)})\")"):
-        "a NOT COMPARABLE comparison has exactly one note (decide writes it): the separator is never printed",
     ("launcher.verdict.compare.x__wrap", "return textwrap.wrap(text, width, break_on_hyphens=None) or [text]"):
         "textwrap breaks at hyphens only when break_on_hyphens is True: None is as False",
     ("launcher.verdict.audit.x_likely_causes",
