@@ -10,6 +10,8 @@ from __future__ import annotations
 
 _NO_COPY = "astype(copy=...) only decides whether numpy may return the input itself; the bytes hashed are the same"
 _ORDERED_SET = "the dict is an ordered set: only its keys are returned (list(out)), never a value"
+_DELETED = ("a mapped path that ends in '(deleted)' never ends in .so or .so.N, which _SHARED_LIBRARY requires: "
+            "the suffix check never decides alone")
 _CHUNK = "the digest of a file does not depend on the size of the blocks it is read in (read(None) reads it whole)"
 
 EQUIVALENT: dict[tuple[str, str], str] = {
@@ -37,4 +39,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
      'out[f"a generator made without a seed: {g[\'call\']} at {g[\'where\']} (seed it from launcher.seed())"] = ""'):
         _ORDERED_SET,
     ("launcher.verdict.audit.x_likely_causes", 'out[f"input the key may not hold: {gap}"] = ""'): _ORDERED_SET,
+    ("launcher.record.usage.x_parse_maps",
+     'if path.startswith("/") and not path.endswith("XX(deleted)XX") and _SHARED_LIBRARY.search(path):'): _DELETED,
+    ("launcher.record.usage.x_parse_maps",
+     'if path.startswith("/") and not path.endswith("(DELETED)") and _SHARED_LIBRARY.search(path):'): _DELETED,
+    ("launcher.record.usage.x_parse_maps", "out.setdefault(path, )"): _ORDERED_SET,
 }  # fmt: skip
