@@ -407,3 +407,61 @@ def test_trained_alike_needs_every_training_record_bitwise_equal():
     zero = _record()
     zero.result = {**zero.result, "final_metrics": {"loss": 0.0}}
     assert not compare.trained_alike(minus_zero, zero, None, [], None)  # bit for bit: -0.0 is not 0.0
+
+
+def _schema_1(rec):
+    rec.fingerprint = copy.deepcopy(rec.fingerprint)
+    rec.fingerprint["schema"] = 1
+    del rec.fingerprint["code"]["modules"], rec.fingerprint["software"]["distributions"]
+    del rec.fingerprint["software"]["libraries"]
+    return rec
+
+
+OLDER = "neither run recorded software.distributions, software.libraries, code.modules, data (an older launcher)"
+
+
+def test_runs_of_an_older_launcher_that_differ_are_not_comparable_with_where_they_split():
+    """What neither run recorded may be what differs: no determinism bug is claimed, but the
+    difference is located as for DIFFERENT."""
+    a = _schema_1(_record(steps=_steps()))
+    b = _schema_1(_record(steps=_steps(split_at=10)))
+    b.result = {**b.result, "weights_sha256": "w2", "layer_sha256": {"conv1": "c2", "logits": "l1"}}
+    b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.3}]
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code, c.differences, c.first_differing_epoch, c.differing_layers, c.notes, c.equal,
+            c.compared) == ("NOT COMPARABLE", 3, [], 2, ["conv1"], [OLDER, "results differ"], False,
+                            ["weights", "2 epochs' metrics", "3 traced steps"])  # fmt: skip
+    assert c.divergence is not None and c.divergence.step == 10
+    same = compare.decide(a, _schema_1(_record(steps=_steps())))
+    assert (same.verdict, same.exit_code, same.notes, same.equal) == ("IDENTICAL", 0, [OLDER], True)
+    assert compare.decide(_schema_1(_record()), _record()).verdict == "REFUSED"  # one of them recorded them
+
+
+def test_differing_runs_whose_reads_were_not_fully_observed_are_not_comparable():
+    a, b = _record(steps=_steps()), _record(steps=_steps(split_at=5))
+    a.fingerprint = {**a.fingerprint, "observation": {"gaps": ["g1", "g2"]}}
+    b.fingerprint = {**b.fingerprint, "observation": {"gaps": ["g2", "g3"]}}
+    b.result = {**b.result, "weights_sha256": "w2"}
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code, c.differences, c.first_differing_epoch, c.differing_layers, c.equal,
+            c.compared) == ("NOT COMPARABLE", 3, [], None, [], False,
+                            ["weights", "2 epochs' metrics", "3 traced steps"])  # fmt: skip
+    assert c.notes == ["results differ, and the runs' reads were not fully observed: g1 (and 2 more)"]
+    assert c.divergence.step == 5
+    b.fingerprint["observation"] = {"gaps": ["g1"]}
+    a.fingerprint["observation"] = {"gaps": ["g1"]}
+    assert compare.decide(a, b).notes == ["results differ, and the runs' reads were not fully observed: g1"]
+    same = _record(steps=_steps())
+    same.fingerprint = a.fingerprint
+    assert compare.decide(a, same).verdict == "IDENTICAL"  # equal results: the gaps change nothing
+
+
+def test_a_generator_made_without_a_seed_is_named_as_the_likely_cause_up_to_three():
+    a, b = _record(), _record()
+    made = [{"call": f"c{i}", "where": f"t.py:{i}"} for i in range(4)]
+    a.result = {**a.result, "unseeded_generators": made[:1]}
+    b.result = {**b.result, "weights_sha256": "w2", "unseeded_generators": made}
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code) == ("DIFFERENT", 1)
+    assert c.notes == ["likely cause: a generator made without a seed: c0 at t.py:0, c1 at t.py:1, c2 at t.py:2 "
+                       "(seed it from launcher.seed())"]  # fmt: skip
