@@ -465,3 +465,56 @@ def test_a_generator_made_without_a_seed_is_named_as_the_likely_cause_up_to_thre
     assert (c.verdict, c.exit_code) == ("DIFFERENT", 1)
     assert c.notes == ["likely cause: a generator made without a seed: c0 at t.py:0, c1 at t.py:1, c2 at t.py:2 "
                        "(seed it from launcher.seed())"]  # fmt: skip
+
+
+def test_item_differences_name_what_only_one_side_has_and_what_changed():
+    assert compare.item_differences({"a": 1, "b": 2, "c": 3}, {"b": 2, "c": 4, "d": 5, "e": 6}) == (
+        "only in run A: a; only in run B: d, e; changed: c")
+    assert compare.item_differences({"a": 1, "z": 2}, {"a": 1, "z": 3}, "x", "y") == "changed: z"
+    assert compare.item_differences({"a": 1}, {"a": 1, "b": 2, "c": 3}) == "only in run B: b, c"
+    assert compare.item_differences({"a": 1, "b": 1}, {}) == "only in run A: a, b"
+    assert compare.item_differences({"a": 1}, ["a"]) is None and compare.item_differences(["a"], {"a": 1}) is None
+
+
+def test_outputs_are_compared_by_meaning_only_where_both_runs_recorded_it(monkeypatch):
+    from launcher.record import outputs
+
+    calls = []
+    monkeypatch.setattr(outputs, "differences", lambda ca, cb: calls.append((ca, cb)) or ["outputs/m.keras (weights)"])
+    a, b = _record(), _record()
+    a.result = {**a.result, "outputs": {"m.keras": "h1"}, "outputs_content": {"m.keras": "A"}}
+    b.result = {**b.result, "outputs": {"m.keras": "h2"}, "outputs_content": {"m.keras": "B"}}
+    assert compare.output_differences(a, b) == ["outputs/m.keras (weights)"] and calls == [({"m.keras": "A"},
+                                                                                            {"m.keras": "B"})]
+    for one in (a, b):  # one run recorded no meaning: compared by bytes
+        c, d = _record(), _record()
+        c.result, d.result = dict(a.result), dict(b.result)
+        (c if one is a else d).result.pop("outputs_content")
+        assert compare.output_differences(c, d) == ["outputs/m.keras"]
+    assert len(calls) == 1
+
+
+def test_a_scripts_saved_variables_are_read_by_their_names(tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "weights.npz", **{"0 dense/kernel": np.ones(2), "1 dense/bias": np.zeros(1),
+                                          "2 a b/c": np.ones(1), "3  lead": np.ones(1), "v": np.ones(1)})  # fmt: skip
+    rec = _record(path=tmp_path)
+    rec.result = {**rec.result, "weights_file": "weights.npz"}
+    got = compare.read_weights(rec)
+    assert list(got) == ["dense/kernel", "dense/bias", "a b/c", " lead", "v"]  # "N " is the save order
+    assert got["dense/kernel"].tolist() == [1.0, 1.0]
+
+
+def test_what_a_tolerance_cannot_vouch_for_is_named():
+    a, b = _record(metrics=[]), _record(metrics=[])
+    b.result = {**b.result, "weights_sha256": "w2"}
+    assert compare._unjudged(a, b, {}, {}) == [
+        "neither run kept weight values or per-epoch metrics: nothing to compare within a tolerance",
+        "the weights differ by hash and their values were not kept (train.save_weights=true keeps them): they "
+        "cannot be compared within a tolerance"]
+    kept = {"dense/kernel": 1}
+    assert compare._unjudged(a, b, kept, {}) == [
+        "the weights differ by hash and their values were not kept (train.save_weights=true keeps them): they "
+        "cannot be compared within a tolerance"]  # one run's values alone compare nothing
+    assert compare._unjudged(a, b, kept, kept) == []
