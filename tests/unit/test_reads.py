@@ -155,3 +155,59 @@ def test_listings_are_recorded_only_once_the_jobs_code_starts(fresh, monkeypatch
     monkeypatch.setattr(reads, "_listings", False)
     reads.note_listing(str(fresh))
     assert reads.listed == {}
+
+
+@pytest.fixture
+def no_children(monkeypatch):
+    monkeypatch.setattr(reads, "children", [])
+
+
+def test_a_programs_arguments_are_recorded_as_text_with_where_it_ran(fresh, no_children, tmp_path):
+    from pathlib import Path
+
+    (fresh / "sub").mkdir()
+    reads.note_child([b"zcat", Path("x.gz"), 3])
+    reads.note_child(["ls"], cwd=str(fresh / "sub"))
+    reads.note_child(["ls"], cwd=os.fsencode(fresh / "sub" / ".."))
+    reads.note_child(["ls"], cwd=fresh / "sub")
+    assert reads.children == [{"argv": ["zcat", "x.gz", "3"], "cwd": str(fresh)},
+                              {"argv": ["ls"], "cwd": str(fresh / "sub")},
+                              {"argv": ["ls"], "cwd": str(fresh / "sub" / "..")}]  # fmt: skip
+    reads.note_child(["x"], cwd=3)  # not a directory name: the job's
+    assert reads.children[-1] == {"argv": ["x"], "cwd": str(fresh)}
+    reads.note_child([])
+    assert reads.children[-1] == {"argv": [], "cwd": str(fresh)}
+
+
+@pytest.mark.parametrize(("argv", "read"), [
+    (["sh", "-c", "cat a.csv"], True), (["/bin/bash", "-x", "-c", "zcat a.csv | head"], True),
+    (["python", "-c", "cat a.csv"], False),  # not a shell: its -c is no command line of files
+    (["sh", "-C", "cat a.csv"], False), (["sh", "cat a.csv", "-c"], False),  # -c with no command after it
+    (["sh", "-c"], False),
+])  # fmt: skip
+def test_a_shells_command_is_split_into_the_files_it_names(fresh, no_children, argv, read):
+    (fresh / "a.csv").write_text("x")
+    reads.note_child(argv)
+    assert (str(fresh / "a.csv") in reads.opened) is read
+
+
+def test_an_option_names_a_file_after_its_first_equals_sign(fresh, no_children):
+    (fresh / "k=v.csv").write_text("x")
+    (fresh / "v.csv").write_text("x")
+    reads.note_child(["tool", "--in=k=v.csv"])
+    assert list(reads.opened) == [str(fresh / "k=v.csv")]
+    assert reads.opened[str(fresh / "k=v.csv")]["child"] is True
+
+
+def test_a_program_run_elsewhere_names_files_relative_to_where_it_runs(fresh, no_children):
+    (fresh / "sub").mkdir()
+    (fresh / "sub" / "in.csv").write_text("x")
+    (fresh / "in.csv").write_text("here")
+    reads.note_child(["cat", "in.csv"], cwd=str(fresh / "sub"))
+    assert list(reads.opened) == [str(fresh / "sub" / "in.csv")]
+    assert reads.opened[str(fresh / "sub" / "in.csv")]["child"] is True
+    assert reads.opened[str(fresh / "sub" / "in.csv")]["relative"] is False  # a replay finds it where it was
+    reads.note_child(["cat", "in.csv"])  # in the job's own directory: as the job named it
+    assert reads.opened[str(fresh / "in.csv")] == {"read": True, "written_first": False,
+                                                   "stat": stat_key(str(fresh / "in.csv")), "relative": True,
+                                                   "child": True}  # fmt: skip
