@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SchemaError
-from launcher.record import hashing, probes, runs, usage
+from launcher.record import fingerprint, hashing, probes, runs, usage
 from launcher.run import job, precheck
 from tests.unit.test_fingerprint import _fp
 
@@ -69,6 +69,7 @@ class Here:
         fp.pop("environment_read")
         fp["code"] = {k: v for k, v in fp["code"].items() if k not in ("launcher_modules", "modules")}
         fp["code"]["launcher_version"] = hashing.launcher_source_version()  # this launcher's, as launch records it
+        fp["schema"] = fingerprint.SCHEMA  # what this launcher writes
         return None, {}, fp
 
     def differences(self, **kwargs) -> list:
@@ -203,9 +204,37 @@ def test_a_schema_1_run_stays_unknown_where_it_recorded_nothing(here):
 
 def test_an_unreadable_schema_is_refused_before_anything_is_measured(here):
     here.stored["schema"] = 99
-    with pytest.raises(SchemaError, match="fingerprint schema 99"):
+    with pytest.raises(SchemaError, match=f"^{here.run_dir}: fingerprint schema 99"):
         here.differences()
     assert here.launched == []
+
+
+def test_the_interpreter_a_rerun_will_use_is_asked_not_this_one(here, monkeypatch):
+    """replay --rebuild: the software and distributions of the rebuilt interpreter (probed)."""
+    monkeypatch.setattr(probes, "software", lambda: pytest.fail("this interpreter's software asked"))
+    monkeypatch.setattr(usage, "distribution_identity", lambda name: pytest.fail("this interpreter's identity asked"))
+    probed = {"software": {**here.software, "python": "3.11.9"},
+              "distributions": {"keras": {**KERAS, "files_sha256": "f9"}}, "python": "/venv/bin/python"}  # fmt: skip
+    assert here.differences(probed=probed) == [("software.python", "3.11.7", "3.11.9"),
+                                               ("software.distributions.keras.files_sha256", "f1", "f9")]  # fmt: skip
+
+
+def test_a_rerun_from_a_laid_out_snapshot_is_checked_against_the_snapshot(tmp_path, here):
+    """The job runs the code and small data the run kept, laid out under root: those are hashed,
+    whatever happened to the originals since."""
+    root = tmp_path / "work"
+    for name, text in (("helper.py", "X = 1\n"), ("data/mnist.npz", "digits")):
+        kept = root / str(here.cwd).lstrip("/") / name
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(text)
+        (here.cwd / name).write_text("changed since")  # the original
+    cwd = str(root) + str(here.cwd)
+    assert precheck.key_differences_now(here.stored, here.run_dir, cwd, None, str(root)) == []
+    assert here.launched[-1]["root"] == str(root) and here.launched[-1]["cwd"] == cwd
+    runs.write_json(here.run_dir / job.FINGERPRINT, here.stored)
+    assert precheck.precheck(here.run_dir, cwd, None, str(root)) == []
+    assert [d[0] for d in here.differences()] == ["code.modules.helper", "data.data/mnist.npz"]  # the originals'
+
 
 
 def test_data_is_looked_for_in_the_laid_out_snapshot_first(tmp_path, here):
