@@ -223,3 +223,27 @@ def test_the_input_pipeline_trials_say_what_they_try():
     plan = _plan(knobs=["input_pipeline"])
     assert [t.value for t in plan if t.knob == "input_pipeline"] == [
         "parallel_calls=autotune (was 1)", "parallel_calls=autotune, deterministic=false"]
+
+
+def test_each_trial_says_what_it_runs():
+    plan = _plan("train=custom", "train.entrypoint=m:f", repeats=3, knobs=["level", "xla"])
+    assert [(t.knob, t.value, t.expect, t.skip) for t in plan] == [
+        ("repeat", "strict as configured, run 1", (), None),
+        ("repeat", "strict as configured, run 2", (), None),
+        ("repeat", "strict as configured, run 3", (), None),
+        ("level", "off (was strict)", (("level", "off"),), None),
+        ("level", "seeded (was strict)", (("level", "seeded"),), None),
+        ("xla", "-", (), "train=custom does not take this setting from the launcher"),
+    ]
+
+
+def test_the_verdict_lists_several_knobs_of_a_kind_comma_separated():
+    v = audit_report.Verdict("strict", 2, True, not_applied=["a", "b"], not_observed=["c", "d"], failed=["e", "f"],
+                             set_by_job=["g", "h"])  # fmt: skip
+    assert audit_report.verdict_lines(v)[2:] == [
+        "  set by the job itself, not varied (the launcher's value never reached it; the job's code decides, and its "
+        "value is recorded): g, h",
+        "  not applied at this level (see the notes): a, b",
+        "  not observed (their runs recorded nothing to compare): c, d",
+        "  some values failed to run (see the notes): e, f",
+    ]

@@ -518,3 +518,45 @@ def test_what_a_tolerance_cannot_vouch_for_is_named():
         "the weights differ by hash and their values were not kept (train.save_weights=true keeps them): they "
         "cannot be compared within a tolerance"]  # one run's values alone compare nothing
     assert compare._unjudged(a, b, kept, kept) == []
+
+
+def test_list_items_that_are_mappings_compare_by_content_whatever_their_key_order():
+    """Both sides canonical (a bug once: run B's items kept their key order, so equal GPU
+    records written in another key order were listed as only in one run)."""
+    assert compare.item_differences([{"b": 1, "a": 2}], [{"a": 2, "b": 1}]) == "the same items in another order"
+    assert compare.item_differences([{"b": 1, "a": 2}], [{"b": 1, "a": 3}]) == (
+        'only in run A: {"a": 2, "b": 1}; only in run B: {"a": 3, "b": 1}')
+    assert compare.item_differences({"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 2, "c": 1}) == "changed: a, b"
+
+
+def test_only_output_files_names_the_first_five():
+    a, b = _record(), _record()
+    names = [f"f{i}" for i in range(6)]
+    a.result = {**a.result, "outputs": {n: "h1" for n in names}}
+    b.result = {**b.result, "outputs": {n: "h2" for n in names}}
+    listed = ", ".join(f"outputs/f{i}" for i in range(5))
+    assert compare.decide(a, b).notes == [f"{compare.ONLY_OUTPUTS}: {listed} and more"]
+    b.result["outputs"]["f5"] = "h1"
+    assert compare.decide(a, b).notes == [f"{compare.ONLY_OUTPUTS}: {listed}"]
+
+
+def test_output_files_are_not_the_only_difference_when_an_epoch_a_layer_or_a_step_differs():
+    for change in ("epoch", "layer", "step"):
+        a, b = _record(steps=_steps()), _record(steps=_steps(split_at=10 if change == "step" else None))
+        a.result = {**a.result, "outputs": {"f": "h1"}}
+        b.result = {**b.result, "outputs": {"f": "h2"}}
+        if change == "epoch":
+            b.metrics = [{"epoch": 1, "loss": 0.4}, {"epoch": 2, "loss": 0.25}]
+        if change == "layer":
+            b.result["layer_sha256"] = {"conv1": "c2", "logits": "l1"}
+        c = compare.decide(a, b)
+        assert c.verdict == "DIFFERENT" and not any(n.startswith(compare.ONLY_OUTPUTS) for n in c.notes), change
+
+
+def test_two_unobserved_gaps_name_the_first_and_one_more():
+    a, b = _record(), _record()
+    a.fingerprint = {**a.fingerprint, "observation": {"gaps": ["g1", "g2"]}}
+    b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.3}]
+    c = compare.decide(a, b)
+    assert c.notes == ["results differ, and the runs' reads were not fully observed: g1 (and 1 more)"]
+    assert (c.verdict, c.first_differing_epoch) == ("NOT COMPARABLE", 2)
