@@ -209,3 +209,14 @@ def test_container_key_is_what_ran_not_the_image_id():
     b["software"]["container"]["packages_sha256"] = "q"
     assert [d[0] for d in key.key_differences(a, b)] == ["software.container.packages_sha256"]
     assert [d[0] for d in key.key_differences(a, local)] == ["software.container"]
+
+
+def test_a_cpu_field_a_run_did_not_record_is_unknown_by_name():
+    fp = _fp()
+    del fp["hardware"]["cpu"]["stepping"]
+    assert str(key.comparability_key(fp)["hardware.cpu.stepping"]) == "unknown (not recorded by this run's fingerprint)"
+
+
+def test_a_dirty_checkout_is_any_line_of_git_status():
+    assert probes.parse_git_status(" M train.py\n") is True
+    assert probes.parse_git_status("\n") is False and probes.parse_git_status("") is False

@@ -118,7 +118,7 @@ def test_the_directory_of_each_data_file_read_is_watched_once_found(fresh, monke
     ("r", None, False), ("rb", None, False), ("w", None, True), ("ab", None, True), ("x", None, True),
     ("r+", None, True), (None, os.O_RDONLY, False), (None, os.O_WRONLY, True), (None, os.O_RDWR, True),
     (None, os.O_RDONLY | os.O_CREAT, True), (None, os.O_RDONLY | os.O_TRUNC, True),
-    (None, os.O_RDONLY | os.O_APPEND, True), (None, None, False), (None, "w", False),
+    (None, os.O_RDONLY | os.O_APPEND, True), (None, None, False), (None, "w", False), ("rX", None, False),
 ])  # fmt: skip
 def test_an_open_writes_by_its_mode_or_its_flags(mode, flags, writes):
     assert reads._writing(mode, flags) is writes
@@ -211,3 +211,17 @@ def test_a_program_run_elsewhere_names_files_relative_to_where_it_runs(fresh, no
     assert reads.opened[str(fresh / "in.csv")] == {"read": True, "written_first": False,
                                                    "stat": stat_key(str(fresh / "in.csv")), "relative": True,
                                                    "child": True}  # fmt: skip
+
+
+def test_a_command_line_that_does_not_split_is_split_at_spaces(fresh, no_children):
+    (fresh / "a.csv").write_text("x")
+    reads.note_child("tool 'unbalanced a.csv")
+    assert reads.children[-1]["argv"] == ["tool", "'unbalanced", "a.csv"]
+    assert str(fresh / "a.csv") in reads.opened
+
+
+def test_a_shells_other_arguments_still_name_files(fresh, no_children):
+    (fresh / "a.csv").write_text("x")
+    (fresh / "b.csv").write_text("x")
+    reads.note_child(["sh", "-c", "cat a.csv", "b.csv"])  # b.csv is the command's $0
+    assert set(reads.opened) == {str(fresh / "a.csv"), str(fresh / "b.csv")}

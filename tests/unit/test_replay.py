@@ -47,8 +47,9 @@ def test_rebuild_is_suggested_only_when_nothing_else_differs_and_not_after_a_reb
 
 def test_a_differing_data_file_the_run_did_not_keep_names_data():
     text = replay.refusal(RUN, _diffs("data.big.npz", "data.small.npz", "data.other.npz"), ["other.npz", "big.npz"])
-    assert text.endswith("; other.npz, big.npz was not kept in the run (over store.snapshot_max_mb): "
-                         "point the replay at a copy with --data other.npz=PATH")  # fmt: skip
+    assert text == (f"cannot replay {RUN.name} here: 3 comparability field(s) differ (data.big.npz, data.small.npz, "
+                    "data.other.npz); use --allow-mismatch to run anyway; other.npz, big.npz was not kept in the run "
+                    "(over store.snapshot_max_mb): point the replay at a copy with --data other.npz=PATH")  # fmt: skip
     kept = replay.refusal(RUN, _diffs("data.small.npz"), ["big.npz"])  # the unkept file does not differ
     assert "--data" not in kept and "not kept" not in kept
 

@@ -85,7 +85,9 @@ def test_data_files_judge_each_file_on_its_own(tmp_path):
     opened = {str(tmp_path / name): read for name in ("a.pyc", "b.pyo", "c.pth", "d.py", "z.csv")}
     opened |= {str(tmp_path / "a\0sentinel"): read, str(tmp_path / "a-out"): {"read": True, "written_first": True},
                str(tmp_path / "a-absent"): {"read": True, "written_first": False, "stat": None},
-               "/etc/hostname": read}  # fmt: skip
+               str(tmp_path / "home" / ".cache" / "pip" / "x.csv"): read}  # fmt: skip
+    (tmp_path / "home" / ".cache" / "pip").mkdir(parents=True)
+    (tmp_path / "home" / ".cache" / "pip" / "x.csv").write_text("a tool's own cache")
     assert usage.data_files(opened, ROOTS, str(tmp_path / "home")) == [str(tmp_path / "z.csv")]
 
 
@@ -419,3 +421,25 @@ def test_only_what_the_job_imported_itself_and_what_that_requires_is_keyed():
     assert usage.parse_requires(["numpy>=1.26", "pandas ; extra == 'pandas'", "rich", "ml-dtypes (>=0.5)",
                                  "Typing_Extensions; python_version < '3.12'"]) == [
         "numpy", "rich", "ml-dtypes", "typing-extensions"]  # fmt: skip
+
+
+def test_record_lines_with_and_without_a_hash():
+    assert usage.parse_record("a.py,sha256=x,10\nb\n\nc/d.txt,,3\n") == [("a.py", "sha256=x"), ("b", ""),
+                                                                        ("c/d.txt", "")]  # fmt: skip
+
+
+def test_content_entries_are_the_distributions_own_files_by_forward_slash_paths():
+    entries = [("pkg\\mod.py", "h1"), ("pkg/data.bin", "h2"), ("..", "h3"), ("../bin/tool", "h4"), ("/abs", "h5"),
+               ("pkg/__pycache__/mod.cpython-311.pyc", "h6"), ("pkg-1.0.dist-info/RECORD", "h7"),
+               ("pkg-1.0.dist-info/METADATA", "h8"), ("x.dist-info/sub/INSTALLER", "h9"), ("nohash.py", "")]
+    assert usage.content_entries(entries) == [("pkg-1.0.dist-info/METADATA", "h8"), ("pkg/data.bin", "h2"),
+                                              ("pkg/mod.py", "h1"), ("x.dist-info/sub/INSTALLER", "h9")]  # fmt: skip
+    assert usage.content_entries([("...", "h")]) == [("...", "h")]
+
+
+def test_files_sha256_hashes_each_entry_as_a_line():
+    import hashlib
+
+    entries = [("b.py", "h2"), ("a.py", "h1")]
+    assert usage.files_sha256(entries) == hashlib.sha256(b"a.py\th1\nb.py\th2\n").hexdigest()
+    assert usage.files_sha256([("RECORD-less.py", "")]) is None
