@@ -54,8 +54,20 @@ DESELECT = (
 # against these first; only one they all pass is run against the whole of tests/unit.
 UNIT_TESTS: dict[str, tuple[str, ...]] = {
     "launcher.record.key": ("test_key_fields.py", "test_fingerprint.py", "test_portable.py", "test_usage.py"),
-    "launcher.verdict.audit": ("test_audit.py", "test_audit_interrupt.py", "test_portable.py"),
+    "launcher.record.environment": ("test_environment.py", "test_fingerprint.py", "test_key_fields.py"),
+    "launcher.record.hashing": ("test_hashing.py", "test_precheck.py"),
+    "launcher.record.runs": ("test_runs.py",),
+    "launcher.record.usage": ("test_usage.py", "test_fswatch.py", "test_key_fields.py"),
+    "launcher.record.probes": ("test_fingerprint.py", "test_portable.py", "test_gpu.py"),
+    "launcher.run.trace": ("test_trace.py", "test_hashing.py"),
+    "launcher.run.reads": ("test_reads.py", "test_fswatch.py", "test_usage.py"),
+    "launcher.run.precheck": ("test_precheck.py", "test_rebuild.py"),
+    "launcher.run.determinism": ("test_determinism.py", "test_portable.py"),
+    "launcher.run.config": ("test_config.py", "test_config_hash_keys.py"),
     "launcher.verdict.compare": ("test_compare.py", "test_compare_report.py"),
+    "launcher.verdict.replay": ("test_replay.py",),
+    "launcher.verdict.audit": ("test_audit.py", "test_audit_interrupt.py", "test_portable.py"),
+    "launcher.verdict.audit_report": ("test_audit.py", "test_audit_interrupt.py"),
 }
 
 
