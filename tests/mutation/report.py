@@ -82,7 +82,7 @@ def killed_when_applied(names: list[str]) -> set[str]:
                 apply_mutant(name)
                 own = [f"tests/unit/{f}" for f in UNIT_TESTS.get(source.removesuffix(".py").replace("/", "."), ())]
                 # The module's own test files first (quick), then the whole of tests/unit.
-                for selection in ([*base, *own], argv) if own else (argv,):
+                for selection in ([*base, "-n", "0", *own], argv) if own else (argv,):
                     if subprocess.run(selection, capture_output=True).returncode != 0:
                         killed.add(name)
                         break
