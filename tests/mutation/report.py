@@ -65,6 +65,7 @@ def killed_when_applied(names: list[str]) -> set[str]:
         return killed
     home = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
+        os.chmod(tmp, 0o755)  # a launch directory a job container's user can enter, as the tests' own are
         for item in ("launcher", "tests", "benchmarks", "images", "lockfiles", "pyproject.toml", "mutants"):
             src = Path(home) / item
             (shutil.copytree if src.is_dir() else shutil.copy)(src, Path(tmp) / item)
