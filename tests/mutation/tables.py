@@ -35,8 +35,8 @@ TESTS = {  # the unit tests of each module's tables
     "launcher.verdict.audit": ["tests/unit/test_audit.py"],
     "launcher.run.precheck": ["tests/unit/test_precheck.py", "tests/unit/test_rebuild.py"],
     "launcher.run.determinism": ["tests/unit/test_determinism.py", "tests/unit/test_portable.py",
-                                 "tests/unit/test_config.py"],
-    "launcher.run.reads": ["tests/unit/test_fswatch.py", "tests/unit/test_usage.py"],
+                                 "tests/unit/test_config.py", "tests/unit/test_config_hash_keys.py"],
+    "launcher.run.reads": ["tests/unit/test_reads.py", "tests/unit/test_fswatch.py", "tests/unit/test_usage.py"],
     "launcher.record.probes": ["tests/unit/test_fingerprint.py", "tests/unit/test_portable.py"],
     "launcher.verdict.replay": ["tests/unit/test_replay.py"],
 }  # fmt: skip

@@ -247,3 +247,8 @@ def test_the_verdict_lists_several_knobs_of_a_kind_comma_separated():
         "  not observed (their runs recorded nothing to compare): c, d",
         "  some values failed to run (see the notes): e, f",
     ]
+
+
+def test_the_emulated_cpu_is_a_knob_to_opt_into():
+    assert audit.parse_options(["audit.knobs=[cpu]"]).knobs == ["cpu"]
+    assert "cpu" not in audit.Options().knobs

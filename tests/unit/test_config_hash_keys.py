@@ -129,3 +129,23 @@ def test_the_image_a_docker_job_runs_in_is_hashed_and_a_local_jobs_image_setting
     docker["image"][leaf] = local["image"][leaf] = _other(docker["image"][leaf])
     assert config.config_hash(docker) != hashes[0]
     assert config.config_hash(local) == hashes[1]  # the image settings do not reach a local run
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("sweep", {"direction": "minimize", "metric": "val_loss"}),  # what a sweeper optimizes
+    ("config_dir", {"path": "/elsewhere/conf", "files": ["train/mine.yaml"]}),  # the files are hashed apart
+    ("tracking", {"name": "mlflow", "uri": "http://mlflow:5000"}),  # logs the sealed run
+])  # fmt: skip
+def test_what_a_run_cannot_compute_differently_by_leaves_the_hash_alone(key, value):
+    data = OmegaConf.to_container(config.compose([]), resolve=False)
+    before = config.config_hash(data)
+    data[key] = value
+    assert config.config_hash(data) == before
+
+
+@pytest.mark.parametrize("overrides", [["runtime=docker"], ["train=notebook", "train.notebook=n.ipynb"],
+                                       ["tracking=mlflow"]])  # fmt: skip
+def test_each_task_runtime_and_tracker_the_launcher_offers_validates(overrides, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "n.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    config.validate(config.compose(overrides))

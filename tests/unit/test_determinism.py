@@ -163,3 +163,9 @@ def test_read_back_asks_tensorflow_what_took_effect_not_the_plan():
     assert out["applied"] == {"deterministic_data": True, "jit_compile": False, "op_determinism": True}
     assert out["user_jit"] is True
     assert out["refused"] == "determinism settings did not take effect: jit_compile=True (planned False)"
+
+
+@pytest.mark.parametrize("random_ops", [None, "num_random_ops", "constant"])
+def test_every_random_ops_mode_is_planned(random_ops):
+    assert determinism.plan("strict", 1, 1, 1, False, random_ops=random_ops).random_ops == random_ops
+    assert determinism.plan("off", 1, random_ops=random_ops).random_ops == random_ops

@@ -225,3 +225,10 @@ def test_a_shells_other_arguments_still_name_files(fresh, no_children):
     (fresh / "b.csv").write_text("x")
     reads.note_child(["sh", "-c", "cat a.csv", "b.csv"])  # b.csv is the command's $0
     assert set(reads.opened) == {str(fresh / "a.csv"), str(fresh / "b.csv")}
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash", "dash", "zsh", "ksh", "/usr/bin/zsh"])
+def test_every_shells_command_names_its_files(fresh, no_children, shell):
+    (fresh / "a.csv").write_text("x")
+    reads.note_child([shell, "-c", "cat a.csv"])
+    assert str(fresh / "a.csv") in reads.opened
