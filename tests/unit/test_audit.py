@@ -252,3 +252,14 @@ def test_the_verdict_lists_several_knobs_of_a_kind_comma_separated():
 def test_the_emulated_cpu_is_a_knob_to_opt_into():
     assert audit.parse_options(["audit.knobs=[cpu]"]).knobs == ["cpu"]
     assert "cpu" not in audit.Options().knobs
+
+
+def test_each_trial_says_which_recorded_setting_its_value_must_reach():
+    plan = _plan(knobs=["intra_op_threads", "inter_op_threads", "onednn_opts", "xla"])
+    assert [(t.knob, t.value, t.expect) for t in plan if t.knob != "repeat"] == [
+        ("intra_op_threads", "2 (was 1)", (("intra_op_threads", 2),)),
+        ("intra_op_threads", "4 (was 1)", (("intra_op_threads", 4),)),
+        ("inter_op_threads", "2 (was 1)", (("inter_op_threads", 2),)),
+        ("onednn_opts", "false (was true)", ()),  # TF_ENABLE_ONEDNN_OPTS always reaches the job
+        ("xla", "jit_compile=true (was false)", (("jit_compile", True),)),
+    ]
