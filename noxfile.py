@@ -32,11 +32,13 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def mutation(session: nox.Session) -> None:
-    """Mutation testing of the verdict core against the unit tests (docs/testing.md); 5-10 min on 2 cores.
+    """Mutation testing of the verdict core against the unit tests (docs/testing.md); an hour or more on 2 cores.
 
-    mutmut mutates the functions of the key, the environment filter, the digests, compare, the seal
-    and the divergence locator (tests/mutation/scope.py); tests/mutation/tables.py removes each entry
-    of their module-level tables. Fails when a mutant survives without a recorded reason.
+    mutmut mutates the functions of the key, the environment filter, the digests, compare, the seal,
+    the divergence locator, and what enters the key (usage, reads, precheck, probes, determinism,
+    config), replay and the audit (tests/mutation/scope.py); tests/mutation/tables.py removes each
+    entry of their module-level tables, judged by behaviour. Fails when a mutant survives without a
+    recorded reason.
     """
     import shutil
     import sys

@@ -318,7 +318,8 @@ def item_differences(x: object, y: object, a: str = "run A", b: str = "run B") -
                  f"only in {b}: {', '.join(sorted(map(str, set(y) - set(x))))}" if set(y) - set(x) else "",
                  f"changed: {', '.join(changed)}" if changed else ""]  # fmt: skip
     elif isinstance(x, list) and isinstance(y, list):
-        sx, sy = [json.dumps(v, sort_keys=True, default=str) for v in x], [json.dumps(v, default=str) for v in y]
+        sx = [json.dumps(v, sort_keys=True, default=str) for v in x]
+        sy = [json.dumps(v, sort_keys=True, default=str) for v in y]  # both canonical: key order is no difference
         only_a, only_b = [v for v in sx if v not in sy], [v for v in sy if v not in sx]
         parts = [f"only in {a}: {', '.join(v.strip(chr(34)) for v in only_a)}" if only_a else "",
                  f"only in {b}: {', '.join(v.strip(chr(34)) for v in only_b)}" if only_b else ""]  # fmt: skip

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, os.getcwd())
 
 from tests.mutation.equivalent import EQUIVALENT  # noqa: E402
-from tests.mutation.scope import DESELECT, SCOPE  # noqa: E402
+from tests.mutation.scope import DESELECT, SCOPE, UNIT_TESTS  # noqa: E402
 
 
 def _status(code: int | None) -> str:
@@ -65,12 +65,14 @@ def killed_when_applied(names: list[str]) -> set[str]:
         return killed
     home = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
+        os.chmod(tmp, 0o755)  # a launch directory a job container's user can enter, as the tests' own are
         for item in ("launcher", "tests", "benchmarks", "images", "lockfiles", "pyproject.toml", "mutants"):
             src = Path(home) / item
             (shutil.copytree if src.is_dir() else shutil.copy)(src, Path(tmp) / item)
         os.chdir(tmp)
         deselect = [arg for test in DESELECT for arg in ("--deselect", test)]
-        argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "tests/unit", *deselect]
+        base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *deselect]
+        argv = [*base, "tests/unit"]
         try:
             control = subprocess.run(argv, capture_output=True, text=True)
             if control.returncode != 0:  # without a mutant they must pass, or a failure proves nothing
@@ -79,10 +81,13 @@ def killed_when_applied(names: list[str]) -> set[str]:
                 source = mutants_source(name)
                 original = Path(source).read_text()
                 apply_mutant(name)
-                done = subprocess.run(argv, capture_output=True)
+                own = [f"tests/unit/{f}" for f in UNIT_TESTS.get(source.removesuffix(".py").replace("/", "."), ())]
+                # The module's own test files first (quick), then the whole of tests/unit.
+                for selection in ([*base, "-n", "0", *own], argv) if own else (argv,):
+                    if subprocess.run(selection, capture_output=True).returncode != 0:
+                        killed.add(name)
+                        break
                 Path(source).write_text(original)
-                if done.returncode != 0:
-                    killed.add(name)
         finally:
             os.chdir(home)
     return killed
@@ -98,6 +103,10 @@ def main() -> int:
     if not found:
         print("no mutants in scope: run `mutmut run` first (nox -s mutation)")
         return 1
+    # A run stopped before the end leaves mutants unchecked: they are not judged, only counted.
+    not_run = Counter(name.rsplit("__mutmut_", 1)[0].rpartition(".")[0]
+                      for name, (status, _) in found.items() if status == "not checked")  # fmt: skip
+    found = {name: found[name] for name in found if found[name][0] != "not checked"}
     reasons: dict[str, str] = {}
     for name, (status, source) in found.items():
         if status == "survived":
@@ -137,12 +146,14 @@ def main() -> int:
         print("\nkilled when applied (the mutated code runs at import, where mutmut cannot switch it on):")
         for name in sorted(applied):
             print(f"  {name}: " + " | ".join(line for line in mutated_lines(name, found[name][1]) if line[0] == "+"))
+    if not_run:
+        print("\nNOT RUN (mutmut stopped before them): " + ", ".join(f"{m} {n}" for m, n in sorted(not_run.items())))
     if unexplained:
         print("\nSURVIVED without a reason: write the test that kills each, or record why it is equivalent:")
         for name, status in unexplained:
             print(f"  {name} ({status})\n      " + "\n      ".join(mutated_lines(name, found[name][1])))
         return 1
-    return 0
+    return 1 if not_run else 0
 
 
 def _row(module: str, c: Counter) -> str:

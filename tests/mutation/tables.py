@@ -6,7 +6,13 @@ tables: which fields are in the comparability key (``key.KEY``), which words mar
 key fields ``--tolerance`` admits, the exit code of NOTHING COMPARED, the width of a trace's layer
 hash. Each mutant here removes one entry (or changes one constant) in a fresh pytest process
 (``-p tests.mutation.tables``, the mutant named in ``LAUNCH_TABLE_MUTANT``) and must make a unit
-test fail. Run from the project root: ``python tests/mutation/tables.py``; exit 1 if one survives.
+test fail. Run from the project root: ``python tests/mutation/tables.py [MODULE ...]`` (only the
+tables of those modules, when named); exit 1 if one survives.
+
+A mutant is judged by behaviour: the tests that compare a table with a literal copy of it
+(``LITERAL``) are left out of its run, so an entry only counts as tested when dropping it changes
+what the launcher does (a run whose field was dropped from the key is not refused, a secret is
+recorded, a config that computes differently keeps its hash).
 """
 
 from __future__ import annotations
@@ -27,7 +33,23 @@ TESTS = {  # the unit tests of each module's tables
     "launcher.run.config": ["tests/unit/test_config_hash_keys.py", "tests/unit/test_config.py"],
     "launcher.record.usage": ["tests/unit/test_usage.py", "tests/unit/test_fswatch.py"],
     "launcher.verdict.audit": ["tests/unit/test_audit.py"],
+    "launcher.run.precheck": ["tests/unit/test_precheck.py", "tests/unit/test_rebuild.py"],
+    "launcher.run.determinism": ["tests/unit/test_determinism.py", "tests/unit/test_portable.py",
+                                 "tests/unit/test_config.py", "tests/unit/test_config_hash_keys.py"],
+    "launcher.run.reads": ["tests/unit/test_reads.py", "tests/unit/test_fswatch.py", "tests/unit/test_usage.py"],
+    "launcher.record.probes": ["tests/unit/test_fingerprint.py", "tests/unit/test_portable.py"],
+    "launcher.verdict.replay": ["tests/unit/test_replay.py"],
 }  # fmt: skip
+# Tests that compare a table with a literal copy of it: they notice that a table changed, not what
+# the change does, so table mutants are judged without them (each entry's behaviour has its own test).
+LITERAL = (
+    "tests/unit/test_environment.py::test_the_secret_words_are_exactly_these",
+    "tests/unit/test_environment.py::test_every_deny_pattern_has_an_example",
+    "tests/unit/test_environment.py::test_every_allow_pattern_has_an_example",
+    "tests/unit/test_environment.py::test_the_names_out_of_the_key_are_exactly_these_each_with_a_reason",
+    "tests/unit/test_key_fields.py::test_every_key_field_has_a_case_here",
+    "tests/unit/test_config_hash_keys.py::test_the_not_result_changing_keys_are_exactly_the_train_keys_left_out_of_the_hash",
+)  # fmt: skip
 CONSTANTS = [  # (module, name, mutated value)
     ("launcher.verdict.compare", "NOTHING_COMPARED", 7),
     ("launcher.run.trace", "LAYER_DIGITS", 15),
@@ -50,6 +72,26 @@ TABLES = [  # (module, name): every entry removed in turn
     ("launcher.record.usage", "TOOL_CACHES"),
     ("launcher.record.usage", "IGNORED_NAMES"),
     ("launcher.verdict.audit", "KNOBS"),
+    # A key field the job measures, no longer taken from the stored run, refuses every rerun of a run
+    # (test_precheck); a docker-only setting dropped from the list changes a docker run's hash.
+    ("launcher.run.precheck", "MEASURED_IN_JOB"),
+    ("launcher.run.config", "NOT_IN_HASH_DOCKER"),
+    ("launcher.run.config", "TASKS"),
+    ("launcher.run.config", "RUNTIMES"),
+    ("launcher.run.config", "TRACKERS"),
+    ("launcher.run.determinism", "LEVELS"),
+    ("launcher.run.determinism", "RANDOM_OPS"),
+    ("launcher.run.determinism", "ISA_BASELINES"),
+    ("launcher.run.determinism", "_NPY_ABOVE_V3"),
+    ("launcher.run.determinism", "_NPY_ABOVE_V3_PREFIXES"),
+    ("launcher.record.usage", "RUN_MARKERS"),
+    ("launcher.record.usage", "_INSTALL_MARKERS"),
+    ("launcher.run.reads", "_CODE"),
+    ("launcher.run.reads", "_SKIP"),
+    ("launcher.run.reads", "SHELLS"),
+    ("launcher.record.probes", "ISA_PATTERNS"),
+    ("launcher.verdict.replay", "REBUILDABLE"),
+    ("launcher.verdict.audit", "OPT_IN"),
 ]
 # Removing an entry that another one covers changes nothing; each such pair is named here.
 EQUIVALENT = {
@@ -58,14 +100,15 @@ EQUIVALENT = {
 }  # fmt: skip
 
 
-def mutants() -> list[dict]:
+def mutants(modules: list[str] | None = None) -> list[dict]:
     import importlib
 
     out = []
     for module, name in TABLES:
-        for entry in getattr(importlib.import_module(module), name):
-            out.append({"module": module, "name": name, "remove": entry})
-    out += [{"module": m, "name": n, "value": v} for m, n, v in CONSTANTS]
+        if not modules or module in modules:
+            for entry in getattr(importlib.import_module(module), name):
+                out.append({"module": module, "name": name, "remove": entry})
+    out += [{"module": m, "name": n, "value": v} for m, n, v in CONSTANTS if not modules or m in modules]
     return out
 
 
@@ -77,8 +120,9 @@ def label(m: dict) -> str:
 def run(m: dict) -> bool:
     """True when the mutant is killed (a unit test fails; for the control, when the tests fail)."""
     env = {**os.environ, "LAUNCH_TABLE_MUTANT": json.dumps(m), "PYTHONPATH": os.getcwd()}
+    deselect = [arg for test in LITERAL for arg in ("--deselect", test)]
     argv = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
-            "-p", "tests.mutation.tables", *TESTS[m["module"]]]  # fmt: skip
+            "-p", "tests.mutation.tables", *deselect, *TESTS[m["module"]]]  # fmt: skip
     return subprocess.run(argv, env=env, capture_output=True).returncode != 0
 
 
@@ -99,14 +143,25 @@ def pytest_configure(config) -> None:
         setattr(module, m["name"], tuple(e for e in table if e != m["remove"]))
 
 
-def main() -> int:
+def main(modules: list[str]) -> int:
     sys.path.insert(0, os.getcwd())
-    for module in TESTS:  # the control: the plugin with nothing changed must pass, or every "kill" is noise
+    unknown = [m for m in modules if m not in TESTS]
+    if unknown:
+        print(f"no tables of {', '.join(unknown)}; modules: {', '.join(TESTS)}")
+        return 2
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             *sorted({test.partition("::")[0] for test in LITERAL})],
+                            capture_output=True, text=True).stdout.splitlines()  # fmt: skip
+    stale = [test for test in LITERAL if test not in listed]
+    if stale:  # --deselect of a test that is gone deselects nothing: say so
+        print(f"LITERAL names tests that do not exist: {', '.join(stale)}")
+        return 2
+    for module in modules or TESTS:  # the control: the plugin with nothing changed must pass, or every "kill" is noise
         if not run({"module": module, "name": None}):
             continue
         print(f"the unit tests of {module} fail without a mutant: fix them first")
         return 2
-    todo = mutants()
+    todo = mutants(modules)
     with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
         killed = list(pool.map(run, todo))
     counts: dict[str, list[int]] = {}
@@ -136,4 +191,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

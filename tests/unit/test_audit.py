@@ -124,6 +124,11 @@ def test_likely_causes_come_from_what_the_baseline_runs_recorded():
     assert causes == ["a generator made without a seed: numpy.random.default_rng() at train.py:7 (seed it from "
                       "launcher.seed())", "input the key may not hold: the job ran 1 program(s) ...: zcat a.gz"]
     assert audit.likely_causes([record([]), record([])]) == []
+    # The gaps of the first two runs (the baseline repeats); one run alone has none to compare.
+    gap = ["the job ran 1 program(s) ...: zcat a.gz"]
+    assert audit.likely_causes([record([], gap)]) == [] and audit.likely_causes([]) == []
+    three = audit.likely_causes([record([]), record([]), record([], gap)])
+    assert three == []
 
 
 def test_a_job_that_records_nothing_is_not_judged_and_no_knob_is_free():
@@ -167,3 +172,94 @@ def test_a_value_that_failed_is_reported_even_beside_one_that_ran():
     assert "intra_op_threads" in v.free and "intra_op_threads" in v.failed
     assert audit_report.judge(_rows("failed")[:1] + [audit_report.Row("repeat", "r", "failed")], "strict",
                               audit.KNOBS).exit_code == 1  # fmt: skip
+
+
+def test_the_verdict_lines_word_for_word():
+    V = audit_report.Verdict
+    stable = V("strict", 2, True, pin=["intra_op_threads", "xla"], free=["level", "onednn_opts"],
+               not_applied=["input_pipeline"], not_observed=["cpu"], failed=["inter_op_threads"],
+               set_by_job=["xla2"], recorded_in={"intra_op_threads": "determinism.intra_op_threads",
+                                                 "xla": "determinism.jit_compile"})  # fmt: skip
+    assert audit_report.verdict_lines(stable) == [
+        "VERDICT",
+        "  repeats: 2 runs under strict are bitwise identical (weights, every epoch's metrics, every traced step): "
+        "STABLE",
+        "  must pin (they change the bits; the fingerprint field that records each): intra_op_threads "
+        "(determinism.intra_op_threads), xla (determinism.jit_compile)",
+        "  free here (varied, bits unchanged on this machine for this job): level, onednn_opts",
+        "  set by the job itself, not varied (the launcher's value never reached it; the job's code decides, and its "
+        "value is recorded): xla2",
+        "  not applied at this level (see the notes): input_pipeline",
+        "  not observed (their runs recorded nothing to compare): cpu",
+        "  some values failed to run (see the notes): inter_op_threads",
+    ]
+    unstable = V("seeded", 3, False, causes=["c1", "c2", "c3", "c4"], interrupted=True)
+    assert audit_report.verdict_lines(unstable) == [
+        "VERDICT",
+        "  interrupted: the audit is incomplete",
+        "  repeats: runs under seeded differ from each other: NOT STABLE (a determinism bug); no knob was judged: "
+        "make the repeats agree first",
+        "  likely cause: c1; c2; c3",
+    ]
+    assert audit_report.verdict_lines(V("strict", 2, None, not_observed=["repeat", "xla"])) == [
+        "VERDICT",
+        "  the job records nothing to compare (no weights, metrics, output files or trace): stability NOT JUDGED; "
+        "see docs/running-your-code.md for what is observed",
+        "  not observed (their runs recorded nothing to compare): xla",
+    ]
+    assert audit_report.verdict_lines(V("strict", 0, None)) == [
+        "VERDICT", "  the job fails as configured (see the notes): fix it, then audit it"]
+    for repeats, interrupted in ((1, False), (0, True)):
+        lines = audit_report.verdict_lines(V("strict", repeats, None, interrupted=interrupted))
+        assert lines[-1] == f"  repeats: only {repeats} baseline run(s) completed; stability not judged"
+
+
+def test_a_verdict_keeps_the_level_and_how_many_repeats_completed():
+    v = audit_report.judge(_rows("same", "changed"), "seeded", audit.KNOBS)
+    assert (v.level, v.completed_repeats) == ("seeded", 2)
+
+
+def test_the_input_pipeline_trials_say_what_they_try():
+    plan = _plan(knobs=["input_pipeline"])
+    assert [t.value for t in plan if t.knob == "input_pipeline"] == [
+        "parallel_calls=autotune (was 1)", "parallel_calls=autotune, deterministic=false"]
+
+
+def test_each_trial_says_what_it_runs():
+    plan = _plan("train=custom", "train.entrypoint=m:f", repeats=3, knobs=["level", "xla"])
+    assert [(t.knob, t.value, t.expect, t.skip) for t in plan] == [
+        ("repeat", "strict as configured, run 1", (), None),
+        ("repeat", "strict as configured, run 2", (), None),
+        ("repeat", "strict as configured, run 3", (), None),
+        ("level", "off (was strict)", (("level", "off"),), None),
+        ("level", "seeded (was strict)", (("level", "seeded"),), None),
+        ("xla", "-", (), "train=custom does not take this setting from the launcher"),
+    ]
+
+
+def test_the_verdict_lists_several_knobs_of_a_kind_comma_separated():
+    v = audit_report.Verdict("strict", 2, True, not_applied=["a", "b"], not_observed=["c", "d"], failed=["e", "f"],
+                             set_by_job=["g", "h"])  # fmt: skip
+    assert audit_report.verdict_lines(v)[2:] == [
+        "  set by the job itself, not varied (the launcher's value never reached it; the job's code decides, and its "
+        "value is recorded): g, h",
+        "  not applied at this level (see the notes): a, b",
+        "  not observed (their runs recorded nothing to compare): c, d",
+        "  some values failed to run (see the notes): e, f",
+    ]
+
+
+def test_the_emulated_cpu_is_a_knob_to_opt_into():
+    assert audit.parse_options(["audit.knobs=[cpu]"]).knobs == ["cpu"]
+    assert "cpu" not in audit.Options().knobs
+
+
+def test_each_trial_says_which_recorded_setting_its_value_must_reach():
+    plan = _plan(knobs=["intra_op_threads", "inter_op_threads", "onednn_opts", "xla"])
+    assert [(t.knob, t.value, t.expect) for t in plan if t.knob != "repeat"] == [
+        ("intra_op_threads", "2 (was 1)", (("intra_op_threads", 2),)),
+        ("intra_op_threads", "4 (was 1)", (("intra_op_threads", 4),)),
+        ("inter_op_threads", "2 (was 1)", (("inter_op_threads", 2),)),
+        ("onednn_opts", "false (was true)", ()),  # TF_ENABLE_ONEDNN_OPTS always reaches the job
+        ("xla", "jit_compile=true (was false)", (("jit_compile", True),)),
+    ]

@@ -376,3 +376,187 @@ def test_runs_whose_reads_were_not_fully_observed_are_never_called_a_determinism
     assert "not fully observed" in text and "cat /data/x" in text and "determinism bug" not in text
     a.fingerprint["observation"]["gaps"] = []
     assert compare.decide(a, b).verdict == "DIFFERENT"
+
+
+def test_runs_that_trained_alike_and_differ_only_in_output_files_say_so():
+    a, b = _record(), _record()
+    a.result = {**a.result, "outputs": {"model.npy": "h1", "log.txt": "t1"}}
+    b.result = {**b.result, "outputs": {"model.npy": "h1", "log.txt": "t2"}}
+    c = compare.decide(a, b)
+    assert c.verdict == "DIFFERENT" and c.notes == [f"{compare.ONLY_OUTPUTS}: outputs/log.txt"]
+    b.result["weights_sha256"] = "w2"  # the training differs too: no such note
+    assert not any(n.startswith(compare.ONLY_OUTPUTS) for n in compare.decide(a, b).notes)
+
+
+def test_trained_alike_needs_every_training_record_bitwise_equal():
+    from launcher.run.trace import Divergence
+
+    a, b = _record(), _record()
+    assert compare.trained_alike(a, b, None, [], None)
+    assert compare.trained_alike(a, b, None, [], Divergence(common_steps=3))  # traces equal at every step
+    assert not compare.trained_alike(a, b, None, [], Divergence(common_steps=3, step=2))
+    assert not compare.trained_alike(a, b, 1, [], None)  # an epoch's metrics differ
+    assert not compare.trained_alike(a, b, None, ["conv1"], None)  # a layer's weights differ
+    for field, other in (("weights_sha256", "w2"), ("final_metrics", {"loss": 0.5})):
+        changed = _record()
+        changed.result = {**changed.result, field: other}
+        assert not compare.trained_alike(a, changed, None, [], None), field
+        assert not compare.trained_alike(changed, a, None, [], None), field
+    minus_zero = _record()
+    minus_zero.result = {**minus_zero.result, "final_metrics": {"loss": -0.0}}
+    zero = _record()
+    zero.result = {**zero.result, "final_metrics": {"loss": 0.0}}
+    assert not compare.trained_alike(minus_zero, zero, None, [], None)  # bit for bit: -0.0 is not 0.0
+
+
+def _schema_1(rec):
+    rec.fingerprint = copy.deepcopy(rec.fingerprint)
+    rec.fingerprint["schema"] = 1
+    del rec.fingerprint["code"]["modules"], rec.fingerprint["software"]["distributions"]
+    del rec.fingerprint["software"]["libraries"]
+    return rec
+
+
+OLDER = "neither run recorded software.distributions, software.libraries, code.modules, data (an older launcher)"
+
+
+def test_runs_of_an_older_launcher_that_differ_are_not_comparable_with_where_they_split():
+    """What neither run recorded may be what differs: no determinism bug is claimed, but the
+    difference is located as for DIFFERENT."""
+    a = _schema_1(_record(steps=_steps()))
+    b = _schema_1(_record(steps=_steps(split_at=10)))
+    b.result = {**b.result, "weights_sha256": "w2", "layer_sha256": {"conv1": "c2", "logits": "l1"}}
+    b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.3}]
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code, c.differences, c.first_differing_epoch, c.differing_layers, c.notes, c.equal,
+            c.compared) == ("NOT COMPARABLE", 3, [], 2, ["conv1"], [OLDER, "results differ"], False,
+                            ["weights", "2 epochs' metrics", "3 traced steps"])  # fmt: skip
+    assert c.divergence is not None and c.divergence.step == 10
+    same = compare.decide(a, _schema_1(_record(steps=_steps())))
+    assert (same.verdict, same.exit_code, same.notes, same.equal) == ("IDENTICAL", 0, [OLDER], True)
+    assert compare.decide(_schema_1(_record()), _record()).verdict == "REFUSED"  # one of them recorded them
+
+
+def test_differing_runs_whose_reads_were_not_fully_observed_are_not_comparable():
+    a, b = _record(steps=_steps()), _record(steps=_steps(split_at=5))
+    a.fingerprint = {**a.fingerprint, "observation": {"gaps": ["g1", "g2"]}}
+    b.fingerprint = {**b.fingerprint, "observation": {"gaps": ["g2", "g3"]}}
+    b.result = {**b.result, "weights_sha256": "w2"}
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code, c.differences, c.first_differing_epoch, c.differing_layers, c.equal,
+            c.compared) == ("NOT COMPARABLE", 3, [], None, [], False,
+                            ["weights", "2 epochs' metrics", "3 traced steps"])  # fmt: skip
+    assert c.notes == ["results differ, and the runs' reads were not fully observed: g1 (and 2 more)"]
+    assert c.divergence.step == 5
+    b.fingerprint["observation"] = {"gaps": ["g1"]}
+    a.fingerprint["observation"] = {"gaps": ["g1"]}
+    assert compare.decide(a, b).notes == ["results differ, and the runs' reads were not fully observed: g1"]
+    same = _record(steps=_steps())
+    same.fingerprint = a.fingerprint
+    assert compare.decide(a, same).verdict == "IDENTICAL"  # equal results: the gaps change nothing
+
+
+def test_a_generator_made_without_a_seed_is_named_as_the_likely_cause_up_to_three():
+    a, b = _record(), _record()
+    made = [{"call": f"c{i}", "where": f"t.py:{i}"} for i in range(4)]
+    a.result = {**a.result, "unseeded_generators": made[:1]}
+    b.result = {**b.result, "weights_sha256": "w2", "unseeded_generators": made}
+    c = compare.decide(a, b)
+    assert (c.verdict, c.exit_code) == ("DIFFERENT", 1)
+    assert c.notes == ["likely cause: a generator made without a seed: c0 at t.py:0, c1 at t.py:1, c2 at t.py:2 "
+                       "(seed it from launcher.seed())"]  # fmt: skip
+
+
+def test_item_differences_name_what_only_one_side_has_and_what_changed():
+    assert compare.item_differences({"a": 1, "b": 2, "c": 3}, {"b": 2, "c": 4, "d": 5, "e": 6}) == (
+        "only in run A: a; only in run B: d, e; changed: c")
+    assert compare.item_differences({"a": 1, "z": 2}, {"a": 1, "z": 3}, "x", "y") == "changed: z"
+    assert compare.item_differences({"a": 1}, {"a": 1, "b": 2, "c": 3}) == "only in run B: b, c"
+    assert compare.item_differences({"a": 1, "b": 1}, {}) == "only in run A: a, b"
+    assert compare.item_differences({"a": 1}, ["a"]) is None and compare.item_differences(["a"], {"a": 1}) is None
+
+
+def test_outputs_are_compared_by_meaning_only_where_both_runs_recorded_it(monkeypatch):
+    from launcher.record import outputs
+
+    calls = []
+    monkeypatch.setattr(outputs, "differences", lambda ca, cb: calls.append((ca, cb)) or ["outputs/m.keras (weights)"])
+    a, b = _record(), _record()
+    a.result = {**a.result, "outputs": {"m.keras": "h1"}, "outputs_content": {"m.keras": "A"}}
+    b.result = {**b.result, "outputs": {"m.keras": "h2"}, "outputs_content": {"m.keras": "B"}}
+    assert compare.output_differences(a, b) == ["outputs/m.keras (weights)"] and calls == [({"m.keras": "A"},
+                                                                                            {"m.keras": "B"})]
+    for one in (a, b):  # one run recorded no meaning: compared by bytes
+        c, d = _record(), _record()
+        c.result, d.result = dict(a.result), dict(b.result)
+        (c if one is a else d).result.pop("outputs_content")
+        assert compare.output_differences(c, d) == ["outputs/m.keras"]
+    assert len(calls) == 1
+
+
+def test_a_scripts_saved_variables_are_read_by_their_names(tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "weights.npz", **{"0 dense/kernel": np.ones(2), "1 dense/bias": np.zeros(1),
+                                          "2 a b/c": np.ones(1), "3  lead": np.ones(1), "v": np.ones(1)})  # fmt: skip
+    rec = _record(path=tmp_path)
+    rec.result = {**rec.result, "weights_file": "weights.npz"}
+    got = compare.read_weights(rec)
+    assert list(got) == ["dense/kernel", "dense/bias", "a b/c", " lead", "v"]  # "N " is the save order
+    assert got["dense/kernel"].tolist() == [1.0, 1.0]
+
+
+def test_what_a_tolerance_cannot_vouch_for_is_named():
+    a, b = _record(metrics=[]), _record(metrics=[])
+    b.result = {**b.result, "weights_sha256": "w2"}
+    assert compare._unjudged(a, b, {}, {}) == [
+        "neither run kept weight values or per-epoch metrics: nothing to compare within a tolerance",
+        "the weights differ by hash and their values were not kept (train.save_weights=true keeps them): they "
+        "cannot be compared within a tolerance"]
+    kept = {"dense/kernel": 1}
+    assert compare._unjudged(a, b, kept, {}) == [
+        "the weights differ by hash and their values were not kept (train.save_weights=true keeps them): they "
+        "cannot be compared within a tolerance"]  # one run's values alone compare nothing
+    assert compare._unjudged(a, b, kept, kept) == []
+
+
+def test_list_items_that_are_mappings_compare_by_content_whatever_their_key_order():
+    """Both sides canonical (a bug once: run B's items kept their key order, so equal GPU
+    records written in another key order were listed as only in one run)."""
+    assert compare.item_differences([{"b": 1, "a": 2}], [{"a": 2, "b": 1}]) == "the same items in another order"
+    assert compare.item_differences([{"b": 1, "a": 2}], [{"b": 1, "a": 3}]) == (
+        'only in run A: {"a": 2, "b": 1}; only in run B: {"a": 3, "b": 1}')
+    assert compare.item_differences({"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 2, "c": 1}) == "changed: a, b"
+
+
+def test_only_output_files_names_the_first_five():
+    a, b = _record(), _record()
+    names = [f"f{i}" for i in range(6)]
+    a.result = {**a.result, "outputs": {n: "h1" for n in names}}
+    b.result = {**b.result, "outputs": {n: "h2" for n in names}}
+    listed = ", ".join(f"outputs/f{i}" for i in range(5))
+    assert compare.decide(a, b).notes == [f"{compare.ONLY_OUTPUTS}: {listed} and more"]
+    b.result["outputs"]["f5"] = "h1"
+    assert compare.decide(a, b).notes == [f"{compare.ONLY_OUTPUTS}: {listed}"]
+
+
+def test_output_files_are_not_the_only_difference_when_an_epoch_a_layer_or_a_step_differs():
+    for change in ("epoch", "layer", "step"):
+        a, b = _record(steps=_steps()), _record(steps=_steps(split_at=10 if change == "step" else None))
+        a.result = {**a.result, "outputs": {"f": "h1"}}
+        b.result = {**b.result, "outputs": {"f": "h2"}}
+        if change == "epoch":
+            b.metrics = [{"epoch": 1, "loss": 0.4}, {"epoch": 2, "loss": 0.25}]
+        if change == "layer":
+            b.result["layer_sha256"] = {"conv1": "c2", "logits": "l1"}
+        c = compare.decide(a, b)
+        assert c.verdict == "DIFFERENT" and not any(n.startswith(compare.ONLY_OUTPUTS) for n in c.notes), change
+
+
+def test_two_unobserved_gaps_name_the_first_and_one_more():
+    a, b = _record(), _record()
+    a.fingerprint = {**a.fingerprint, "observation": {"gaps": ["g1", "g2"]}}
+    b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.3}]
+    c = compare.decide(a, b)
+    assert c.notes == ["results differ, and the runs' reads were not fully observed: g1 (and 1 more)"]
+    assert (c.verdict, c.first_differing_epoch) == ("NOT COMPARABLE", 2)

@@ -320,3 +320,51 @@ def test_a_refusal_on_cpu_flags_names_the_flags_that_differ():
     mapping = compare.item_differences({"x": 1, "y": 2}, {"y": 3, "z": 4}, "A", "B")
     assert mapping == "only in A: x; only in B: z; changed: y"
     assert compare.item_differences([1, 2], [2, 1]) == "the same items in another order"
+
+
+def test_a_long_list_difference_wraps_at_88_columns_between_whole_names():
+    """Wrapped at spaces only: a distribution's name is never cut at its hyphens; up to 88
+    characters stay on one line."""
+    from launcher.verdict import compare
+
+    wheels = ["tensorflow-cpu", "nvidia-cublas-cu12", "nvidia-cudnn-cu12", "nvidia-cuda-runtime-cu12",
+              "nvidia-nccl-cu12"]
+    short = ["libnvidia-cublas-cu12-with-a-long-name", "xxxxx"]  # 82 characters of differences
+    assert compare.difference_table([("software.distributions", wheels, ["keras"]), ("x", short, ["keras"])]) == [
+        "  field                   run A                                         run B",
+        "  software.distributions  only in run A: tensorflow-cpu, nvidia-cublas-cu12, nvidia-cudnn-cu12,",
+        "                          nvidia-cuda-runtime-cu12, nvidia-nccl-cu12; only in run B: keras",
+        "  x                       only in run A: libnvidia-cublas-cu12-with-a-long-name, xxxxx; only in run B: keras",
+    ]
+
+
+def test_a_report_of_runs_that_differ_only_in_output_files_says_what_is_equal():
+    from launcher.verdict import compare
+
+    c = compare.Comparison("DIFFERENT", 1, notes=[f"{compare.ONLY_OUTPUTS}: outputs/log.txt"], equal=False)
+    assert compare.report(c, Path("/runs/a"), Path("/runs/b")).splitlines() == [
+        "DIFFERENT: same comparability key; weights, metrics and trace are bitwise equal, but output files your code "
+        "wrote differ (what else did it write into them?)",
+        f"  {compare.ONLY_OUTPUTS}: outputs/log.txt",
+    ]
+    other = compare.Comparison("DIFFERENT", 1, notes=["no weights were recorded: compared what is listed above",
+                                                      f"{compare.ONLY_OUTPUTS}: outputs/log.txt"], equal=False)
+    first = compare.report(other, Path("/runs/a"), Path("/runs/b")).splitlines()[0]
+    assert first == "DIFFERENT: same comparability key, different results — a determinism bug"
+
+
+def test_a_not_comparable_report_names_every_note_on_its_first_line():
+    from launcher.verdict import compare
+
+    c = compare.Comparison("NOT COMPARABLE", 3, notes=["neither run recorded data (an older launcher)",
+                                                       "results differ"], equal=None)  # fmt: skip
+    assert compare.report(c, Path("/runs/a"), Path("/runs/b")) == (
+        "NOT COMPARABLE (neither run recorded data (an older launcher); results differ)")
+
+
+def test_a_list_difference_of_89_characters_is_wrapped():
+    from launcher.verdict import compare
+
+    wheels = ["a" * 30, "b" * 24]  # "only in run A: " + 30 + ", " + 24 + "; only in run B: c" = 89 characters
+    table = compare.difference_table([("f", wheels, ["c"])])
+    assert table[1:] == [f"  f      only in run A: {'a' * 30}, {'b' * 24}; only in run B:", "         c"]

@@ -93,3 +93,59 @@ def test_a_train_key_changes_the_config_hash_unless_it_cannot_change_results(gro
 def test_the_not_result_changing_keys_are_exactly_the_train_keys_left_out_of_the_hash():
     left_out = {k for k in config.NOT_IN_HASH if k.startswith("train.")}
     assert left_out == set(NOT_RESULT_CHANGING)
+
+
+# Docker-only settings that cannot change a result, each with why (config.NOT_IN_HASH_DOCKER).
+DOCKER_NOT_RESULT_CHANGING = {
+    "image.ca_bundle": "where pip trusts its index: the lockfile pins every wheel by hash",
+    "image.index_url": "where the pinned wheels come from",
+    "image.wheelhouse": "the same",
+    "runtime.stop_timeout_s": "how long a stopped job gets before it is killed",
+    "runtime.tmpfs_mb": "the size of the job's /tmp",
+    "runtime.mounts": "where data is visible; what the job reads is hashed by content",
+}
+IMAGE_VALUES = {"image.ca_bundle": "/etc/ssl/corp.pem", "image.index_url": "https://pypi.corp/simple",
+                "image.wheelhouse": "/wheels", "runtime.mounts": ["/data:/data"]}  # fmt: skip
+
+
+def _docker() -> dict:
+    return OmegaConf.to_container(config.compose(["runtime=docker"]), resolve=False)
+
+
+@pytest.mark.parametrize("key", list(DOCKER_NOT_RESULT_CHANGING))
+def test_where_a_docker_job_gets_its_wheels_and_how_it_is_stopped_leave_the_hash_alone(key):
+    data = _docker()
+    before = config.config_hash(data)
+    section, leaf = key.split(".")
+    data[section][leaf] = IMAGE_VALUES.get(key) or _other(data[section][leaf])
+    assert config.config_hash(data) == before, f"{key}: {DOCKER_NOT_RESULT_CHANGING[key]}"
+
+
+@pytest.mark.parametrize("leaf", ["name", "lockfile", "base", "allow_unpinned", "gpus"])
+def test_the_image_a_docker_job_runs_in_is_hashed_and_a_local_jobs_image_settings_are_not(leaf):
+    docker = _docker()
+    local = OmegaConf.to_container(config.compose([]), resolve=False)
+    hashes = config.config_hash(docker), config.config_hash(local)
+    docker["image"][leaf] = local["image"][leaf] = _other(docker["image"][leaf])
+    assert config.config_hash(docker) != hashes[0]
+    assert config.config_hash(local) == hashes[1]  # the image settings do not reach a local run
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("sweep", {"direction": "minimize", "metric": "val_loss"}),  # what a sweeper optimizes
+    ("config_dir", {"path": "/elsewhere/conf", "files": ["train/mine.yaml"]}),  # the files are hashed apart
+    ("tracking", {"name": "mlflow", "uri": "http://mlflow:5000"}),  # logs the sealed run
+])  # fmt: skip
+def test_what_a_run_cannot_compute_differently_by_leaves_the_hash_alone(key, value):
+    data = OmegaConf.to_container(config.compose([]), resolve=False)
+    before = config.config_hash(data)
+    data[key] = value
+    assert config.config_hash(data) == before
+
+
+@pytest.mark.parametrize("overrides", [["runtime=docker"], ["train=notebook", "train.notebook=n.ipynb"],
+                                       ["tracking=mlflow"]])  # fmt: skip
+def test_each_task_runtime_and_tracker_the_launcher_offers_validates(overrides, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "n.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    config.validate(config.compose(overrides))

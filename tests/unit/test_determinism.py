@@ -85,6 +85,18 @@ def test_verify_names_every_setting_that_did_not_take():
     text = str(info.value)
     assert "op determinism" in text and "intra_op_threads=2" in text and "PYTHONHASHSEED" in text
     assert len(info.value.problems) == 3
+    assert info.value.problems == ["PYTHONHASHSEED=None (planned '1')", "op determinism is not enabled",
+                                   "intra_op_threads=2 (planned 1)"]  # fmt: skip
+    assert text == "determinism settings did not take effect: " + "; ".join(info.value.problems)
+
+
+def test_tf_data_kept_in_order_though_a_dataset_asked_for_none_is_no_failure():
+    """Op determinism keeps tf.data's order whatever a dataset asks: stricter than planned."""
+    p = determinism.plan("strict", 1, 1, 1, False, deterministic_data=False)
+    assert determinism.verify(p, _effective(p, deterministic_data=True)) is None
+    xla = determinism.plan("strict", 1, 1, 1, False, jit_compile=False)
+    with pytest.raises(DeterminismError, match=r"jit_compile=True \(planned False\)"):
+        determinism.verify(xla, _effective(xla, jit_compile=True))  # XLA on is not stricter
 
 
 def test_drawn_seeds_are_in_range_and_vary():
@@ -151,3 +163,9 @@ def test_read_back_asks_tensorflow_what_took_effect_not_the_plan():
     assert out["applied"] == {"deterministic_data": True, "jit_compile": False, "op_determinism": True}
     assert out["user_jit"] is True
     assert out["refused"] == "determinism settings did not take effect: jit_compile=True (planned False)"
+
+
+@pytest.mark.parametrize("random_ops", [None, "num_random_ops", "constant"])
+def test_every_random_ops_mode_is_planned(random_ops):
+    assert determinism.plan("strict", 1, 1, 1, False, random_ops=random_ops).random_ops == random_ops
+    assert determinism.plan("off", 1, random_ops=random_ops).random_ops == random_ops

@@ -67,6 +67,10 @@ def test_parse_nvidia_smi_outputs():
     assert probes.parse_cuda_driver_version((RECORDED / "nvidia-smi.txt").read_text()) == "12.4"
     topo = probes.parse_nvidia_topology((RECORDED / "nvidia-smi-topo.txt").read_text())
     assert topo == [["X", "NV12"], ["NV12", "X"]]  # GPU-to-GPU links only, NIC columns dropped
+    # A row starts in the first column: an indented line naming a GPU (a legend, a wrapped cell) is none.
+    text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSYS\t0-7\nGPU1\tSYS\t X \t0-7\n GPU1 SYS X\n\tGPU0 X\n"
+    assert probes.parse_nvidia_topology(text) == [["X", "SYS"], ["SYS", "X"]]
+    assert probes.parse_nvidia_topology("") == []
 
 
 def test_no_gpu_outputs():
@@ -205,3 +209,14 @@ def test_container_key_is_what_ran_not_the_image_id():
     b["software"]["container"]["packages_sha256"] = "q"
     assert [d[0] for d in key.key_differences(a, b)] == ["software.container.packages_sha256"]
     assert [d[0] for d in key.key_differences(a, local)] == ["software.container"]
+
+
+def test_a_cpu_field_a_run_did_not_record_is_unknown_by_name():
+    fp = _fp()
+    del fp["hardware"]["cpu"]["stepping"]
+    assert str(key.comparability_key(fp)["hardware.cpu.stepping"]) == "unknown (not recorded by this run's fingerprint)"
+
+
+def test_a_dirty_checkout_is_any_line_of_git_status():
+    assert probes.parse_git_status(" M train.py\n") is True
+    assert probes.parse_git_status("\n") is False and probes.parse_git_status("") is False

@@ -86,3 +86,27 @@ def test_only_programs_the_jobs_own_code_starts_are_the_jobs(fresh_reads, tmp_pa
     exec(compile(event, as_a_library, "exec"), {"reads": reads})
     reads._hook("subprocess.Popen", ("true", ["true", str(tmp_path)], None, None))
     assert [c["argv"] for c in reads.children] == [["true", str(tmp_path)]]
+
+
+def test_the_observation_names_the_first_five_programs_each_cut_at_160_characters(fresh_reads, monkeypatch):
+    monkeypatch.setattr(reads, "_watch", None)
+    assert reads.observation() == {"children": [], "watch": None, "gaps": []}
+    long = ["tool", "x" * 200]
+    for argv in ([*long], ["a"], ["b", "two words"], ["c"], ["d"]):
+        reads.children.append({"argv": argv, "cwd": "/w"})
+    five = reads.observation()
+    assert five["children"] == [long, ["a"], ["b", "two words"], ["c"], ["d"]]
+    assert five["gaps"] == ["the job ran 5 program(s) whose reads are seen only for the files their arguments name "
+                            f"and in watched directories: {('tool ' + 'x' * 200)[:160]}; a; b 'two words'; c; d"]
+    reads.children.append({"argv": ["e"], "cwd": "/w"})
+    assert reads.observation()["gaps"][0].endswith(": " + five["gaps"][0].split(": ", 1)[1] + "; ...")
+    assert "6 program(s)" in reads.observation()["gaps"][0]
+
+
+def test_the_observation_reports_the_watch_and_its_gaps(fresh_reads, monkeypatch):
+    class Watch:
+        watched, truncated, gaps = 12, True, ["no inotify watch left for /data"]
+
+    monkeypatch.setattr(reads, "_watch", Watch())
+    assert reads.observation() == {"children": [], "watch": {"directories": 12, "truncated": True},
+                                   "gaps": ["no inotify watch left for /data"]}  # fmt: skip

@@ -194,3 +194,23 @@ def test_old_runs_have_a_key_hash_too():
     old["schema"] = 1
     digest = key.key_sha256(old)  # Unknown fields are hashed by their text: `launch runs` can list old runs
     assert len(digest) == 64 and digest != key.key_sha256(_fp())
+
+
+def test_a_distribution_recorded_without_any_content_hash_is_unknown():
+    a, b = _fp(), _fp()
+    for fp in (a, b):
+        fp["software"]["distributions"] = {"keras": {"version": "3.15.1"}}  # neither files_sha256 nor RECORD
+    got = key.comparability_key(a)["software.distributions"]["keras"]["record_sha256"]
+    assert isinstance(got, key.Unknown) and got.why == "not recorded"
+    assert key.key_differences(a, b) == []  # unknown on both: nothing tells them apart ...
+    b["software"]["distributions"]["keras"]["record_sha256"] = "r"
+    ((field, then, now),) = key.key_differences(a, b)  # ... and unknown against a hash is a difference
+    assert (field, str(then), now) == ("software.distributions.keras.record_sha256", "unknown (not recorded)", "r")
+
+
+def test_a_field_is_unknown_on_both_only_when_neither_run_recorded_it():
+    old = _fp()
+    old["schema"] = 1
+    assert key.unknown_on_both(old, _fp()) == [] and key.unknown_on_both(_fp(), old) == []
+    assert key.unknown_on_both(old, copy.deepcopy(old)) == ["software.distributions", "software.libraries",
+                                                            "code.modules", "data"]  # fmt: skip

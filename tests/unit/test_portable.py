@@ -69,6 +69,17 @@ def test_verify_names_each_cap_that_did_not_take_effect():
     assert determinism.isa_problems(p, ok) == []
 
 
+@pytest.mark.parametrize("target", ["AVX512F", "AVX512_SKX", "X86_V4", "AVX10_1", "AMX_TILE"])
+def test_every_numpy_target_above_the_baseline_still_on_is_named(target):
+    """NumPy before 2.4 names each AVX-512 set (AVX512F ...), 2.4 groups them as X86_V4; AVX10 and
+    AMX are above x86-64-v3 too. What is at or below the baseline may stay on."""
+    p = determinism.plan("portable", 0, 1, 1, True, numpy_version="2.3.1")
+    below = {"SSE42": True, "AVX2": True, "FMA3": True, "F16C": True, "X86_V3": True, "X86_V2": True}
+    isa = {"numpy_dispatch": {**below, target: True}, "openblas_cores": {}, "supported_by_cpu": True}
+    assert determinism.isa_problems(p, isa) == [f"NumPy still dispatches {target} above x86-64-v3"]
+    assert determinism.isa_problems(p, {**isa, "numpy_dispatch": {**below, target: False}}) == []
+
+
 def test_verify_fails_a_portable_run_whose_caps_did_not_take():
     p = determinism.plan("portable", 0, 1, 1, True, numpy_version="2.4.6")
     took = {"env": dict(p.env), "op_determinism": True, "intra_op_threads": 1, "inter_op_threads": 1,
@@ -149,6 +160,8 @@ def test_portable_runs_on_different_cpus_have_one_key():
     assert key.key_differences(a, b) == []
     assert key.key_sha256(a) == key.key_sha256(b)
     assert key.comparability_key(a)["hardware.cpu.isa"] == {"baseline": "x86-64-v3", "supports_baseline": True}
+    for field in ("vendor", "model", "family", "model_number", "stepping", "cache_size", "caches"):
+        assert key.comparability_key(b)[f"hardware.cpu.{field}"] == "not keyed (portable: x86-64-v3)"
 
 
 def test_strict_runs_on_different_cpus_are_still_refused_on_every_cpu_field():

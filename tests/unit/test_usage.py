@@ -52,6 +52,45 @@ def test_parse_maps_keeps_shared_libraries_in_first_mapped_order():
     ]
 
 
+def test_parse_maps_reads_a_path_with_spaces_and_lines_without_a_path():
+    text = "\n".join([
+        "7f00-7f01 rw-p 00000000 00:00 0",  # an anonymous mapping: no path
+        "7f01-7f02 r--p 00000000 08:01 1 /opt/my libs/libx.so.1",
+        "7f02-7f03 r--p 00000000 08:01 2 /usr/lib/libm.so.6",
+    ])  # fmt: skip
+    assert usage.parse_maps(text) == ["/opt/my libs/libx.so.1", "/usr/lib/libm.so.6"]
+
+
+def test_tool_caches_are_below_every_cache_and_config_root():
+    environ = {"XDG_CACHE_HOME": "/x/cache", "XDG_CONFIG_HOME": "/x/config", "MPLCONFIGDIR": "/mpl"}
+    caches = usage.tool_caches("/home/u", environ)
+    for base in ("/home/u/.cache", "/home/u/.config", "/x/cache", "/x/config"):
+        assert {f"{base}/{tool}" for tool in usage.TOOL_CACHES} <= set(caches), base
+    assert caches[-1] == "/mpl" and len(caches) == 4 * len(usage.TOOL_CACHES) + 1
+    assert usage.tool_caches("/home/u", {}) == tuple(f"/home/u/{base}/{tool}" for base in (".cache", ".config")
+                                                     for tool in usage.TOOL_CACHES)  # fmt: skip
+
+
+def test_a_path_the_job_named_relatively_is_shown_relative_to_the_launch_directory_by_default():
+    assert usage.display_name("/w/data/a.csv", "/w") == "data/a.csv"
+    assert usage.display_name("/w/data/a.csv", "/w", relative=False) == "/w/data/a.csv"
+    assert usage.display_name("/elsewhere/a.csv", "/w") == "/elsewhere/a.csv"
+
+
+def test_data_files_judge_each_file_on_its_own(tmp_path):
+    """Whatever is left out (a sentinel path, the job's output, code), the files after it are judged."""
+    for name in ("a.pyc", "b.pyo", "c.pth", "d.py", "z.csv"):
+        (tmp_path / name).write_text("x")
+    read = {"read": True, "written_first": False, "stat": ("x",)}
+    opened = {str(tmp_path / name): read for name in ("a.pyc", "b.pyo", "c.pth", "d.py", "z.csv")}
+    opened |= {str(tmp_path / "a\0sentinel"): read, str(tmp_path / "a-out"): {"read": True, "written_first": True},
+               str(tmp_path / "a-absent"): {"read": True, "written_first": False, "stat": None},
+               str(tmp_path / "home" / ".cache" / "pip" / "x.csv"): read}  # fmt: skip
+    (tmp_path / "home" / ".cache" / "pip").mkdir(parents=True)
+    (tmp_path / "home" / ".cache" / "pip" / "x.csv").write_text("a tool's own cache")
+    assert usage.data_files(opened, ROOTS, str(tmp_path / "home")) == [str(tmp_path / "z.csv")]
+
+
 def test_data_files_are_what_the_job_read_and_nothing_else(tmp_path):
     home = tmp_path / "home"
     for name in ("data.npz", "out.txt", "helper.py", "keras.json", "ext.so"):
@@ -373,6 +412,34 @@ def test_only_what_the_job_imported_itself_and_what_that_requires_is_keyed():
     assert probed == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12"}
     mine = usage.keyed_distributions(used, imported, {"tensorflow", "pandas"}, requires)
     assert mine == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12", "pandas", "pytz"}
+    # Requirements are followed to any depth, and only to what the job used: a requirement that is
+    # not installed, or was never loaded, is not keyed.
+    chain = {"app": ["lib", "absent"], "lib": ["core"], "core": ["optional-never-loaded"]}
+    used_chain = ["app", "lib", "core", "unrelated"]
+    imported_chain = {"app": {"app"}, "lib": {"lib"}, "core": {"core"}, "unrelated": {"unrelated"}}
+    assert usage.keyed_distributions(used_chain, imported_chain, {"app"}, chain) == {"app", "lib", "core"}
     assert usage.parse_requires(["numpy>=1.26", "pandas ; extra == 'pandas'", "rich", "ml-dtypes (>=0.5)",
                                  "Typing_Extensions; python_version < '3.12'"]) == [
         "numpy", "rich", "ml-dtypes", "typing-extensions"]  # fmt: skip
+
+
+def test_record_lines_with_and_without_a_hash():
+    assert usage.parse_record("a.py,sha256=x,10\nb\n\nc/d.txt,,3\n") == [("a.py", "sha256=x"), ("b", ""),
+                                                                        ("c/d.txt", "")]  # fmt: skip
+
+
+def test_content_entries_are_the_distributions_own_files_by_forward_slash_paths():
+    entries = [("pkg\\mod.py", "h1"), ("pkg/data.bin", "h2"), ("..", "h3"), ("../bin/tool", "h4"), ("/abs", "h5"),
+               ("pkg/__pycache__/mod.cpython-311.pyc", "h6"), ("pkg-1.0.dist-info/RECORD", "h7"),
+               ("pkg-1.0.dist-info/METADATA", "h8"), ("x.dist-info/sub/INSTALLER", "h9"), ("nohash.py", "")]
+    assert usage.content_entries(entries) == [("pkg-1.0.dist-info/METADATA", "h8"), ("pkg/data.bin", "h2"),
+                                              ("pkg/mod.py", "h1"), ("x.dist-info/sub/INSTALLER", "h9")]  # fmt: skip
+    assert usage.content_entries([("...", "h")]) == [("...", "h")]
+
+
+def test_files_sha256_hashes_each_entry_as_a_line():
+    import hashlib
+
+    entries = [("b.py", "h2"), ("a.py", "h1")]
+    assert usage.files_sha256(entries) == hashlib.sha256(b"a.py\th1\nb.py\th2\n").hexdigest()
+    assert usage.files_sha256([("RECORD-less.py", "")]) is None

@@ -1,0 +1,234 @@
+"""What the job opened and listed, as ``launcher.run.reads`` records it from the audit events.
+
+``note`` (an ``open`` event), ``note_listing`` (``os.listdir``/``scandir``, a glob) and the
+mode or flags that make an open a write, called directly: which paths are never data (file
+descriptors, URLs, code, the kernel's files), how a path the job named relative to its working
+directory is kept, and when a file is the job's input (read before it was written, its state
+at the first read that found it) or its output.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from launcher.record.filecache import stat_key
+from launcher.run import reads
+
+
+class FakeWatch:
+    def __init__(self):
+        self.added: list[tuple[str, bool]] = []
+
+    def add_tree(self, directory: str, recursive: bool = True) -> None:
+        self.added.append((directory, recursive))
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    for name in ("opened", "listed", "patterns"):
+        monkeypatch.setattr(reads, name, {})
+    monkeypatch.setattr(reads, "_watch", None)
+    monkeypatch.setattr(reads, "_listings", True)
+    monkeypatch.setattr(reads, "_broad", frozenset())
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("path", [3, None, "", b"", "gs://bucket/a.csv", "s3://b/x", "/data/a\0b", "/proc/cpuinfo",
+                                  "/sys/devices/x", "/dev/null", "/dev/urandom", "m.py", "m.pyc", "m.pyo", "lib.so",
+                                  "site.pth", "m.pyi", "/w/helper.py"])  # fmt: skip
+def test_what_is_never_data_is_not_recorded(fresh, path):
+    reads.note(path)
+    reads.note(path, writing=True)
+    assert reads.opened == {}
+
+
+def test_a_file_on_a_ram_disk_is_data(fresh):
+    reads.note("/dev/shm/batch.npy")
+    assert list(reads.opened) == ["/dev/shm/batch.npy"]
+
+
+def test_a_relative_name_is_kept_as_relative_and_bytes_are_decoded(fresh):
+    (fresh / "a.csv").write_text("x")
+    reads.note("a.csv")
+    reads.note(os.fsencode(fresh / "b.csv"))
+    assert reads.opened == {
+        str(fresh / "a.csv"): {"read": True, "written_first": False, "stat": stat_key(str(fresh / "a.csv")),
+                               "relative": True},
+        str(fresh / "b.csv"): {"read": True, "written_first": False, "stat": None, "relative": False},
+    }  # fmt: skip
+
+
+def test_a_file_written_and_never_read_is_the_jobs_output(fresh):
+    reads.note(str(fresh / "out.csv"), writing=True)
+    (fresh / "out.csv").write_text("x")
+    reads.note(str(fresh / "out.csv"), writing=True)
+    assert reads.opened[str(fresh / "out.csv")] == {"read": False, "written_first": True, "stat": None,
+                                                    "relative": False}  # fmt: skip
+
+
+def test_a_file_written_first_then_read_stays_the_jobs_output(fresh):
+    path = str(fresh / "cache.bin")
+    reads.note(path, writing=True)
+    (fresh / "cache.bin").write_text("made by the job")
+    reads.note(path)
+    assert reads.opened[path] == {"read": True, "written_first": True, "stat": stat_key(path), "relative": False}
+
+
+def test_a_read_that_found_nothing_then_a_write_makes_it_output(fresh):
+    path = str(fresh / "tool-cache.json")
+    reads.note(path)  # not there yet
+    assert reads.opened[path] == {"read": True, "written_first": False, "stat": None, "relative": False}
+    reads.note(path, writing=True)
+    assert reads.opened[path]["written_first"] is True
+
+
+def test_the_state_of_a_file_is_taken_at_the_first_read_that_found_it(fresh):
+    path = fresh / "data.csv"
+    reads.note(str(path))  # not there: no state yet
+    path.write_text("1,2\n")
+    reads.note(str(path))
+    first = stat_key(str(path))
+    assert first is not None and reads.opened[str(path)]["stat"] == first
+    path.write_text("1,2\n3,4\n5,6\n")  # changed after: the run read the first state
+    reads.note(str(path))
+    reads.note(str(path), writing=True)
+    assert reads.opened[str(path)] == {"read": True, "written_first": False, "stat": first, "relative": False}
+
+
+def test_the_directory_of_each_data_file_read_is_watched_once_found(fresh, monkeypatch):
+    watch = FakeWatch()
+    monkeypatch.setattr(reads, "_watch", watch)
+    (fresh / "d").mkdir()
+    (fresh / "d" / "a.csv").write_text("x")
+    (fresh / "broad").mkdir()
+    (fresh / "broad" / "b.csv").write_text("x")
+    monkeypatch.setattr(reads, "_broad", frozenset({os.path.realpath(fresh / "broad")}))
+    os.symlink(fresh / "d", fresh / "link")
+    reads.note(str(fresh / "missing.csv"))  # nothing found: nothing beside it to watch
+    reads.note(str(fresh / "out.csv"), writing=True)
+    reads.note(str(fresh / "link" / "a.csv"))
+    reads.note(str(fresh / "broad" / "b.csv"))
+    assert watch.added == [(os.path.realpath(fresh / "d"), True), (os.path.realpath(fresh / "broad"), False)]
+
+
+@pytest.mark.parametrize(("mode", "flags", "writes"), [
+    ("r", None, False), ("rb", None, False), ("w", None, True), ("ab", None, True), ("x", None, True),
+    ("r+", None, True), (None, os.O_RDONLY, False), (None, os.O_WRONLY, True), (None, os.O_RDWR, True),
+    (None, os.O_RDONLY | os.O_CREAT, True), (None, os.O_RDONLY | os.O_TRUNC, True),
+    (None, os.O_RDONLY | os.O_APPEND, True), (None, None, False), (None, "w", False), ("rX", None, False),
+])  # fmt: skip
+def test_an_open_writes_by_its_mode_or_its_flags(mode, flags, writes):
+    assert reads._writing(mode, flags) is writes
+
+
+def test_an_open_event_is_a_write_by_its_mode_or_flags(fresh, monkeypatch):
+    monkeypatch.setattr(reads, "_recording", True)
+    reads._hook("open", (str(fresh / "w.csv"), "w", os.O_WRONLY))
+    reads._hook("open", (str(fresh / "r.csv"), None, os.O_RDONLY))
+    assert reads.opened[str(fresh / "w.csv")]["written_first"] is True
+    assert reads.opened[str(fresh / "r.csv")]["written_first"] is False
+
+
+def test_a_listing_is_recorded_once_with_whether_the_job_named_it_relative(fresh):
+    (fresh / "images").mkdir()
+    reads.note_listing("images")
+    reads.note_listing(str(fresh / "images"))  # the same directory again: as first named
+    reads.note_listing(os.fsencode(fresh / "other"))
+    reads.note_listing(None)  # os.listdir(): the working directory
+    reads.note_listing(str(fresh / "*.png"), pattern=True)
+    reads.note_listing("*.csv", pattern=True)
+    assert reads.listed == {str(fresh / "images"): True, str(fresh / "other"): False, str(fresh): True}
+    assert reads.patterns == {str(fresh / "*.png"): False, str(fresh / "*.csv"): True}
+
+
+@pytest.mark.parametrize("path", [3, "", "gs://bucket/", "/proc/self/fd", "/sys/class", "/dev/pts"])
+def test_a_listing_of_what_is_never_data_is_not_recorded(fresh, path):
+    reads.note_listing(path)
+    reads.note_listing(path, pattern=True)
+    assert reads.listed == reads.patterns == {}
+
+
+def test_listings_are_recorded_only_once_the_jobs_code_starts(fresh, monkeypatch):
+    monkeypatch.setattr(reads, "_listings", False)
+    reads.note_listing(str(fresh))
+    assert reads.listed == {}
+
+
+@pytest.fixture
+def no_children(monkeypatch):
+    monkeypatch.setattr(reads, "children", [])
+
+
+def test_a_programs_arguments_are_recorded_as_text_with_where_it_ran(fresh, no_children, tmp_path):
+    from pathlib import Path
+
+    (fresh / "sub").mkdir()
+    reads.note_child([b"zcat", Path("x.gz"), 3])
+    reads.note_child(["ls"], cwd=str(fresh / "sub"))
+    reads.note_child(["ls"], cwd=os.fsencode(fresh / "sub" / ".."))
+    reads.note_child(["ls"], cwd=fresh / "sub")
+    assert reads.children == [{"argv": ["zcat", "x.gz", "3"], "cwd": str(fresh)},
+                              {"argv": ["ls"], "cwd": str(fresh / "sub")},
+                              {"argv": ["ls"], "cwd": str(fresh / "sub" / "..")}]  # fmt: skip
+    reads.note_child(["x"], cwd=3)  # not a directory name: the job's
+    assert reads.children[-1] == {"argv": ["x"], "cwd": str(fresh)}
+    reads.note_child([])
+    assert reads.children[-1] == {"argv": [], "cwd": str(fresh)}
+
+
+@pytest.mark.parametrize(("argv", "read"), [
+    (["sh", "-c", "cat a.csv"], True), (["/bin/bash", "-x", "-c", "zcat a.csv | head"], True),
+    (["python", "-c", "cat a.csv"], False),  # not a shell: its -c is no command line of files
+    (["sh", "-C", "cat a.csv"], False), (["sh", "cat a.csv", "-c"], False),  # -c with no command after it
+    (["sh", "-c"], False),
+])  # fmt: skip
+def test_a_shells_command_is_split_into_the_files_it_names(fresh, no_children, argv, read):
+    (fresh / "a.csv").write_text("x")
+    reads.note_child(argv)
+    assert (str(fresh / "a.csv") in reads.opened) is read
+
+
+def test_an_option_names_a_file_after_its_first_equals_sign(fresh, no_children):
+    (fresh / "k=v.csv").write_text("x")
+    (fresh / "v.csv").write_text("x")
+    reads.note_child(["tool", "--in=k=v.csv"])
+    assert list(reads.opened) == [str(fresh / "k=v.csv")]
+    assert reads.opened[str(fresh / "k=v.csv")]["child"] is True
+
+
+def test_a_program_run_elsewhere_names_files_relative_to_where_it_runs(fresh, no_children):
+    (fresh / "sub").mkdir()
+    (fresh / "sub" / "in.csv").write_text("x")
+    (fresh / "in.csv").write_text("here")
+    reads.note_child(["cat", "in.csv"], cwd=str(fresh / "sub"))
+    assert list(reads.opened) == [str(fresh / "sub" / "in.csv")]
+    assert reads.opened[str(fresh / "sub" / "in.csv")]["child"] is True
+    assert reads.opened[str(fresh / "sub" / "in.csv")]["relative"] is False  # a replay finds it where it was
+    reads.note_child(["cat", "in.csv"])  # in the job's own directory: as the job named it
+    assert reads.opened[str(fresh / "in.csv")] == {"read": True, "written_first": False,
+                                                   "stat": stat_key(str(fresh / "in.csv")), "relative": True,
+                                                   "child": True}  # fmt: skip
+
+
+def test_a_command_line_that_does_not_split_is_split_at_spaces(fresh, no_children):
+    (fresh / "a.csv").write_text("x")
+    reads.note_child("tool 'unbalanced a.csv")
+    assert reads.children[-1]["argv"] == ["tool", "'unbalanced", "a.csv"]
+    assert str(fresh / "a.csv") in reads.opened
+
+
+def test_a_shells_other_arguments_still_name_files(fresh, no_children):
+    (fresh / "a.csv").write_text("x")
+    (fresh / "b.csv").write_text("x")
+    reads.note_child(["sh", "-c", "cat a.csv", "b.csv"])  # b.csv is the command's $0
+    assert set(reads.opened) == {str(fresh / "a.csv"), str(fresh / "b.csv")}
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash", "dash", "zsh", "ksh", "/usr/bin/zsh"])
+def test_every_shells_command_names_its_files(fresh, no_children, shell):
+    (fresh / "a.csv").write_text("x")
+    reads.note_child([shell, "-c", "cat a.csv"])
+    assert str(fresh / "a.csv") in reads.opened

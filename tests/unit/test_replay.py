@@ -1,0 +1,75 @@
+"""Replay's refusal line and its verdict from compare's (``launcher.verdict.replay``).
+
+The refusal names the fields that differ, and the way out that fits them: ``--rebuild`` when
+only what a rebuilt environment changes differs (``replay.REBUILDABLE``), ``--data`` when a
+data file the run did not keep differs. The verdict maps compare's verdict and exit code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.verdict import compare, replay
+
+RUN = Path("/store/20261125-mnist-1")
+REBUILD = "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
+
+
+def _diffs(*names: str) -> list[tuple[str, object, object]]:
+    return [(name, "then", "now") for name in names]
+
+
+def test_a_refusal_names_at_most_four_fields_and_how_many_differ():
+    text = replay.refusal(RUN, _diffs("hardware.cpu.model", "software.python", "environment.X", "data.a", "data.b"), [])
+    assert text == ("cannot replay 20261125-mnist-1 here: 5 comparability field(s) differ (hardware.cpu.model, "
+                    "software.python, environment.X, data.a); use --allow-mismatch to run anyway")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "field", ["software.distributions.keras.files_sha256", "software.tensorflow", "software.keras", "software.numpy"]
+)
+def test_what_a_rebuilt_environment_changes_suggests_rebuild(field):
+    """Each field a rebuild installs anew (REBUILDABLE) on its own gets the --rebuild hint."""
+    text = replay.refusal(RUN, _diffs(field), [])
+    assert text.endswith(REBUILD)
+    assert text.startswith(f"cannot replay {RUN.name} here: 1 comparability field(s) differ ({field});")
+
+
+def test_rebuild_is_suggested_only_when_nothing_else_differs_and_not_after_a_rebuild():
+    assert REBUILD not in replay.refusal(RUN, _diffs("software.keras", "software.python"), [])
+    assert REBUILD not in replay.refusal(RUN, _diffs("software.tf_build.cpu_compiler"), [])
+    assert REBUILD not in replay.refusal(RUN, _diffs("software.keras"), [], rebuilt=True)  # it was rebuilt
+    assert REBUILD not in replay.refusal(RUN, [], [])
+    assert replay.refusal(RUN, _diffs("software.keras", "software.numpy"), [], rebuilt=False).endswith(REBUILD)
+
+
+def test_a_differing_data_file_the_run_did_not_keep_names_data():
+    text = replay.refusal(RUN, _diffs("data.big.npz", "data.small.npz", "data.other.npz"), ["other.npz", "big.npz"])
+    assert text == (f"cannot replay {RUN.name} here: 3 comparability field(s) differ (data.big.npz, data.small.npz, "
+                    "data.other.npz); use --allow-mismatch to run anyway; other.npz, big.npz was not kept in the run "
+                    "(over store.snapshot_max_mb): point the replay at a copy with --data other.npz=PATH")  # fmt: skip
+    kept = replay.refusal(RUN, _diffs("data.small.npz"), ["big.npz"])  # the unkept file does not differ
+    assert "--data" not in kept and "not kept" not in kept
+
+
+@pytest.mark.parametrize(
+    ("compared", "verdict", "code"),
+    [("IDENTICAL", "REPRODUCED", 0), ("DIFFERENT", "DIVERGED", 1),
+     ("NOTHING COMPARED", "NOTHING COMPARED", compare.NOTHING_COMPARED), ("NOT COMPARABLE", "NOT COMPARABLE", 3)],
+)  # fmt: skip
+def test_the_replay_verdict_follows_compares(monkeypatch, compared, verdict, code):
+    calls = []
+
+    def compare_runs(a, b, force=False):
+        calls.append((a, b, force))
+        return compare.Comparison(compared, 0)
+
+    monkeypatch.setattr(compare, "compare_runs", compare_runs)
+    monkeypatch.setattr(compare, "report", lambda c, a, b: f"{c.verdict}: {a.name} vs {b.name}")
+    new = RUN.parent / "new"
+    got = replay.verdict(RUN, new)
+    assert (got.original, got.new_run, got.verdict, got.exit_code) == (RUN, new, verdict, code)
+    assert got.detail == f"{compared}: {RUN.name} vs new"
+    assert calls == [(RUN, new, True)]  # a replay compares even what its key says is not comparable
