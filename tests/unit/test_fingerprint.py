@@ -220,3 +220,12 @@ def test_a_cpu_field_a_run_did_not_record_is_unknown_by_name():
 def test_a_dirty_checkout_is_any_line_of_git_status():
     assert probes.parse_git_status(" M train.py\n") is True
     assert probes.parse_git_status("\n") is False and probes.parse_git_status("") is False
+
+
+def test_every_kernel_selecting_x86_feature_is_an_isa_flag_and_the_rest_are_not():
+    """oneDNN, Eigen and OpenBLAS pick kernels by these (SSE4, AVX-512 and its VNNI/BF16 kinds, AMX, F16C,
+    AVX-VNNI), so each must reach the key; flags that pick no kernel must not make CPUs look different."""
+    kernel = "sse4_1 sse4_2 avx avx2 fma f16c avx512f avx512_vnni avx512_bf16 amx_tile amx_int8 avx_vnni avx_vnni_int8"
+    other = "fpu vme de pse tsc msr ht syscall nx lm constant_tsc rep_good nopl xtopology cpuid pni ssse3"
+    cpu = probes.parse_cpuinfo(f"processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: {other} {kernel}\n")
+    assert cpu["isa"] == sorted(kernel.split())

@@ -443,3 +443,37 @@ def test_files_sha256_hashes_each_entry_as_a_line():
     entries = [("b.py", "h2"), ("a.py", "h1")]
     assert usage.files_sha256(entries) == hashlib.sha256(b"a.py\th1\nb.py\th2\n").hexdigest()
     assert usage.files_sha256([("RECORD-less.py", "")]) is None
+
+
+def test_files_the_system_and_tools_read_for_themselves_are_not_data(tmp_path):
+    """System files (the kernel's views, installed software, package databases and caches) and tools'
+    own caches (font lists, compiled kernels, the launcher's) are never the job's data; a data set in
+    ~/.cache is."""
+    home = tmp_path / "home"
+    own = [home / ".cache" / tool / "state.bin" for tool in ("fontconfig", "matplotlib", "pip", "launch")]
+    dataset = home / ".cache" / "datasets" / "digits.npz"
+    for path in (*own, dataset):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    system = [p for p in ("/sys/devices/system/cpu/online", "/usr/share/zoneinfo/UTC", "/var/lib/dpkg/status",
+                          "/var/cache/debconf/config.dat", "/etc/hostname") if os.path.isfile(p)]  # fmt: skip
+    read = {"read": True, "written_first": False}
+    opened = {str(p): read for p in (*own, dataset, *system)}
+    assert usage.data_files(opened, ROOTS, str(home)) == [str(dataset)]
+
+
+@pytest.mark.parametrize("missing", ["job.json", "status.json", "config.yaml"])
+def test_a_directory_is_a_run_only_with_all_of_a_runs_records(tmp_path, missing):
+    """What a listing finds in a run directory is the launcher's record; a directory that only looks like
+    one (named like a run, without one of its records) holds data like any other."""
+    run = tmp_path / "20260101-000000-abcdef"
+    (run / "outputs").mkdir(parents=True)
+    (run / "outputs" / "w.npz").write_text("w")
+    for marker in {"job.json", "status.json", "config.yaml"} - {missing}:
+        (run / marker).write_text("{}")
+    usage._in_a_run.cache_clear()
+    found = usage._scan({str(run / "outputs"): False}, {})
+    assert [path for path, _, _ in found] == [str(run / "outputs" / "w.npz")]
+    (run / missing).write_text("{}")
+    usage._in_a_run.cache_clear()
+    assert usage._scan({str(run / "outputs"): False}, {}) == []
