@@ -477,3 +477,25 @@ def test_a_directory_is_a_run_only_with_all_of_a_runs_records(tmp_path, missing)
     (run / missing).write_text("{}")
     usage._in_a_run.cache_clear()
     assert usage._scan({str(run / "outputs"): False}, {}) == []
+
+
+def test_run_is_the_systems_but_a_users_run_directory_holds_data(tmp_path):
+    """/run holds the system's state (pid files, sockets); /run/user/UID is the user's own RAM disk."""
+    user_dir = Path(f"/run/user/{os.getuid()}")
+    made = [d for d in (user_dir.parent, user_dir) if not d.exists()]
+    try:
+        user_dir.mkdir(parents=True, exist_ok=True)
+        system = Path(f"/run/launch-test-{os.getpid()}.pid")
+        system.write_text("1")
+        data = user_dir / f"launch-test-{os.getpid()}.npz"
+        data.write_bytes(b"x")
+    except OSError as exc:
+        pytest.skip(f"cannot write /run here ({exc.strerror}): needs root")
+    try:
+        read = {"read": True, "written_first": False}
+        assert usage.data_files({str(system): read, str(data): read}, ROOTS, str(tmp_path)) == [str(data)]
+    finally:
+        system.unlink()
+        data.unlink()
+        for directory in reversed(made):
+            directory.rmdir()
