@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, is_run
+from tests.integration.resumed import env, record, run_of, work_dir
 
 pytestmark = pytest.mark.slow
 
@@ -30,40 +31,23 @@ def _args(store: Path, script: Path, script_args: str, *extra: str) -> list[str]
             f"store.root={store}", *extra]  # fmt: skip
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def _work(parent: Path, name: str) -> Path:
-    """A launch directory with its own copy of the data (the scripts read data.npz, relatively)."""
-    work = parent / name
-    work.mkdir()
-    shutil.copy(DATA, work / "data.npz")
-    return work
 
 
-def _run_of(store: Path) -> Path:
-    (run,) = [p for p in store.iterdir() if is_run(p)]
-    return run
 
 
-def _record(run: Path, work: Path) -> dict:
-    result = json.loads((run / "result.json").read_text())
-    return {"weights": result["weights_sha256"], "layers": result["layer_sha256"],
-            "outputs": result["outputs_content"], "metrics": (run / "metrics.jsonl").read_text(),
-            "trace": (run / "trace.jsonl").read_text(), "final": result["final_metrics"],
-            "history": (work / "outputs" / "history.json").read_text()}  # fmt: skip
 
 
 def _reference(parent: Path, script: Path, script_args: str, *extra: str) -> dict:
     """An uninterrupted run of ``script``: its run directory and its record."""
-    work, store = _work(parent, "work"), parent / "store"
+    work, store = work_dir(parent, "work"), parent / "store"
     argv = [sys.executable, "-m", "launcher", *_args(store, script, script_args, *extra)]
-    done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True, timeout=600,
+    done = subprocess.run(argv, cwd=work, env=env(), capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = _run_of(store)
-    return {"run": run, **_record(run, work)}
+    run = run_of(store)
+    return {"run": run, **record(run, work)}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +64,7 @@ def _kill_after(work: Path, store: Path, epoch: int, script: Path, script_args: 
     """Start the script's run and SIGKILL its launcher's process group once checkpoint ``epoch`` exists."""
     store.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store, script, script_args, *extra)], cwd=work,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -100,7 +84,7 @@ def _resumes_to_the_reference(launch, run: Path, work: Path, reference: dict) ->
     """Resume ``run``; its record must equal the reference's bit for bit and `launch compare` say IDENTICAL."""
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    resumed = _record(run, work)
+    resumed = record(run, work)
     for key in ("weights", "layers", "metrics", "trace", "history", "outputs", "final"):
         assert resumed[key] == reference[key], key
     compared = launch("compare", reference["run"], run)
@@ -129,7 +113,7 @@ print(first[0] != list(range(20)), all(o == first[0] for o in first + again))
 
 
 def test_a_fit_on_arrays_killed_after_epoch_1_resumes_to_the_same_bits(launch, tmp_path, arrays_reference):
-    work = _work(tmp_path, "work")
+    work = work_dir(tmp_path, "work")
     run = _kill_after(work, tmp_path / "store", 1, *ARRAYS)
     out = _resumes_to_the_reference(launch, run, work, arrays_reference)
     assert "resumed from checkpoints/epoch-000001" in out
@@ -138,7 +122,7 @@ def test_a_fit_on_arrays_killed_after_epoch_1_resumes_to_the_same_bits(launch, t
 def test_a_two_fit_script_killed_in_its_second_fit_resumes_to_the_same_bits(launch, tmp_path, two_fits_reference):
     """Killed after the second fit's first epoch, keeping one checkpoint: the first fit's last one
     (epoch 2) is kept too, and the resumed job fast-forwards the first fit from it."""
-    work = _work(tmp_path, "work")
+    work = work_dir(tmp_path, "work")
     run = _kill_after(work, tmp_path / "store", 3, *TWO_FITS, KEEP_ONE)
     assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-000002", "epoch-000003"]
     out = _resumes_to_the_reference(launch, run, work, two_fits_reference)
@@ -150,14 +134,14 @@ def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(
                                                                                 two_fits_reference):  # fmt: skip
     """Killed once the first fit's last checkpoint exists: the first fit runs no epoch, and the
     second, on the same pipeline, reads the iterators the uninterrupted run read."""
-    work = _work(tmp_path, "work")
+    work = work_dir(tmp_path, "work")
     run = _kill_after(work, tmp_path / "store", 2, *TWO_FITS, KEEP_ONE)
     shutil.rmtree(run / "checkpoints" / "epoch-000003", ignore_errors=True)  # killed a little late: from epoch 2
     _resumes_to_the_reference(launch, run, work, two_fits_reference)
 
 
 def test_a_fit_on_a_generator_is_refused_in_one_line(launch, tmp_path):
-    work = _work(tmp_path, "work")
+    work = work_dir(tmp_path, "work")
     run = _kill_after(work, tmp_path / "store", 1, SCRIPTS / "generator_fit.py", "data.npz,3")
     done = launch("resume", run)
     assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr
@@ -182,11 +166,11 @@ def test_a_killed_notebook_resumes_with_its_kept_cells_to_the_same_bits(launch, 
     shutil.copyfile(NOTEBOOK, notebook)
     done = launch(*_notebook_args(tmp_path / "reference", notebook))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    reference = _run_of(tmp_path / "reference")
+    reference = run_of(tmp_path / "reference")
     store = tmp_path / "store"
     store.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "launcher", *_notebook_args(store, notebook)], cwd=tmp_path,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300
     while not ((runs := [p for p in store.iterdir() if is_run(p)]) and

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, is_run
+from tests.conftest import is_run
+from tests.integration.resumed import env, record, run_of, work_dir
 
 pytestmark = pytest.mark.slow
 
@@ -25,45 +26,24 @@ def _args(store: Path, script_args: str = f"data.npz,{EPOCHS},outputs", script: 
             f"store.root={store}"]  # fmt: skip
 
 
-def _work(tmp_path: Path, mnist_npz: Path, name: str) -> Path:
-    """A launch directory with its own copy of the data (the script reads data.npz, relatively)."""
-    work = tmp_path / name
-    work.mkdir()
-    shutil.copy(mnist_npz, work / "data.npz")
-    return work
 
 
-def _run_of(store: Path) -> Path:
-    (run,) = [p for p in store.iterdir() if is_run(p)]
-    return run
 
 
-def _record(run: Path, work: Path) -> dict:
-    result = json.loads((run / "result.json").read_text())
-    return {"weights": result["weights_sha256"], "layers": result["layer_sha256"],
-            "outputs": result["outputs_content"], "metrics": (run / "metrics.jsonl").read_text(),
-            "trace": (run / "trace.jsonl").read_text(),
-            "history": (work / "outputs" / "history.json").read_text()}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, mnist_npz_module) -> dict:
+def uninterrupted(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("reference")
-    work, store = _work(tmp, mnist_npz_module, "work"), tmp / "store"
-    done = subprocess.run([sys.executable, "-m", "launcher", *_args(store)], cwd=work, env=_env(),
+    work, store = work_dir(tmp, "work"), tmp / "store"
+    done = subprocess.run([sys.executable, "-m", "launcher", *_args(store)], cwd=work, env=env(),
                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = _run_of(store)
-    return {"run": run, **_record(run, work)}
+    run = run_of(store)
+    return {"run": run, **record(run, work)}
 
 
-@pytest.fixture(scope="module")
-def mnist_npz_module() -> Path:
-    return REPO / "tests" / "data" / "mnist-small.npz"
 
-
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
 def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int,
@@ -71,7 +51,7 @@ def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int,
     """Start the script's run and send ``signum`` to its launcher once checkpoint ``epoch`` exists."""
     store.mkdir()
     argv = [sys.executable, "-m", "launcher", *_args(store, *args, script=script)]
-    proc = subprocess.Popen(argv, cwd=work, env=_env(),
+    proc = subprocess.Popen(argv, cwd=work, env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300
@@ -102,8 +82,8 @@ def _cmdline(path: Path) -> str:
         return ""
 
 
-def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, mnist_npz, uninterrupted):
-    work = _work(tmp_path, mnist_npz, "work")
+def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, uninterrupted):
+    work = work_dir(tmp_path, "work")
     run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGKILL)
     proc.communicate(timeout=60)
     _gone(run, 10)
@@ -111,7 +91,7 @@ def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, mnist_np
     done = launch("resume", run, cwd=tmp_path)  # from anywhere: the script runs again where it ran
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "resumed from checkpoints/epoch-00000" in done.stdout
-    resumed = _record(run, work)
+    resumed = record(run, work)
     for key in ("weights", "layers", "metrics", "trace", "history", "outputs"):
         assert resumed[key] == uninterrupted[key], key
     result = json.loads((run / "result.json").read_text())
@@ -120,8 +100,8 @@ def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, mnist_np
     assert compared.returncode == 0 and "IDENTICAL" in compared.stdout, compared.stdout[-2000:]
 
 
-def test_sigterm_stops_a_script_run_resumably_and_resume_continues_it(launch, tmp_path, mnist_npz, uninterrupted):
-    work = _work(tmp_path, mnist_npz, "work")
+def test_sigterm_stops_a_script_run_resumably_and_resume_continues_it(launch, tmp_path, uninterrupted):
+    work = work_dir(tmp_path, "work")
     run, proc = _stop_after_checkpoint(work, tmp_path / "store", 3, signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
@@ -131,11 +111,11 @@ def test_sigterm_stops_a_script_run_resumably_and_resume_continues_it(launch, tm
     assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert _record(run, work)["weights"] == uninterrupted["weights"]
+    assert record(run, work)["weights"] == uninterrupted["weights"]
 
 
-def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path, mnist_npz):
-    work = _work(tmp_path, mnist_npz, "work")
+def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path):
+    work = work_dir(tmp_path, "work")
     run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL)
     proc.communicate(timeout=60)
     _gone(run, 10)
@@ -148,11 +128,11 @@ def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path, mnist
     assert not (run / "manifest.json").exists()
 
 
-def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, tmp_path, mnist_npz,
+def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, tmp_path,
                                                                          uninterrupted):  # fmt: skip
     """The script kept in the run at its checkpoint is what resumes: an edit made while the run
     waited (here one that would fail at once) is not run, and the resumed run writes where it did."""
-    work = _work(tmp_path, mnist_npz, "work")
+    work = work_dir(tmp_path, "work")
     script = work / "train_copy.py"
     shutil.copy(SCRIPT, script)
     run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL, script=script)
@@ -164,31 +144,31 @@ def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, 
     done = launch("resume", run, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"resuming with the code the run ran, kept in it; changed since: {script}" in done.stdout
-    resumed = _record(run, work)  # history.json written into the launch directory, as the run would have
+    resumed = record(run, work)  # history.json written into the launch directory, as the run would have
     for key in ("weights", "layers", "metrics", "trace", "history"):
         assert resumed[key] == uninterrupted[key], key
     assert json.loads((run / "job.json").read_text())["resume"]["code_from_snapshot"] is True
     assert not [p for p in (tmp_path / "store").iterdir() if p.name.startswith(".resume-")]  # laid-out code removed
 
 
-def test_a_fit_that_early_stopping_ended_resumes_to_its_end(launch, tmp_path, mnist_npz):
+def test_a_fit_that_early_stopping_ended_resumes_to_its_end(launch, tmp_path):
     """Killed after the checkpoint of the epoch where EarlyStopping ended the fit (4 epochs asked,
     2 run): the resumed fit runs no epoch; EarlyStopping's restore_best_weights acts on the
     restored state as it did, and the final metrics come from the kept epochs."""
     early = "data.npz,4,outputs,0,10.0"  # no val_loss improves by 10: it stops after epoch 2
-    reference = _work(tmp_path, mnist_npz, "reference")
+    reference = work_dir(tmp_path, "reference")
     done = launch(*_args(tmp_path / "reference-store", early), cwd=reference)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    uninterrupted = _run_of(tmp_path / "reference-store")
+    uninterrupted = run_of(tmp_path / "reference-store")
     assert len((uninterrupted / "metrics.jsonl").read_text().splitlines()) == 2  # it did stop early
-    work = _work(tmp_path, mnist_npz, "work")
+    work = work_dir(tmp_path, "work")
     run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGKILL, early)
     proc.communicate(timeout=60)
     _gone(run, 10)
     assert not (run / "manifest.json").exists(), "the run finished before it could be killed"
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert _record(run, work) == _record(uninterrupted, reference)
+    assert record(run, work) == record(uninterrupted, reference)
     assert json.loads((run / "result.json").read_text())["final_metrics"] == \
         json.loads((uninterrupted / "result.json").read_text())["final_metrics"]  # fmt: skip
 
@@ -197,15 +177,15 @@ def _pids_running(needle: str) -> list[int]:
     return [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/cmdline") if needle in _cmdline(p)]
 
 
-def test_a_submitit_local_job_signalled_to_requeue_resumes_its_run(tmp_path, mnist_npz, uninterrupted):
+def test_a_submitit_local_job_signalled_to_requeue_resumes_its_run(tmp_path, uninterrupted):
     """submitit_local's timeout signal (USR2, as its controller sends before `timeout_min`) after epoch
     2's checkpoint: submitit requeues the task, and the requeued job resumes the same run directory
     to the uninterrupted run's bits (the same path a Slurm preemption takes, tests/integration/test_slurm.py)."""
-    work = _work(tmp_path, mnist_npz, "work")
+    work = work_dir(tmp_path, "work")
     store = tmp_path / "store"
     sweep = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *_args(store), "+seed=0",
                               "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30"],
-                             cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=work, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 300
