@@ -111,50 +111,63 @@ def run_job(
         if own:
             signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_child_setup,
-            start_new_session=own,
-        )
-        stopper = _Stopper(proc, grace_s)
-        previous = {s: signal.getsignal(s) for s in STOP_SIGNALS} if own else {}
-        stopper.previous = previous
-        try:
-            for signum, handler in previous.items():
-                if handler is not signal.SIG_IGN:
-                    signal.signal(signum, stopper.handle)
+    stopper = _Stopper(None, grace_s)
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS} if own else {}
+    stopper.previous = previous
+    proc = None
+    try:
+        # Ours before the job exists: a signal that arrives while it is being started is
+        # noted, and sent to it as soon as it runs (it waits, blocked, until it can stop).
+        for signum, handler in previous.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(signum, stopper.handle)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                cwd=cwd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_child_setup,
+                start_new_session=own,
+            )
+            stopper.started(proc)
             _pump(proc, log, echo, tick=stopper.tick)
             return Ended(proc.wait(), stopper.signal, stopper.killed)
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-            if proc.poll() is None:
-                stopper.kill("the launcher stopped")
-                proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        if proc is not None and proc.poll() is None:
+            stopper.kill("the launcher stopped")
+            proc.wait()
 
 
 class _Stopper:
     """Our side of a stop: the first signal asks the job, a second one or the grace's end kills it."""
 
-    def __init__(self, proc: subprocess.Popen, grace_s: float) -> None:
+    def __init__(self, proc: subprocess.Popen | None, grace_s: float) -> None:
         self.proc, self.grace_s = proc, grace_s
         self.signal: int | None = None
         self.deadline: float | None = None
         self.killed: str | None = None
         self.previous: dict = {}
 
+    def started(self, proc: subprocess.Popen) -> None:
+        """The job runs: a signal noted while it was being started is sent to it now."""
+        self.proc = proc
+        if self.signal is not None:
+            self.deadline = time.monotonic() + self.grace_s
+            proc.send_signal(self.signal)
+
     def handle(self, signum: int, frame) -> None:
         if self.signal is None:
             self.signal = signum
             self.deadline = time.monotonic() + self.grace_s
-            if self.proc.poll() is None:
+            if self.proc is not None and self.proc.poll() is None:
                 self.proc.send_signal(signum)
+        elif self.proc is None:
+            pass  # a second signal before the job exists: the first one stops it
         elif self.killed is None:
             self.kill(f"a second {signal.Signals(signum).name}")
         earlier = self.previous.get(signum)

@@ -257,7 +257,7 @@ def test_stress_interrupts_at_random_moments_always_end_interrupted(mnist_npz, t
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        (run,) = [p for p in store.iterdir() if p.is_dir()]
+        (run,) = [p for p in store.iterdir() if is_run(p)]  # a run that ran on to the end also kept objects/
         what = f"launch {i} ({kind} after {delay:.2f} s, exit {proc.returncode})"
         status = json.loads((run / "status.json").read_text())
         last = out.strip().splitlines()[-1] if out.strip() else ""
