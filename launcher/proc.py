@@ -48,15 +48,7 @@ def run_streaming(
             os.sched_setaffinity(0, preexec_affinity)
 
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_child_setup,
-        )
+        proc = _start(argv, env, cwd, _child_setup)
         try:
             _pump(proc, log, echo)
             return proc.wait()
@@ -122,16 +114,7 @@ def run_job(
             if handler is not signal.SIG_IGN:
                 signal.signal(signum, stopper.handle)
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                list(argv),
-                env=dict(env),
-                cwd=cwd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=_child_setup,
-                start_new_session=own,
-            )
+            proc = _start(argv, env, cwd, _child_setup, new_session=own)
             stopper.started(proc)
             _pump(proc, log, echo, tick=stopper.tick)
             return Ended(proc.wait(), stopper.signal, stopper.killed)
@@ -141,6 +124,12 @@ def run_job(
         if proc is not None and proc.poll() is None:
             stopper.kill("the launcher stopped")
             proc.wait()
+
+
+def _start(argv: Sequence[str], env: Mapping[str, str], cwd: str | None, setup, new_session: bool = False):
+    """The job's process: its output (stdout and stderr as one) to us, no stdin."""
+    return subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, preexec_fn=setup, start_new_session=new_session)
 
 
 class _Stopper:
