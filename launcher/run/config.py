@@ -66,8 +66,26 @@ def _positive_number(value: object, name: str) -> None:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
 
+# The config's sections: each a mapping of settings (a group, or a block of launch.yaml).
+SECTIONS = ("train", "determinism", "runtime", "image", "tracking", "store", "sweep")
+
+
+def _section_keys(section: str) -> list[str]:
+    """The settings of a block of launch.yaml (``store``: root, snapshot_max_mb), for the error."""
+    from importlib import resources
+
+    primary = OmegaConf.create(resources.files("launcher.configs").joinpath("launch.yaml").read_text())
+    block = primary.get(section)
+    return [str(k) for k in block] if OmegaConf.is_dict(block) else []
+
+
 def validate(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first invalid value, naming what is allowed."""
+    for section in SECTIONS:  # `store=DIR` replaces the mapping with a string; Hydra lets it
+        if section in cfg and not OmegaConf.is_dict(cfg.get(section)) and cfg.get(section) is not None:
+            keys = ", ".join(f"{section}.{k}" for k in _section_keys(section)) or f"{section}.KEY"
+            raise ConfigError(f"{section} is a set of settings, not a value ({section}={cfg.get(section)!r}); "
+                              f"set one of them: {keys}")  # fmt: skip
     train, det = cfg.train, cfg.determinism
     if train.name not in TASKS:
         raise ConfigError(f"train={train.name!r} is unknown; choose one of {', '.join(TASKS)}")

@@ -51,6 +51,8 @@ def test_config_hash_ignores_the_store_but_not_the_threads():
         (["determinism.intra_op_threads=null"], "must be set in strict mode"),
         (["train=custom"], "train.entrypoint=package.module:function"),
         (["train=script", "train.script=/nonexistent.py"], "is not a file"),
+        (["store=/tmp/runs"], r"store is a set of settings.*store\.root, store\.snapshot_max_mb"),
+        (["sweep=val_loss"], r"sweep is a set of settings.*sweep\.objective"),
     ],
 )
 def test_invalid_values_are_named(overrides, message):
