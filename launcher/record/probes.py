@@ -12,6 +12,7 @@ import hashlib
 import os
 import platform
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -163,7 +164,35 @@ def parse_os_release(text: str) -> dict:
 
 def installed_distributions() -> list[str]:
     """``name==version`` of every installed distribution, sorted, names normalized: the one
-    an import finds first where two versions are installed (a venv over shared site-packages)."""
+    an import finds first where two versions are installed (a venv over shared site-packages).
+
+    Read again only when a ``sys.path`` directory changed since the last call (an install or
+    an uninstall adds or removes a ``.dist-info`` entry there): a job asks at its start, before
+    each checkpoint and at its end, and reading every distribution's metadata takes a quarter
+    of a second."""
+    state = _path_state()
+    if _distributions_read and _distributions_read[0] == state:
+        return list(_distributions_read[1])
+    found = _read_distributions()
+    _distributions_read[:] = [state, found]
+    return list(found)
+
+
+_distributions_read: list = []  # [the sys.path state it was read in, the list]
+
+
+def _path_state() -> tuple:
+    """``sys.path`` and the modification time of each directory of it."""
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, None))
+    return tuple(state)
+
+
+def _read_distributions() -> list[str]:
     found: dict[str, str] = {}
     for dist in metadata.distributions():  # in sys.path order
         name = dist.metadata["Name"]

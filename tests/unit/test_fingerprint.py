@@ -229,3 +229,16 @@ def test_every_kernel_selecting_x86_feature_is_an_isa_flag_and_the_rest_are_not(
     other = "fpu vme de pse tsc msr ht syscall nx lm constant_tsc rep_good nopl xtopology cpuid pni ssse3"
     cpu = probes.parse_cpuinfo(f"processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: {other} {kernel}\n")
     assert cpu["isa"] == sorted(kernel.split())
+
+
+def test_installed_distributions_follow_an_install_and_an_uninstall_made_after_they_were_read(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = probes.installed_distributions()
+    assert not any(p.startswith("launch-test-dist==") for p in before)
+    info = tmp_path / "launch_test_dist-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: launch_test_dist\nVersion: 1.2\n")
+    assert probes.installed_distributions() == sorted([*before, "launch-test-dist==1.2"])
+    (info / "METADATA").unlink()
+    info.rmdir()
+    assert probes.installed_distributions() == before
