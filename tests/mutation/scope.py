@@ -19,8 +19,9 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "launcher.record.probes": ("x_parse_cpuinfo", "x_parse_cpu_caches", "x_parse_meminfo", "x_parse_nvidia_smi_query",
                                "x_parse_cuda_driver_version", "x_parse_nvidia_topology", "x_parse_os_release",
                                "x_parse_git_status"),
-    # The bootstrap's plan and its check that every setting took effect; the config's hashed part.
-    "launcher.run.determinism": ("x_plan", "x_verify"),
+    # The bootstrap's plan, what it reads back from TensorFlow, and its check that every setting took
+    # effect; the config's hashed part.
+    "launcher.run.determinism": ("x_plan", "x_verify", "x_read_back"),
     "launcher.run.config": ("x_hashed_part", "x_config_hash", "x_validate"),
     # Replay's refusal and verdict; the audit's trials and judgment.
     "launcher.verdict.replay": ("x_refusal", "x_verdict"),
