@@ -84,6 +84,13 @@ def _under(path: str, roots: Iterable[str]) -> bool:
     return any(root and (path == root or path.startswith(root.rstrip("/") + "/")) for root in roots)
 
 
+def system_path(path: str) -> bool:
+    """Whether a real path is the OS's, a device's or a pseudo-file's (``SYSTEM_DIRS``, but
+    the RAM disks of ``USER_DATA_IN_SYSTEM_DIRS``): never data, on any layout of ``/``
+    (judged by the path itself, whether ``/lib`` is a directory or a link into ``/usr``)."""
+    return _under(path, SYSTEM_DIRS) and not _under(path, USER_DATA_IN_SYSTEM_DIRS)
+
+
 def classify(path: str, roots: Roots) -> str:
     """``launcher``, ``site`` (an installed distribution), ``python`` (the interpreter and
     its standard library) or ``user`` (anything else: the user's code, a system library)."""
@@ -146,8 +153,7 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
             continue
         if os.path.basename(path) in IGNORED_NAMES or _METADATA.search(path) or not os.path.isfile(path):
             continue
-        system = _under(path, SYSTEM_DIRS) and not _under(path, USER_DATA_IN_SYSTEM_DIRS)
-        if system or _under(path, (*caches, *roots.ignored)) or classify(path, roots) != "user":
+        if system_path(path) or _under(path, (*caches, *roots.ignored)) or classify(path, roots) != "user":
             continue
         out.append(opened_as)
     return out

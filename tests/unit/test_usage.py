@@ -499,3 +499,22 @@ def test_run_is_the_systems_but_a_users_run_directory_holds_data(tmp_path):
         data.unlink()
         for directory in reversed(made):
             directory.rmdir()
+
+
+@pytest.mark.parametrize("path", [
+    "/proc/cpuinfo", "/sys/devices/system/cpu/online", "/dev/urandom", "/run/systemd/resolve/resolv.conf",
+    "/etc/hostname", "/usr/share/zoneinfo/UTC", "/lib/x86_64-linux-gnu/gconv/gconv-modules.cache",
+    "/lib32/locale/C.utf8/LC_CTYPE", "/lib64/ld-linux-x86-64.so.2", "/bin/sh", "/sbin/ldconfig",
+    "/var/lib/dpkg/status", "/var/cache/debconf/config.dat", "/snap/core22/current/etc/os-release",
+])
+def test_the_systems_files_are_never_data_on_any_layout_of_the_root(path):
+    """Judged by the path: on a machine without a merged /usr, /lib, /bin and /sbin are directories of
+    their own (here they are links into /usr, which realpath would hide), and /lib32 and /snap exist."""
+    assert usage.system_path(path)
+
+
+@pytest.mark.parametrize("path", ["/run/user/1000/digits.npz", "/dev/shm/batch.npy", "/home/me/data/a.npz",
+                                  "/tmp/x.npz", "/var/tmp/x.npz", "/srv/data/a.npz", "/usrdata/a.npz",
+                                  "/libraries/a.npz", "/opt/data/a.npz"])
+def test_ram_disks_and_everything_outside_the_system_may_be_data(path):
+    assert not usage.system_path(path)
