@@ -79,7 +79,7 @@ def plan(
     job's environment (``numpy_version``: the NumPy the job imports, whose dispatch names differ).
     """
     if level not in LEVELS:
-        raise DeterminismError(f"unknown determinism level {level!r}; choose one of {LEVELS}")
+        raise DeterminismError(f"unknown determinism level {level!r}; choose one of {', '.join(LEVELS)}")
     env: dict[str, str] = {}
     if onednn_opts is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn_opts else "0"

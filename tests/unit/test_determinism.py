@@ -169,3 +169,50 @@ def test_read_back_asks_tensorflow_what_took_effect_not_the_plan():
 def test_every_random_ops_mode_is_planned(random_ops):
     assert determinism.plan("strict", 1, 1, 1, False, random_ops=random_ops).random_ops == random_ops
     assert determinism.plan("off", 1, random_ops=random_ops).random_ops == random_ops
+
+
+# The whole plan of each level, field by field: what the bootstrap is told to do is the promise of
+# docs/determinism.md's table, so every field is asserted, not only the ones a level changes.
+STRICT_ENV = {"PYTHONHASHSEED": "5", "TF_DETERMINISTIC_OPS": "1", "TF_CUDNN_DETERMINISTIC": "1",
+              "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}  # fmt: skip
+
+
+@pytest.mark.parametrize("level,args,kwargs,expected", [
+    ("off", (5,), {}, determinism.Plan(level="off", seed=5)),
+    ("off", (5, 2, 3, True), {"jit_compile": True, "deterministic_data": False, "random_ops": "constant"},
+     determinism.Plan(level="off", seed=5, env={"TF_ENABLE_ONEDNN_OPTS": "1"}, jit_compile=True,
+                      deterministic_data=False, random_ops="constant")),
+    ("seeded", (5,), {}, determinism.Plan(level="seeded", seed=5, env={"PYTHONHASHSEED": "5"}, seed_everything=True)),
+    ("seeded", (5, 2, 3, False), {"jit_compile": True},
+     determinism.Plan(level="seeded", seed=5, env={"PYTHONHASHSEED": "5", "TF_ENABLE_ONEDNN_OPTS": "0"},
+                      seed_everything=True, intra_op_threads=2, inter_op_threads=3, jit_compile=True)),
+    ("strict", (5, 2, 3), {},
+     determinism.Plan(level="strict", seed=5, env=STRICT_ENV, seed_everything=True, op_determinism=True,
+                      intra_op_threads=2, inter_op_threads=3, deterministic_data=True, jit_compile=False)),
+    ("strict", (5, 1, 1, True), {"jit_compile": True, "deterministic_data": False, "random_ops": "num_random_ops"},
+     determinism.Plan(level="strict", seed=5, env={**STRICT_ENV, "TF_ENABLE_ONEDNN_OPTS": "1"},
+                      seed_everything=True, op_determinism=True, intra_op_threads=1, inter_op_threads=1,
+                      deterministic_data=False, jit_compile=True, random_ops="num_random_ops")),
+    ("portable", (5, 1, 1, False), {"numpy_version": "2.4.0"},
+     determinism.Plan(level="portable", seed=5,
+                      env={**STRICT_ENV, "TF_ENABLE_ONEDNN_OPTS": "0", **determinism.isa_caps("x86-64-v3", "2.4.0")},
+                      seed_everything=True, op_determinism=True, intra_op_threads=1, inter_op_threads=1,
+                      deterministic_data=True, jit_compile=False, isa_baseline="x86-64-v3")),
+])  # fmt: skip
+def test_each_levels_plan_is_exactly_its_table_row(level, args, kwargs, expected):
+    assert determinism.plan(level, *args, **kwargs) == expected
+
+
+def test_a_plan_the_config_did_not_check_is_refused_by_name():
+    """The bootstrap's plan refuses on its own what config.validate would have (a job.json written by
+    hand, an older launcher's config): a level, a random_ops mode, threads left open."""
+    with pytest.raises(DeterminismError) as info:
+        determinism.plan("strictest", 0, 1, 1)
+    assert str(info.value) == "unknown determinism level 'strictest'; choose one of off, seeded, strict, portable"
+    with pytest.raises(DeterminismError) as info:
+        determinism.plan("strict", 0, 1, 1, random_ops="sometimes")
+    assert str(info.value) == "determinism.random_ops must be one of None, num_random_ops, constant, got 'sometimes'"
+    for level in ("strict", "portable"):
+        with pytest.raises(DeterminismError) as info:
+            determinism.plan(level, 0, 1, None)
+        assert str(info.value) == f"{level} determinism needs fixed intra_op_threads and inter_op_threads"
