@@ -24,7 +24,12 @@ _NO_CONTAINER = ("this branch runs only for a stored run without a container, wh
                  "to None")
 _CHUNK = "the digest of a file does not depend on the size of the blocks it is read in (read(None) reads it whole)"
 
+_NO_FLAGS = ("with neither a flags nor a Features line the CPU's flags are one word that is no ISA flag: 'XXXX' "
+             "is none (is_isa_flag) and completes no x86-64 level (cpuid.levels), as no flag at all")
+
 EQUIVALENT: dict[tuple[str, str], str] = {
+    ("launcher.record.probes.x_parse_cpuinfo",
+     'flags = (fields.get("flags") or fields.get("Features") or "XXXX").split()'): _NO_FLAGS,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), copy=None)'): _NO_COPY,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), )'): _NO_COPY,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), copy=True)'): _NO_COPY,

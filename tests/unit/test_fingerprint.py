@@ -55,7 +55,26 @@ def test_cpu_generation_is_keyed_and_microcode_is_not():
 
 def test_parse_meminfo():
     assert probes.parse_meminfo("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == 24684084 * 1024
+    assert probes.parse_meminfo("MemFree:        1 kB\nMemTotal:       2048 kB\n") == 2048 * 1024  # any line
     assert probes.parse_meminfo("") is None
+
+
+def test_parse_cpuinfo_reads_the_first_cpu_whatever_surrounds_it():
+    """Blank lines before the first CPU are skipped (not the end of it); a value keeps its own colons;
+    the second CPU's block is not read."""
+    text = ("\n\nprocessor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Virtual CPU: host passthrough\n"
+            "flags\t\t: fpu sse4_2 avx2\n\nprocessor\t: 1\nvendor_id\t: Other\nflags\t\t: avx512f\n")
+    cpu = probes.parse_cpuinfo(text)
+    assert (cpu["vendor"], cpu["model"], cpu["isa"]) == ("GenuineIntel", "Virtual CPU: host passthrough",
+                                                         ["avx2", "sse4_2"])  # fmt: skip
+
+
+def test_parse_nvidia_smi_query_skips_a_line_that_is_no_row_and_reads_on():
+    text = ("0, NVIDIA T4, 7.5, 550.54.15, [N/A], Disabled, GPU-aaaa\n"
+            "WARNING: infoROM is corrupted at gpu 0000:00:05.0\n"
+            "1, NVIDIA T4, 7.5, 550.54.15, 15360, Disabled, GPU-bbbb\n")
+    gpus = probes.parse_nvidia_smi_query(text)
+    assert [(g["index"], g["memory_mib"]) for g in gpus] == [(0, None), (1, 15360)]  # [N/A]: no number
 
 
 def test_parse_nvidia_smi_outputs():

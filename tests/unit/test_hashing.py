@@ -161,6 +161,19 @@ def _source_version_of(root: Path) -> str:
     return done.stdout.strip()
 
 
+def test_the_launchers_source_version_is_its_version_and_its_package_directorys_files():
+    """In this process (the test below runs copies of the package in subprocesses, which mutation
+    testing cannot follow): the released version, and the digest of the directory ``import launcher``
+    found, not of a directory above it."""
+    import launcher
+    from launcher.version import __version__
+
+    package = Path(launcher.__file__).resolve().parent
+    assert hashing.launcher_source_version() == hashing.source_version(__version__, hashing.source_files(package))
+    assert hashing.launcher_source_version() != hashing.source_version(__version__,
+                                                                      hashing.source_files(package / "record"))
+
+
 def test_the_launchers_source_version_follows_every_file_of_its_package_and_nothing_else(tmp_path):
     """The whole package, wherever it is installed: a task, a config file, the bundled data
     change it; caches and the place do not."""
