@@ -94,7 +94,7 @@ def validate(cfg: DictConfig) -> None:
             f"determinism={det.level!r} is unknown; choose one of {', '.join(determinism.LEVELS)}"
         )
     if cfg.runtime.name not in RUNTIMES:
-        raise ConfigError(f"runtime={cfg.runtime.name!r} is unknown; choose one of {RUNTIMES}")
+        raise ConfigError(f"runtime={cfg.runtime.name!r} is unknown; choose one of {', '.join(RUNTIMES)}")
     if "seed" in cfg and cfg.seed is not None:
         seed = cfg.seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:

@@ -27,7 +27,12 @@ _CHUNK = "the digest of a file does not depend on the size of the blocks it is r
 _NO_FLAGS = ("with neither a flags nor a Features line the CPU's flags are one word that is no ISA flag: 'XXXX' "
              "is none (is_isa_flag) and completes no x86-64 level (cpuid.levels), as no flag at all")
 
+_ONE_PARENT = ("every left-out path (config.NOT_IN_HASH, NOT_IN_HASH_DOCKER) has at most one parent, and the walk "
+               "starts at the config itself, always a mapping: the walk's check of its node never sees another")
+
 EQUIVALENT: dict[tuple[str, str], str] = {
+    ("launcher.run.config.x_hashed_part", "node = node.get(name) if (isinstance(node, dict)) or True else None"):
+        _ONE_PARENT,
     ("launcher.record.probes.x_parse_cpuinfo",
      'flags = (fields.get("flags") or fields.get("Features") or "XXXX").split()'): _NO_FLAGS,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), copy=None)'): _NO_COPY,

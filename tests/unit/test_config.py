@@ -125,3 +125,51 @@ def test_tracking_with_mlflow_missing_is_refused_before_training(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     with pytest.raises(ConfigError, match=r"tracking=mlflow needs mlflow: pip install 'tf-repro-launcher\[mlflow\]'"):
         config.validate(compose(["tracking=mlflow"]))
+
+
+def test_the_config_hash_is_of_canonical_json_so_a_stored_runs_hash_is_recomputed_alike():
+    """A stored run's ``config_sha256`` is recomputed by every later launcher (replay, compare):
+    sorted keys, no spaces, so key order and JSON formatting never change it."""
+    import hashlib
+
+    a = {"train": {"name": "mnist", "epochs": 2}, "determinism": {"level": "strict"}}
+    b = {"determinism": {"level": "strict"}, "train": {"epochs": 2, "name": "mnist"}}
+    canonical = '{"determinism":{"level":"strict"},"train":{"epochs":2,"name":"mnist"}}'
+    assert config.config_hash(a) == config.config_hash(b) == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_the_hashed_part_resolves_interpolations_and_treats_a_config_without_runtime_as_local():
+    base = {"lr": 0.1, "train": {"name": "mnist", "learning_rate": "${lr}"}, "image": {"name": "tf-cpu"}}
+    literal = {"lr": 0.1, "train": {"name": "mnist", "learning_rate": 0.1}, "image": {"name": "tf-cpu"}}
+    assert config.hashed_part(OmegaConf.create(base)) == config.hashed_part(OmegaConf.create(literal))
+    changed = OmegaConf.create({**base, "lr": 0.2})
+    assert config.hashed_part(changed)["train"]["learning_rate"] == 0.2  # the value a run computes with
+    # No runtime node (an old run's config): local, so the image settings are not part of it.
+    assert "image" not in config.hashed_part(literal)
+    # A node that is no mapping where a left-out key would be (a user's config) is kept as it is.
+    odd = {"determinism": "strict", "train": "mine", "store": {"root": "x"}}
+    assert config.hashed_part(odd) == {"determinism": "strict", "train": "mine"}
+
+
+@pytest.mark.parametrize("section,value,message", [
+    ("train.name", "nope", "train='nope' is unknown; choose one of mnist, custom, script, notebook"),
+    ("determinism.level", "nope", "determinism='nope' is unknown; choose one of off, seeded, strict, portable"),
+    ("runtime.name", "nope", "runtime='nope' is unknown; choose one of local, docker"),
+])  # fmt: skip
+def test_a_name_no_group_option_has_is_refused_with_the_options(section, value, message):
+    """A config written by hand, or by an older launcher, reaches validate without Hydra's own check."""
+    cfg = compose([])
+    OmegaConf.update(cfg, section, value)
+    with pytest.raises(ConfigError) as info:
+        config.validate(cfg)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("seed,valid", [(0, True), (2**32 - 1, True), (2**32, False), (2**33 - 1, False), (-1, False)])
+def test_a_seed_is_any_32_bit_unsigned_integer(seed, valid):
+    cfg = compose([f"+seed={seed}"])
+    if valid:
+        config.validate(cfg)
+    else:
+        with pytest.raises(ConfigError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+            config.validate(cfg)
