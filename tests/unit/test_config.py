@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -173,3 +175,68 @@ def test_a_seed_is_any_32_bit_unsigned_integer(seed, valid):
     else:
         with pytest.raises(ConfigError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
             config.validate(cfg)
+
+
+_SCRIPT = str(Path(__file__).resolve())  # any existing file is a script to validate
+REFUSALS = [  # every refusal of config.validate, word for word: the line the user reads (docs/errors.md)
+    (["determinism.seed=-1"], "determinism.seed must be a non-negative integer, got -1"),
+    (["determinism.seed=1.5"], "determinism.seed must be a non-negative integer, got 1.5"),
+    (["determinism=portable", "determinism.intra_op_threads=null"],
+     "determinism.intra_op_threads must be set in portable mode (an integer or auto)"),
+    (["determinism=portable", "determinism.inter_op_threads=null"],
+     "determinism.inter_op_threads must be set in portable mode (an integer or auto)"),
+    (["determinism.inter_op_threads=0"],
+     "determinism.inter_op_threads: thread count must be an integer >= 1 or 'auto', got 0"),
+    (["determinism.intra_op_threads=many"],
+     "determinism.intra_op_threads: thread count must be an integer >= 1 or 'auto', got 'many'"),
+    (["determinism=portable", "determinism.isa_baseline=x86-64-v4"],
+     "determinism.isa_baseline must be one of x86-64-v3, got 'x86-64-v4'"),
+    (["determinism.random_ops=sometimes"],
+     "determinism.random_ops must be null, num_random_ops or constant, got 'sometimes'"),
+    (["determinism.onednn_opts=maybe"], "determinism.onednn_opts must be true, false or null, got 'maybe'"),
+    (["determinism.jit_compile=1"], "determinism.jit_compile must be true, false or null, got 1"),
+    (["determinism.deterministic_data=yes"], "determinism.deterministic_data must be true, false or null, got 'yes'"),
+    (["train=script", f"train.script={_SCRIPT}", "determinism.jit_compile=true"],
+     "determinism.jit_compile applies to train=mnist; train=script code passes jit_compile to its own "
+     "model.compile()"),
+    (["determinism.trace_every=-1"], "determinism.trace_every must be an integer >= 0 (0 = no trace), got -1"),
+    (["determinism.trace_every=true"], "determinism.trace_every must be an integer >= 0 (0 = no trace), got True"),
+    (["train.checkpoint_every=-1"], "train.checkpoint_every must be an integer >= 0, got -1"),
+    (["train.checkpoint_every=true"], "train.checkpoint_every must be an integer >= 0, got True"),
+    (["train.checkpoint_keep=0"], "train.checkpoint_keep must be a positive integer, got 0"),
+    (["train.max_samples=0"], "train.max_samples must be a positive integer, got 0"),
+    (["train.learning_rate=0"], "train.learning_rate must be a positive number, got 0"),
+    (["train.data=''"], "train.data must be sample, full, or a path to an .npz file or IDX directory"),
+    (["train.data=/nonexistent.npz"], "train.data '/nonexistent.npz' does not exist (use sample, full, or a path)"),
+    (["train.data_parallel_calls=0"], "train.data_parallel_calls (or autotune) must be a positive integer, got 0"),
+    (["train=custom", "train.entrypoint=mypkg.train"], "train=custom needs train.entrypoint=package.module:function"),
+    (["train=script"], "train=script needs train.script=path/to/train.py"),
+    (["store.root=''"], "store.root must be a directory path"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("overrides,message", REFUSALS)
+def test_each_refusal_says_what_is_wrong_and_what_is_allowed(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        config.validate(compose(overrides))
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("overrides", [
+    ["determinism.intra_op_threads=auto", "determinism.inter_op_threads=auto"],
+    ["determinism=seeded", "determinism.intra_op_threads=null", "determinism.inter_op_threads=null"],
+    ["determinism=off", "determinism.intra_op_threads=null"],
+    ["train.data_parallel_calls=autotune"], ["train.max_samples=null"], ["+seed=0"], ["determinism.seed=0"],
+    ["determinism.onednn_opts=true", "determinism.deterministic_data=false", "determinism.jit_compile=null"],
+    ["train.checkpoint_every=0"],
+])  # fmt: skip
+def test_what_the_docs_allow_is_valid(overrides):
+    config.validate(compose(overrides))
+
+
+def test_an_unknown_tracker_is_refused_with_the_trackers():
+    cfg = compose([])
+    OmegaConf.update(cfg, "tracking.name", "wandb")
+    with pytest.raises(ConfigError) as info:
+        config.validate(cfg)
+    assert str(info.value) == "tracking='wandb' is unknown; choose one of none, mlflow"
