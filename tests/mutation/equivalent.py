@@ -30,7 +30,12 @@ _NO_FLAGS = ("with neither a flags nor a Features line the CPU's flags are one w
 _ONE_PARENT = ("every left-out path (config.NOT_IN_HASH, NOT_IN_HASH_DOCKER) has at most one parent, and the walk "
                "starts at the config itself, always a mapping: the walk's check of its node never sees another")
 
+_CHECK_ONLY = ("validate calls resolve_threads only for its refusal, which depends on the value alone; the core "
+               "count it is given decides what 'auto' resolves to, and validate discards that")
+
 EQUIVALENT: dict[tuple[str, str], str] = {
+    ("launcher.run.config.x_validate", "determinism.resolve_threads(value, None)"): _CHECK_ONLY,
+    ("launcher.run.config.x_validate", "determinism.resolve_threads(value, 2)"): _CHECK_ONLY,
     ("launcher.run.config.x_hashed_part", "node = node.get(name) if (isinstance(node, dict)) or True else None"):
         _ONE_PARENT,
     ("launcher.record.probes.x_parse_cpuinfo",
