@@ -33,7 +33,15 @@ _ONE_PARENT = ("every left-out path (config.NOT_IN_HASH, NOT_IN_HASH_DOCKER) has
 _CHECK_ONLY = ("validate calls resolve_threads only for its refusal, which depends on the value alone; the core "
                "count it is given decides what 'auto' resolves to, and validate discards that")
 
+_ONE_BASELINE = "ISA_BASELINES has one entry: the separator that joins its entries into the message is never written"
+_TRACE_DEFAULT = ("validate only refuses a trace_every that is not an integer >= 0; a missing one defaulting to 1 "
+                  "instead of 0 passes the same check, and validate keeps no value")
+
 EQUIVALENT: dict[tuple[str, str], str] = {
+    ("launcher.run.config.x_validate",
+     "raise ConfigError(f\"determinism.isa_baseline must be one of {'XX, XX'.join(determinism.ISA_BASELINES)}, \""):
+        _ONE_BASELINE,
+    ("launcher.run.config.x_validate", 'trace_every = det.get("trace_every", 1)'): _TRACE_DEFAULT,
     ("launcher.run.config.x_validate", "determinism.resolve_threads(value, None)"): _CHECK_ONLY,
     ("launcher.run.config.x_validate", "determinism.resolve_threads(value, 2)"): _CHECK_ONLY,
     ("launcher.run.config.x_hashed_part", "node = node.get(name) if (isinstance(node, dict)) or True else None"):

@@ -1,7 +1,7 @@
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from launcher.errors import ConfigError
 from launcher.run import config
@@ -240,3 +240,11 @@ def test_an_unknown_tracker_is_refused_with_the_trackers():
     with pytest.raises(ConfigError) as info:
         config.validate(cfg)
     assert str(info.value) == "tracking='wandb' is unknown; choose one of none, mlflow"
+
+
+def test_a_config_from_before_the_trace_setting_is_valid():
+    """An older run's config has no determinism.trace_every (replay and resume validate it): no trace."""
+    cfg = compose([])
+    with open_dict(cfg):
+        del cfg.determinism["trace_every"]
+    config.validate(cfg)
