@@ -37,7 +37,11 @@ _ONE_BASELINE = "ISA_BASELINES has one entry: the separator that joins its entri
 _TRACE_DEFAULT = ("validate only refuses a trace_every that is not an integer >= 0; a missing one defaulting to 1 "
                   "instead of 0 passes the same check, and validate keeps no value")
 
+_CALLS_DEFAULT = ("validate only refuses a data_parallel_calls that is neither autotune nor a positive integer; a "
+                  "missing one defaulting to 2 instead of 1 passes the same check, and validate keeps no value")
+
 EQUIVALENT: dict[tuple[str, str], str] = {
+    ("launcher.run.config.x_validate", 'calls = train.get("data_parallel_calls", 2)'): _CALLS_DEFAULT,
     ("launcher.run.config.x_validate",
      "raise ConfigError(f\"determinism.isa_baseline must be one of {'XX, XX'.join(determinism.ISA_BASELINES)}, \""):
         _ONE_BASELINE,

@@ -248,3 +248,31 @@ def test_a_config_from_before_the_trace_setting_is_valid():
     with open_dict(cfg):
         del cfg.determinism["trace_every"]
     config.validate(cfg)
+
+
+@pytest.mark.parametrize("runtime,refused", [("local", False), ("docker", True)])
+def test_train_data_full_is_checked_where_the_job_will_download_it(runtime, refused, tmp_path, monkeypatch):
+    """``full`` is a name, not a path: downloaded by the job, which a local job can do (the server
+    answers here) and a container, without network, cannot."""
+    from launcher.errors import DataError
+    from launcher.run import data
+
+    monkeypatch.setattr(data, "keras_cache", lambda: [tmp_path / "mnist.npz"])
+    monkeypatch.setattr(data, "_unreachable", lambda url: None)
+    data._check_full.cache_clear()
+    cfg = compose([f"runtime={runtime}", "train.data=full"])
+    try:
+        if refused:
+            with pytest.raises(DataError, match="a job's container has no network"):
+                config.validate(cfg)
+        else:
+            config.validate(cfg)
+    finally:
+        data._check_full.cache_clear()
+
+
+def test_a_config_from_before_the_data_parallel_calls_setting_is_valid():
+    cfg = compose([])
+    with open_dict(cfg):
+        del cfg.train["data_parallel_calls"]
+    config.validate(cfg)
