@@ -141,11 +141,22 @@ try:
     determinism.verify(p, effective)
 except DeterminismError as exc:
     out["refused"] = str(exc)
+out["strict"] = {k: v for k, v in effective.items() if k not in ("env", "keras", "sessions")}
+out["strict_env"] = sorted(effective["env"])
+out["keras"] = effective["keras"]
+out["sessions"] = effective["sessions"]
+off = determinism.read_back(determinism.plan("off", 3, random_ops="constant"))
+out["off"] = {k: off[k] for k in ("level", "seed", "random_ops")}
+out["off_env"] = sorted(off["env"])
+portable = determinism.plan("portable", 4, 1, 1, False)
+out["portable_env"] = sorted(determinism.read_back(portable)["env"])
+out["portable_caps"] = sorted(portable.env)
+out["portable_isa"] = sorted(determinism.read_back(portable)["isa_baseline"])
 print(json.dumps(out))
 """
 
 
-def test_read_back_asks_tensorflow_what_took_effect_not_the_plan():
+def test_read_back_asks_tensorflow_what_took_effect_not_the_plan(tmp_path):
     """XLA and tf.data's order as TensorFlow reports them (one process: TensorFlow is imported,
     nothing trains). Op determinism keeps tf.data in order even where a dataset asks for none."""
     import json
@@ -156,13 +167,28 @@ def test_read_back_asks_tensorflow_what_took_effect_not_the_plan():
     from tests.conftest import REPO
 
     planned = determinism.plan("strict", 0, 1, 1, False, deterministic_data=False).env  # set before start
-    env = {**os.environ, **planned, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, **planned, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
+           "KERAS_HOME": str(tmp_path)}  # Keras' defaults, whatever ~/.keras/keras.json says
     done = subprocess.run([sys.executable, "-c", READ_BACK], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["applied"] == {"deterministic_data": True, "jit_compile": False, "op_determinism": True}
     assert out["user_jit"] is True
     assert out["refused"] == "determinism settings did not take effect: jit_compile=True (planned False)"
+    # Every setting read back, under its name: what the fingerprint records and verify judges.
+    assert out["strict"] == {"level": "strict", "seed": 0, "op_determinism": True, "intra_op_threads": 1,
+                             "inter_op_threads": 1, "deterministic_data": True, "jit_compile": True,
+                             "random_ops": None}  # fmt: skip
+    names = sorted(["PYTHONHASHSEED", "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG",
+                    "TF_ENABLE_ONEDNN_OPTS"])  # fmt: skip
+    assert out["strict_env"] == names
+    assert out["off"] == {"level": "off", "seed": 3, "random_ops": "constant"}
+    assert out["off_env"] == names  # an off run records these unset, rather than not at all
+    assert out["portable_env"] == sorted(set(names) | set(out["portable_caps"])) != names  # and the ISA caps
+    assert out["portable_isa"] == ["name", "numpy_dispatch", "openblas_cores", "supported_by_cpu"]
+    assert out["keras"] == {"backend": "tensorflow", "floatx": "float32", "epsilon": 1e-07,
+                            "image_data_format": "channels_last"}  # fmt: skip
+    assert out["sessions"] == []  # no TF1 session was made
 
 
 @pytest.mark.parametrize("random_ops", [None, "num_random_ops", "constant"])
