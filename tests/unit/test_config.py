@@ -228,7 +228,7 @@ def test_each_refusal_says_what_is_wrong_and_what_is_allowed(overrides, message)
     ["determinism=off", "determinism.intra_op_threads=null"],
     ["train.data_parallel_calls=autotune"], ["train.max_samples=null"], ["+seed=0"], ["determinism.seed=0"],
     ["determinism.onednn_opts=true", "determinism.deterministic_data=false", "determinism.jit_compile=null"],
-    ["train.checkpoint_every=0"],
+    ["train.checkpoint_every=0"], ["train=script", f"train.script={_SCRIPT}"],
 ])  # fmt: skip
 def test_what_the_docs_allow_is_valid(overrides):
     config.validate(compose(overrides))
@@ -275,4 +275,21 @@ def test_a_config_from_before_the_data_parallel_calls_setting_is_valid():
     cfg = compose([])
     with open_dict(cfg):
         del cfg.train["data_parallel_calls"]
+    config.validate(cfg)
+
+
+def test_tracking_needs_mlflow_only_when_it_is_mlflow(monkeypatch):
+    """Checked before training (not a warning after it); a config without tracking (an older run's)
+    or with tracking=none never asks for mlflow."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(ConfigError) as info:
+        config.validate(compose(["tracking=mlflow"]))
+    assert str(info.value) == "tracking=mlflow needs mlflow: pip install 'tf-repro-launcher[mlflow]'"
+    config.validate(compose(["tracking=none"]))
+    cfg = compose([])
+    with open_dict(cfg):
+        del cfg["tracking"]
     config.validate(cfg)
