@@ -170,15 +170,14 @@ def installed_distributions() -> list[str]:
     an uninstall adds or removes a ``.dist-info`` entry there): a job asks at its start, before
     each checkpoint and at its end, and reading every distribution's metadata takes a quarter
     of a second."""
+    global _distributions_read
     state = _path_state()
-    if _distributions_read and _distributions_read[0] == state:
-        return list(_distributions_read[1])
-    found = _read_distributions()
-    _distributions_read[:] = [state, found]
-    return list(found)
+    if _distributions_read is None or _distributions_read[0] != state:
+        _distributions_read = (state, _read_distributions())
+    return list(_distributions_read[1])
 
 
-_distributions_read: list = []  # [the sys.path state it was read in, the list]
+_distributions_read: tuple[tuple, list[str]] | None = None  # (the sys.path state it was read in, the list)
 
 
 def _path_state() -> tuple:

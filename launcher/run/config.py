@@ -82,9 +82,10 @@ def _section_keys(section: str) -> list[str]:
 def validate(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first invalid value, naming what is allowed."""
     for section in SECTIONS:  # `store=DIR` replaces the mapping with a string; Hydra lets it
-        if section in cfg and not OmegaConf.is_dict(cfg.get(section)) and cfg.get(section) is not None:
+        value = cfg.get(section)
+        if value is not None and not OmegaConf.is_dict(value):
             keys = ", ".join(f"{section}.{k}" for k in _section_keys(section)) or f"{section}.KEY"
-            raise ConfigError(f"{section} is a set of settings, not a value ({section}={cfg.get(section)!r}); "
+            raise ConfigError(f"{section} is a set of settings, not a value ({section}={value!r}); "
                               f"set one of them: {keys}")  # fmt: skip
     train, det = cfg.train, cfg.determinism
     if train.name not in TASKS:
