@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+# A shell starts a background command (`pytest ... &`) with SIGINT ignored, and every launch would
+# inherit that: the Ctrl-C tests would then measure the shell, not the launcher.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent
