@@ -17,6 +17,8 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+pytest_plugins = ["tests.cpu_time"]  # --cpu-time=N: where the suite's CPU goes (docs/testing.md)
+
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent
 

@@ -305,18 +305,18 @@ def test_the_audit_says_a_knob_the_job_sets_itself_is_set_by_the_job_never_free(
 
 
 def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_path, plain_run):
-    """Keras imports pandas when it is installed; a script that never uses pandas does not key it
-    (a later `pip install` of the launcher's extras refuses no earlier run); one that reads
-    its data with pandas does."""
-    pytest.importorskip("pandas")
+    """Keras imports matplotlib (as it does pandas and scikit-learn) when it is installed; a
+    script that never uses it does not key it (a later `pip install` of the launcher's `plot`
+    extra refuses no earlier run); one that draws with it does."""
     shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
-    (tmp_path / "uses_pandas.py").write_text("import pandas as pd\nprint(pd.DataFrame({'a': [1]}).shape)\n" + PLAIN)
+    (tmp_path / "uses_matplotlib.py").write_text(
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.figure()\n" + PLAIN)
     store = tmp_path / "store"
-    a = plain_run  # never uses pandas (shared)
-    b = run_dir_of(launch("train=script", "train.script=uses_pandas.py", f"store.root={q(store)}", cwd=tmp_path))
+    a = plain_run  # never uses matplotlib (shared)
+    b = run_dir_of(launch("train=script", "train.script=uses_matplotlib.py", f"store.root={q(store)}", cwd=tmp_path))
     sa, sb = (json.loads((r / "fingerprint.json").read_text())["software"] for r in (a, b))
-    assert "pandas" not in sa["distributions"] and "pandas" in sa["distributions_probed"]
-    assert "pandas" in sb["distributions"] and "numpy" in sb["distributions"]
+    assert "matplotlib" not in sa["distributions"] and "matplotlib" in sa["distributions_probed"]
+    assert "matplotlib" in sb["distributions"] and "numpy" in sb["distributions"]
     assert "tensorflow-cpu" in sa["distributions"] or "tensorflow" in sa["distributions"]
 
 
