@@ -149,9 +149,10 @@ off = determinism.read_back(determinism.plan("off", 3, random_ops="constant"))
 out["off"] = {k: off[k] for k in ("level", "seed", "random_ops")}
 out["off_env"] = sorted(off["env"])
 portable = determinism.plan("portable", 4, 1, 1, False)
-out["portable_env"] = sorted(determinism.read_back(portable)["env"])
+portable_read = determinism.read_back(portable)
+out["portable_env"] = sorted(portable_read["env"])
 out["portable_caps"] = sorted(portable.env)
-out["portable_isa"] = sorted(determinism.read_back(portable)["isa_baseline"])
+out["portable_isa"] = sorted(portable_read["isa_baseline"])
 print(json.dumps(out))
 """
 
