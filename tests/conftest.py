@@ -147,6 +147,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups marked here
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests of a module with a module-scoped fixture (a Docker image, an MLflow server, a
     tmpfs store) run on one xdist worker, so the fixture is made once (``--dist loadgroup``).
