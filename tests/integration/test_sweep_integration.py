@@ -31,28 +31,28 @@ def _by_seed(summary: dict) -> dict[int, str]:
     return {j["seed"]: j["weights_sha256"] for j in summary["jobs"]}
 
 
-@pytest.mark.long(seconds=63)
-def test_a_three_seed_sweep_runs_summarizes_and_its_verify_replays_every_job_bit_for_bit(launch, store, mnist_npz):
-    first, sweep_a = _sweep(launch, store, mnist_npz, "+seed=range(3)")
+@pytest.mark.long(seconds=45)
+def test_a_two_seed_sweep_runs_summarizes_and_its_verify_replays_every_job_bit_for_bit(launch, store, mnist_npz):
+    first, sweep_a = _sweep(launch, store, mnist_npz, "+seed=range(2)")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     a = _summary(sweep_a)
-    assert a["ok"] and a["counts"] == {"complete": 3}
-    assert sorted(_by_seed(a)) == [0, 1, 2]
-    assert a["distinct_weights"] == 3  # three seeds, three different models
+    assert a["ok"] and a["counts"] == {"complete": 2}
+    assert sorted(_by_seed(a)) == [0, 1]
+    assert a["distinct_weights"] == 2  # two seeds, two different models
     assert {"accuracy", "loss"} <= set(a["metrics"])
     assert a["metrics"]["loss"]["min"] <= a["metrics"]["loss"]["mean"] <= a["metrics"]["loss"]["max"]
     for job in a["jobs"]:  # one sealed run directory per job, in the store
         run = Path(job["run_dir"])
         assert run.parent == store and (run / "manifest.json").exists()
         assert json.loads((run / "result.json").read_text())["weights_sha256"] == job["weights_sha256"]
-    assert sorted(p.name for p in (sweep_a / "jobs").iterdir()) == [f"00{i}.json" for i in range(3)]
-    assert "3 of 3 jobs complete; 3 distinct weight hash(es)" in first.stdout
+    assert sorted(p.name for p in (sweep_a / "jobs").iterdir()) == [f"00{i}.json" for i in range(2)]
+    assert "2 of 2 jobs complete; 2 distinct weight hash(es)" in first.stdout
     # The sweep again, each job replayed from what it stored: the same bits, job by job.
     verified = launch("sweep", "verify", sweep_a)
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
-    assert "3 of 3 jobs reproduced bit for bit" in verified.stdout
+    assert "2 of 2 jobs reproduced bit for bit" in verified.stdout
     replays = [p for p in store.iterdir() if is_run(p) and p not in {Path(j["run_dir"]) for j in a["jobs"]}]
-    assert len(replays) == 3  # each replay is a run of its own in the store
+    assert len(replays) == 2  # each replay is a run of its own in the store
 
 
 def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_npz):
