@@ -41,7 +41,7 @@ def _cpu_s() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     log = os.environ.get(LOG_ENV) if item.config.getoption("cpu_time") else None
-    before = _cpu_s()
+    before = _cpu_s() if log else 0.0
     yield
     if log:
         with open(log, "a") as out:  # one short line per write: appends from two workers do not interleave

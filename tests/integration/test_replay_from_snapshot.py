@@ -6,6 +6,7 @@ Each test trains for real (a one-epoch Keras fit on 600 MNIST images) and replay
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -103,8 +104,6 @@ def test_a_sweep_keeps_one_copy_of_its_code_and_an_edit_during_it_changes_no_job
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert editor.read_bytes() != original  # job 000 did edit the user's script
     jobs = [r for r in store.iterdir() if is_run(r) and (r / "manifest.json").exists()]
-    import hashlib
-
     assert len(jobs) == 2 and {_fp(r)["code"]["script_sha256"] for r in jobs} == {hashlib.sha256(original).hexdigest()}
     objects = [p for p in (store / "objects").rglob("*") if p.is_file()]
     assert len(objects) == 3  # the script, the helper and the data: once, for both jobs

@@ -97,7 +97,7 @@ def test_gradient_tape_loop_over_bare_variables(launch, store, mnist_npz, tmp_pa
     _script_run(launch, store, "tape_loop.py", str(mnist_npz), str(saved), overrides=("train.observe=false",))
     assert saved.read_bytes() == observed_params
     # The launcher's seed reaches the loop. (That thread counts reach user code is held by the
-    # Keras fit test below and the audit's; a third training here would add nothing.)
+    # audit of keras_fit.py, test_audit_of_a_script_reports_threads_changed.)
     seeded = _script_run(launch, store, "tape_loop.py", str(mnist_npz), overrides=("+seed=1",))
     assert _result(seeded)["weights_sha256"] != ra["weights_sha256"]
 
