@@ -383,8 +383,13 @@ def _logged_metrics(run_dir: Path, epoch: int) -> dict[str, float]:
 
 def _wrap_compile(keras, obs: Observer) -> None:
     """Remember the ``jit_compile`` a model asked for: Keras turns it off under op determinism
-    with only a warning, and the record should say what was asked and what ran."""
-    original = keras.Model.compile
+    with only a warning, and the record should say what was asked and what ran.
+
+    The wrapper replaces ``compile`` on the class that defines it (Keras' ``Trainer``), not on
+    ``Model``: ``load_model`` compiles a loaded model only when ``cls.compile`` is
+    ``Trainer.compile``, and takes anything else for the user's own override."""
+    owner = next(c for c in keras.Model.__mro__ if "compile" in vars(c))
+    original = owner.compile
 
     @functools.wraps(original)
     def compile(self, *args, **kwargs):
@@ -392,7 +397,7 @@ def _wrap_compile(keras, obs: Observer) -> None:
             obs.jit_requested[self.name] = kwargs["jit_compile"]
         return original(self, *args, **kwargs)
 
-    keras.Model.compile = compile
+    owner.compile = compile
 
 
 def jit_compile_in_effect(obs: Observer) -> dict | None:

@@ -56,6 +56,21 @@ def test_assignments_by_keras_and_tensorflow_are_theirs(noter):
     assert noter.noted == []
 
 
+def test_a_saved_model_loads_compiled_under_the_compile_wrapper(tmp_path, monkeypatch):
+    """Keras' tutorial pattern: ``model.save``, then ``load_model(...).evaluate``. Keras compiles a
+    loaded model only when its class has Keras' own ``compile``; a wrapper in the wrong place
+    left it uncompiled ("No loss to compute")."""
+    owner = next(c for c in keras.Model.__mro__ if "compile" in vars(c))
+    monkeypatch.setattr(owner, "compile", owner.compile)  # put back after the test
+    observe._wrap_compile(keras, observe.Observer(tmp_path, 0, lambda *a: None))
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    assert loaded.compiled and loaded.loss is not None
+    loaded.evaluate(tf.zeros((2, 4)), tf.constant([0, 1]), verbose=0)
+
+
 def test_library_code_covers_the_installation_and_the_launcher():
     library = observe._library_code()
     assert library[0] == "<frozen"
