@@ -204,12 +204,15 @@ def roots(run_dir: str | None = None) -> Roots:
     return Roots(site=both(site_dirs), python=both(python), launcher=launcher_dir, ignored=both(ignored))
 
 
-def unwatched(run_dir: str) -> list[str]:
+def unwatched(run_dir: str, root: str | None = None) -> list[str]:
     """Directories whose file opens are never the job's data, so never watched natively
     (``launcher.run.fswatch``): the system's, the Python installation and its distributions,
-    the launcher, its caches, and the run store."""
+    the launcher, its caches, and the run store, except the snapshot a replay laid out in it
+    (``root``, the store's ``.replay-*``), where the replayed job's data lies."""
     r = roots(run_dir)
-    return [*SYSTEM_DIRS, *r.site, *r.python, *r.ignored, r.launcher, os.path.dirname(os.path.abspath(run_dir))]
+    store = os.path.dirname(os.path.abspath(run_dir))
+    in_store = root is not None and _under(os.path.abspath(root), [store])
+    return [*SYSTEM_DIRS, *r.site, *r.python, *r.ignored, r.launcher, *([] if in_store else [store])]
 
 
 def broad_directories() -> list[str]:

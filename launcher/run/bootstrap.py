@@ -132,7 +132,10 @@ def _run(run_dir: Path) -> None:
     runs.write_json(run_dir / JOB_FACTS, facts)
     bootstrap_s = time.perf_counter() - started
     reads.watch_listings()
-    reads.watch_natively(os.getcwd(), skip=usage.unwatched(str(run_dir)), broad=usage.broad_directories())
+    # A laid-out snapshot (a sweep's code, a replay's) links what it did not keep to the launch
+    # directory, and inotify reports an open through a link in the directory of its target.
+    watched = [os.getcwd(), *([snapshot.unrooted(os.getcwd(), ctx.root)] if ctx.root else [])]
+    reads.watch_natively(watched, skip=usage.unwatched(str(run_dir), ctx.root), broad=usage.broad_directories())
     envreads.install()  # after the bootstrap's own reads: from here on, the task's
     seeding.install()  # after the bootstrap's own seeds: from here on, the task's
 
@@ -183,7 +186,8 @@ def _run(run_dir: Path) -> None:
         used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()),
                             explicit=reads.explicit, listed=reads.listed, patterns=reads.patterns,
                             started_ns=reads.started_ns, direct_imports=imports.direct,
-                            native=reads.natively_opened(), code_files=reads.code_files)  # fmt: skip
+                            native=[snapshot.rooted(p, ctx.root) for p in reads.natively_opened()],  # as linked
+                            code_files=reads.code_files)  # fmt: skip
         facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
         facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
         facts["environment_read"] = envreads.recorded()

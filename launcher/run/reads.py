@@ -56,6 +56,10 @@ patterns: dict[str, bool] = {}  # glob patterns (glob, pathlib, tf.io.gfile.glob
 started_ns = 0  # when recording started: a file modified later is the job's output, not its input
 code_files: set[str] = set()  # files the job runs as code but not by import (a notebook): never data
 children: list[dict] = []  # the programs the job started: {"argv": [...], "cwd": ...}
+# Existing files the job's own code named in a Dataset.from_tensor_slices (a list of shards):
+# what a native reader given names computed inside the graph (an interleave, a map) opens.
+named_in_datasets: dict[str, None] = {}
+unnamed_readers: dict[str, None] = {}  # such readers when no named files or listings explain them
 _watch = None  # a launcher.run.fswatch.Watch: the directories of data files read are watched too
 _broad: frozenset[str] = frozenset()  # directories watched without what lies below them (home, /tmp)
 _installed = False
@@ -239,8 +243,8 @@ def watch_listings() -> None:
     _listings = True
 
 
-def watch_natively(launch_dir: str, skip: Iterable[str], broad: Iterable[str]) -> None:
-    """Watch file opens at the OS level (``launcher.run.fswatch``) in ``launch_dir`` and, from
+def watch_natively(launch_dirs: Iterable[str], skip: Iterable[str], broad: Iterable[str]) -> None:
+    """Watch file opens at the OS level (``launcher.run.fswatch``) in ``launch_dirs`` and, from
     now on, beside every data file the job reads; directories under ``skip`` never, those in
     ``broad`` (home, /tmp) without what lies below them."""
     global _watch, _broad
@@ -249,8 +253,9 @@ def watch_natively(launch_dir: str, skip: Iterable[str], broad: Iterable[str]) -
     _broad = frozenset(os.path.realpath(b) for b in broad)
     _watch = fswatch.start(skip)
     if _watch is not None:
-        real = os.path.realpath(launch_dir)
-        _watch.add_tree(real, recursive=real not in _broad)
+        for launch_dir in launch_dirs:
+            real = os.path.realpath(launch_dir)
+            _watch.add_tree(real, recursive=real not in _broad)
 
 
 def observation() -> dict:
@@ -260,6 +265,9 @@ def observation() -> dict:
         ran = "; ".join(shlex.join(c["argv"])[:160] for c in children[:5]) + ("; ..." if len(children) > 5 else "")
         gaps.append(f"the job ran {len(children)} program(s) whose reads are seen only for the files their "
                     f"arguments name and in watched directories: {ran}")  # fmt: skip
+    if unnamed_readers:
+        gaps.append(f"{', '.join(unnamed_readers)} opened files whose names were computed inside the graph, "
+                    "from names the launcher did not see: only those in watched directories are in the key")
     watch = {"directories": _watch.watched, "truncated": _watch.truncated} if _watch is not None else None
     gaps += _watch.gaps if _watch is not None else []
     return {"children": [c["argv"] for c in children], "watch": watch, "gaps": gaps}
@@ -291,13 +299,16 @@ def stop() -> None:
 
 
 # ---------------------------------------------------------------- native file APIs
-def _names(value: object) -> Iterable[object]:
-    """File names from a str, bytes, list, or eager string tensor argument."""
-    numpy = getattr(value, "numpy", None)
-    if callable(numpy):
+def _names(value: object, reader: str | None = None) -> Iterable[object]:
+    """File names from a str, bytes, list, or eager string tensor argument. A symbolic tensor's
+    value is not known in Python: for a ``reader`` of files, the files the job named in its
+    datasets are taken as what it reads (``_read_unnamed``)."""
+    if type(value).__module__.startswith("tensorflow") and hasattr(value, "dtype"):  # a tensor
         try:
-            value = numpy()
-        except Exception:  # a symbolic tensor: its value is not known in Python
+            value = value.numpy()
+        except Exception:  # a symbolic tensor (no ``numpy``, or one that raises)
+            if reader is not None:
+                _read_unnamed(reader)
             return []
     if isinstance(value, (str, bytes, os.PathLike)):
         return [os.fspath(value)]
@@ -307,7 +318,60 @@ def _names(value: object) -> Iterable[object]:
         return []
 
 
-def _wrap_init(cls: type, arg: str) -> None:
+def _read_unnamed(reader: str) -> None:
+    """A native ``reader`` was given names computed inside the graph (``Dataset.interleave(
+    tf.data.TFRecordDataset)``). The files the job named in ``from_tensor_slices`` are noted
+    as read; with none, and no listing or pattern to take names from (``make_csv_dataset``,
+    ``image_dataset_from_directory``), it is a gap in what was observed."""
+    if named_in_datasets:
+        for path in named_in_datasets:
+            note(path)
+    elif not listed and not patterns:
+        unnamed_readers.setdefault(reader, None)
+
+
+MAX_NAMED = 100_000  # strings of one from_tensor_slices looked at as file names
+
+
+def _files_named(value: object) -> list[str]:
+    """The existing files among the strings of a ``from_tensor_slices`` argument (nested
+    tuples, lists, dicts, NumPy string arrays)."""
+    import numpy as np
+
+    out: list[str] = []
+    stack = [value]
+    while stack and len(out) < MAX_NAMED:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack += v.values()
+        elif isinstance(v, (tuple, list)):
+            if v and all(isinstance(e, (str, bytes, os.PathLike)) for e in v[:MAX_NAMED]):
+                out += [os.fsdecode(os.fspath(e)) for e in v[:MAX_NAMED]]
+            else:
+                stack += v
+        elif isinstance(v, np.ndarray) and v.dtype.kind in "SUO":
+            out += [os.fsdecode(e) if isinstance(e, bytes) else e for e in v.ravel()[:MAX_NAMED].tolist()
+                    if isinstance(e, (str, bytes))]  # fmt: skip
+    return [n for n in out if n and "\0" not in n and os.path.isfile(n)]  # as named: note() keeps it relative
+
+
+def _wrap_from_tensor_slices(tf) -> None:
+    original = tf.data.Dataset.from_tensor_slices
+    if getattr(original, "_launch_reads", False):
+        return
+
+    @functools.wraps(original)
+    def from_tensor_slices(tensors, *args, **kwargs):
+        if _recording and _started_by_the_job():
+            named_in_datasets.update(dict.fromkeys(_files_named(tensors)))
+        return original(tensors, *args, **kwargs)
+
+    from_tensor_slices._launch_reads = True  # type: ignore[attr-defined]
+    tf.data.Dataset.from_tensor_slices = staticmethod(from_tensor_slices)
+
+
+def _wrap_init(cls: type, arg: str, reader: str | None = None) -> None:
+    """``cls.__init__`` noting the files its argument ``arg`` names (``reader``: its public name)."""
     original = cls.__init__
     if getattr(original, "_launch_reads", False):
         return
@@ -315,7 +379,7 @@ def _wrap_init(cls: type, arg: str) -> None:
     def __init__(self, *args, **kwargs):
         value = kwargs.get(arg, args[0] if args else None)
         mode = kwargs.get("mode", args[1] if len(args) > 1 and isinstance(args[1], str) else "r")
-        for name in _names(value):
+        for name in _names(value, reader=reader):
             note(name, writing=_writing(mode, None))
         original(self, *args, **kwargs)
 
@@ -328,13 +392,17 @@ def wrap_native_readers() -> None:
     import tensorflow as tf
 
     _wrap_init(tf.io.gfile.GFile, "name")
-    for cls in (tf.data.TFRecordDataset, tf.data.TextLineDataset, tf.data.FixedLengthRecordDataset):
-        _wrap_init(cls, "filenames")
+    data = tf.data
+    for cls, name in ((data.TFRecordDataset, "TFRecordDataset"), (data.TextLineDataset, "TextLineDataset"),
+                      (data.FixedLengthRecordDataset, "FixedLengthRecordDataset"),
+                      (data.experimental.CsvDataset, "experimental.CsvDataset")):
+        _wrap_init(cls, "filenames", reader=f"tf.data.{name}")
+    _wrap_from_tensor_slices(tf)
     read_file = tf.io.read_file
     if not getattr(read_file, "_launch_reads", False):
 
         def traced_read_file(filename, name=None):
-            for value in _names(filename):
+            for value in _names(filename, reader="tf.io.read_file"):
                 note(value)
             return read_file(filename, name=name)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -113,7 +113,7 @@ def replay(
     if not outcome.ok:
         result = ReplayResult(original, new_run, "FAILED", 1, f"the replay {outcome.status}: {outcome.error}")
     else:
-        result = verdict(original, new_run)
+        result = verdict(original, new_run, forced=bool(diffs))
     tracking.tag_verdict([original, new_run], result.verdict, {"by": "replay", "original": original.name,
                                                                "replay": new_run.name})  # fmt: skip
     return result
@@ -172,8 +172,12 @@ def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = Fals
     return text
 
 
-def verdict(original: Path, new_run: Path) -> ReplayResult:
+def verdict(original: Path, new_run: Path, forced: bool = False) -> ReplayResult:
+    """The replay's verdict on ``new_run``; ``forced``: it ran past the precheck's differences."""
     c = compare.compare_runs(original, new_run, force=True)
+    if c.verdict == "NOT COMPARABLE" and not forced:  # the precheck passed: the job itself did something else
+        c = replace(c, notes=[n.replace("forced: ", "the replay's own key differs from the run's, "
+                                                    "so it did not rerun the same job: ", 1) for n in c.notes])
     detail = compare.report(c, original, new_run)
     if c.verdict == "IDENTICAL":
         return ReplayResult(original, new_run, "REPRODUCED", 0, detail)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import DATA, q, run_dir_of
+from tests.conftest import DATA, is_run, q, run_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -466,3 +466,35 @@ def test_files_read_natively_by_names_from_an_index_are_in_the_key(launch, tmp_p
     tf.io.write_file(str(data / "images" / "7.png"), tf.io.encode_png(x[7][..., None]))
     refused = launch("compare", a, run())
     assert refused.returncode == 3 and f"data.{data / 'images' / '7.png'}" in refused.stdout, refused.stdout
+
+
+CSV_DATASET = """import tensorflow as tf
+
+ds = tf.data.experimental.CsvDataset("train.csv", [tf.float32] * 4 + [tf.int32], header=True)  # read natively
+ds = ds.map(lambda a, b, c, d, label: (tf.stack([a, b, c, d]), label)).batch(16)
+model = tf.keras.Sequential([tf.keras.layers.Input((4,)), tf.keras.layers.Dense(2)])
+model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(ds, epochs=1, verbose=0)
+"""
+
+
+def test_a_sweep_job_keys_data_read_natively_and_its_replay_reproduces(launch, tmp_path):
+    """The "Load CSV data" tutorial's ``CsvDataset``: TensorFlow opens ``train.csv`` itself, seen
+    only by the OS-level watch. A sweep's job runs in the sweep's laid-out code, which links
+    to the data (inotify reports an open in the link target's directory), and a replay runs in
+    a snapshot laid out inside the store: the file is data in both, never a gap that a
+    changed file would turn into a false DIFFERENT or a replay into NOT COMPARABLE."""
+    rows = np.random.default_rng(0).random((64, 4)).round(3)
+    (tmp_path / "train.csv").write_text("a,b,c,d,label\n" + "".join(
+        ",".join(map(str, r)) + f",{int(r.sum() > 2)}\n" for r in rows))
+    (tmp_path / "train.py").write_text(CSV_DATASET)
+    store = tmp_path / "store"
+    done = launch("-m", "train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=range(1)",
+                  cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    job = next(p for p in store.iterdir() if is_run(p))
+    assert json.loads((job / "fingerprint.json").read_text())["data"] == {"train.csv": _sha(tmp_path / "train.csv")}
+    (tmp_path / "train.csv").unlink()
+    (tmp_path / "train.py").unlink()
+    replay = launch("replay", job)
+    assert replay.returncode == 0 and "REPRODUCED" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]

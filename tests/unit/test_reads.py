@@ -232,3 +232,55 @@ def test_every_shells_command_names_its_files(fresh, no_children, shell):
     (fresh / "a.csv").write_text("x")
     reads.note_child([shell, "-c", "cat a.csv"])
     assert str(fresh / "a.csv") in reads.opened
+
+
+# ---------------------------------------------------------------- names computed inside the graph
+@pytest.fixture
+def tf_readers(fresh, monkeypatch):
+    """TensorFlow's readers wrapped in this process (they stay wrapped, noting into ``reads``'
+    attributes, which this fixture puts back after the test)."""
+    tf = pytest.importorskip("tensorflow")
+    for name in ("named_in_datasets", "unnamed_readers", "explicit"):
+        monkeypatch.setattr(reads, name, {})
+    monkeypatch.setattr(reads, "children", [])
+    monkeypatch.setattr(reads, "_recording", True)
+    reads.wrap_native_readers()
+    return tf
+
+
+def _shards(tf, directory, n: int = 2) -> list[str]:
+    directory.mkdir()
+    paths = [str(directory / f"train-{i}.tfrecord") for i in range(n)]
+    for i, path in enumerate(paths):
+        with tf.io.TFRecordWriter(path) as w:
+            w.write(f"record {i}".encode())
+    return paths
+
+
+def test_shards_named_in_from_tensor_slices_and_interleaved_are_read(tf_readers, fresh):
+    """The tf.data guide's ``from_tensor_slices(files).interleave(tf.data.TFRecordDataset)``: the
+    reader is traced with a symbolic file name; the files the job's code named are its reads."""
+    tf = tf_readers
+    paths = _shards(tf, fresh / "shards")
+    ds = tf.data.Dataset.from_tensor_slices(paths).interleave(tf.data.TFRecordDataset, cycle_length=2)
+    assert sorted(ds.as_numpy_iterator()) == [b"record 0", b"record 1"]
+    assert all(reads.opened[p]["read"] for p in paths)
+    assert reads.observation()["gaps"] == []
+
+
+def test_a_reader_given_names_made_inside_the_graph_from_nothing_seen_is_a_gap(tf_readers, fresh):
+    tf = tf_readers
+    _shards(tf, fresh / "shards")
+    names = tf.data.Dataset.range(2).map(lambda i: tf.strings.format("shards/train-{}.tfrecord", i))
+    ds = names.interleave(tf.data.TFRecordDataset, cycle_length=2)
+    assert sorted(ds.as_numpy_iterator()) == [b"record 0", b"record 1"]
+    gaps = reads.observation()["gaps"]
+    assert len(gaps) == 1 and gaps[0].startswith("tf.data.TFRecordDataset opened files whose names were computed"), gaps
+
+
+def test_a_csv_dataset_names_its_file(tf_readers, fresh):
+    tf = tf_readers
+    (fresh / "train.csv").write_text("a,b\n1,2\n")
+    ds = tf.data.experimental.CsvDataset("train.csv", [tf.int32, tf.int32], header=True)
+    assert [tuple(map(int, r)) for r in ds] == [(1, 2)]
+    assert reads.opened[str(fresh / "train.csv")]["read"]
