@@ -134,7 +134,9 @@ def _run(run_dir: Path) -> None:
     reads.watch_listings()
     # A laid-out snapshot (a sweep's code, a replay's) links what it did not keep to the launch
     # directory, and inotify reports an open through a link in the directory of its target.
-    watched = [os.getcwd(), *([snapshot.unrooted(os.getcwd(), ctx.root)] if ctx.root else [])]
+    original = snapshot.unrooted(os.getcwd(), ctx.root)  # a resumed job runs where it ran, its code laid out
+    laid_out = original != os.getcwd()
+    watched = [os.getcwd(), *([original] if laid_out else [])]
     reads.watch_natively(watched, skip=usage.unwatched(str(run_dir), ctx.root), broad=usage.broad_directories())
     envreads.install()  # after the bootstrap's own reads: from here on, the task's
     seeding.install()  # after the bootstrap's own seeds: from here on, the task's
@@ -186,7 +188,8 @@ def _run(run_dir: Path) -> None:
         used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()),
                             explicit=reads.explicit, listed=reads.listed, patterns=reads.patterns,
                             started_ns=reads.started_ns, direct_imports=imports.direct,
-                            native=[snapshot.rooted(p, ctx.root) for p in reads.natively_opened()],  # as linked
+                            native=[snapshot.rooted(p, ctx.root) if laid_out else p  # as linked
+                                    for p in reads.natively_opened()],
                             code_files=reads.code_files)  # fmt: skip
         facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
         facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded

@@ -23,6 +23,10 @@ import sys
 from launcher.record import environment, usage
 
 read: dict[str, str | None] = {}  # name -> what the job's code found first (None: unset)
+# The launcher's own variables (launcher.run.userapi): where this run writes, and its seed and
+# trace setting, which the key holds as settings. Keyed by value, they would refuse every
+# comparison, replay and resume of a run whose code reads them.
+LAUNCHERS_OWN = frozenset({"LAUNCH_RUN_DIR", "LAUNCH_OUTPUT_DIR", "LAUNCH_SEED", "LAUNCH_TRACE_EVERY"})
 _original = None
 
 
@@ -50,7 +54,7 @@ def install() -> None:
         return value
 
     def _note(self, key, value) -> None:
-        if self is not os.environ or not isinstance(key, str) or key in read:
+        if self is not os.environ or not isinstance(key, str) or key in read or key in LAUNCHERS_OWN:
             return
         frame = sys._getframe(2)
         while frame is not None and standard(frame.f_code.co_filename):

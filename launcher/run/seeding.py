@@ -11,10 +11,13 @@ the effective determinism settings (``determinism.seeds_set_by_job``, in the key
 the job prints a note naming them.
 
 Generators the job's code makes without a seed (``np.random.default_rng()``,
+``np.random.RandomState()``, ``random.Random()``,
 ``tf.random.Generator.from_non_deterministic_state()``) are recorded with their call
 sites too: not a setting, a cause, which ``launch compare`` names when runs differ.
-(Classes such as ``np.random.RandomState`` are not wrapped: a stand-in class would
-break the ``isinstance`` checks of the libraries that receive them.)
+NumPy's generator classes are not replaced (a stand-in class would break the
+``isinstance`` checks of the libraries that receive them): NumPy draws fresh entropy
+for any of them through ``numpy.random.bit_generator.randbits``, which is wrapped, and
+the call in the job's code that drew it is read from its source (``unseeded_call``).
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ def install() -> None:
         setattr(owner, attr, made)
 
     wrap_unseeded(np.random, "default_rng", "np.random.default_rng")
+    _wrap_entropy(np, jobs_code)
+    _wrap_random_init(random, jobs_code)
     if "tensorflow" in sys.modules:
         generator = sys.modules["tensorflow"].random.Generator
         wrap_unseeded(generator, "from_non_deterministic_state", "tf.random.Generator.from_non_deterministic_state")
@@ -93,6 +98,73 @@ def install() -> None:
         wrap(tf.keras.utils, "set_random_seed", "keras.utils.set_random_seed")
     if "keras" in sys.modules:
         wrap(sys.modules["keras"].utils, "set_random_seed", "keras.utils.set_random_seed")
+
+
+def _note_unseeded(call: str, frame) -> None:
+    if len(unseeded) < 20:
+        unseeded.append({"call": call, "where": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"})
+
+
+def _wrap_entropy(np, jobs_code) -> None:
+    """NumPy's fresh entropy, drawn by any generator made without a seed (``RandomState()``,
+    ``PCG64()``, ``SeedSequence()``); the job's call that drew it is noted when it passed no seed."""
+    module = getattr(np.random, "bit_generator", None)
+    original = getattr(module, "randbits", None)
+    if original is None or getattr(original, "_launch_seed_wrapper", False):
+        return
+
+    @functools.wraps(original)
+    def randbits(*args, **kwargs):
+        frame = sys._getframe(1)  # NumPy's Cython code has no frame: this is the Python caller
+        if jobs_code(frame.f_code.co_filename):
+            call = unseeded_call(frame)
+            if call is not None and all(u["call"] != call or u["where"].split(":")[-1] != str(frame.f_lineno)
+                                        for u in unseeded):  # RandomState() draws twice
+                _note_unseeded(call, frame)
+        return original(*args, **kwargs)
+
+    randbits._launch_seed_wrapper = True
+    module.randbits = randbits
+
+
+def unseeded_call(frame) -> str | None:
+    """``"np.random.RandomState()"`` when the call ``frame`` is executing passes no seed (no
+    argument, or ``None``); None for a seeded call (``RandomState(3)`` draws entropy before
+    it seeds) or a call whose source cannot be read."""
+    import ast
+    import linecache
+
+    try:
+        positions = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        first, last, start, end = positions
+        lines = [linecache.getline(frame.f_code.co_filename, n) for n in range(first, last + 1)]
+        text = "".join(lines)[start: sum(map(len, lines[:-1])) + end] if None not in positions else ""
+        call = ast.parse(text.strip(), mode="eval").body
+    except (AttributeError, IndexError, TypeError, ValueError, SyntaxError):
+        return None
+    if not isinstance(call, ast.Call):
+        return None
+    given = [*call.args, *(k.value for k in call.keywords)]
+    if any(not (isinstance(v, ast.Constant) and v.value is None) for v in given):
+        return None
+    return f"{ast.unparse(call.func)}()"
+
+
+def _wrap_random_init(random, jobs_code) -> None:
+    """``random.Random()`` (and ``SystemRandom()``) made by the job's code without a seed."""
+    original = random.Random.__init__
+    if getattr(original, "_launch_seed_wrapper", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, x=None, *args, **kwargs):
+        frame = sys._getframe(1)
+        if x is None and jobs_code(frame.f_code.co_filename):
+            _note_unseeded(f"random.{type(self).__name__}()", frame)
+        original(self, x, *args, **kwargs)
+
+    __init__._launch_seed_wrapper = True
+    random.Random.__init__ = __init__
 
 
 def _plain(value: object) -> object:

@@ -47,6 +47,7 @@ class RunRecord:
     metrics: list[dict]
     result: dict
     steps: list[dict] = field(default_factory=list)  # the divergence trace (trace.jsonl)
+    resumed: dict | None = None  # job.json's "resume": the run was continued from a checkpoint
 
 
 @dataclass
@@ -98,7 +99,9 @@ def load(path: str | Path) -> RunRecord:
     cfg = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
     metrics_path = run_dir / "metrics.jsonl"
     metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
-    return RunRecord(run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"), trace.read(run_dir))
+    job = runs.read_json(run_dir / "job.json") if (run_dir / "job.json").exists() else {}
+    return RunRecord(run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"), trace.read(run_dir),
+                     job.get("resume"))  # fmt: skip
 
 
 def key_differences(a: RunRecord, b: RunRecord) -> list[tuple[str, object, object]]:
@@ -196,6 +199,11 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
                           [*notes, f"results differ, and the runs' reads were not fully observed: {gaps[0]}"
                            f"{f' (and {len(gaps) - 1} more)' if len(gaps) > 1 else ''}"],
                           divergence, equal=False, compared=compared)  # fmt: skip
+    resumed = [r.path.name for r in (a, b) if r.resumed]
+    if resumed:  # what a checkpoint does not hold may differ after a resume: no determinism bug is claimed
+        return Comparison("NOT COMPARABLE", 3, [], epoch, layers,
+                          [*notes, f"results differ, and {' and '.join(resumed)} {RESUMED}"],
+                          divergence, equal=False, compared=compared)  # fmt: skip
     files = output_differences(a, b)
     if files and trained_alike(a, b, epoch, layers, divergence):
         notes = [f"{ONLY_OUTPUTS}: {', '.join(files[:5])}{' and more' if len(files) > 5 else ''}", *notes]
@@ -207,6 +215,9 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
 
 
 ONLY_OUTPUTS = "only output files differ"
+RESUMED = ("continued from a checkpoint (launch resume): what a checkpoint does not hold (a callback's own "
+           "counters, a random generator, a cached dataset, a log file the job appends to) can differ after a "
+           "resume")
 
 
 def unobserved_reads(a: RunRecord, b: RunRecord) -> list[str]:

@@ -84,7 +84,9 @@ def _cmdline(path: Path) -> str:
 
 def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, uninterrupted):
     work = work_dir(tmp_path, "work")
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGKILL)
+    # The store inside the launch directory, as the README lays it out: the resumed job runs
+    # there, its code laid out in the store, and names its data as the uninterrupted run did.
+    run, proc = _stop_after_checkpoint(work, work / "runs", 2, signal.SIGKILL)
     proc.communicate(timeout=60)
     _gone(run, 10)
     assert not (run / "manifest.json").exists(), "the run finished before it could be killed"

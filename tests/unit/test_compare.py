@@ -560,3 +560,16 @@ def test_two_unobserved_gaps_name_the_first_and_one_more():
     c = compare.decide(a, b)
     assert c.notes == ["results differ, and the runs' reads were not fully observed: g1 (and 1 more)"]
     assert (c.verdict, c.first_differing_epoch) == ("NOT COMPARABLE", 2)
+
+
+def test_a_resumed_run_that_differs_is_not_called_a_determinism_bug():
+    """What a checkpoint does not hold (a callback's own counters, a generator, a cached
+    dataset) can differ after ``launch resume``: the difference is shown, never blamed on
+    determinism; equal bits are still IDENTICAL."""
+    resumed = _record(path=Path("/runs/b"), resumed={"epoch": 1, "checkpoint": "checkpoints/epoch-000001"})
+    assert compare.decide(_record(), resumed).verdict == "IDENTICAL"
+    resumed.result = {**resumed.result, "weights_sha256": "x", "layer_sha256": {"conv1": "c1", "logits": "l2"}}
+    c = compare.decide(_record(), resumed)
+    assert (c.verdict, c.exit_code, c.differing_layers) == ("NOT COMPARABLE", 3, ["logits"])
+    text = compare.report(c, Path("/runs/a"), Path("/runs/b"))
+    assert "b continued from a checkpoint (launch resume)" in text and "determinism bug" not in text
