@@ -177,6 +177,26 @@ class _Stopper:
             self.proc.kill()
 
 
+def pass_on_as_ctrl_c() -> int:
+    """Send SIGINT to this process's children in its process group, as a terminal's Ctrl-C
+    would have: a sweep's workers, when a SIGTERM came to ``launch`` alone (jobs run in
+    sessions of their own, so only a worker's own handler passes it on to its job). Returns
+    how many were sent one."""
+    me, group, sent = os.getpid(), os.getpgrp(), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+            if int(fields[1]) == me and int(fields[2]) == group:
+                os.kill(int(entry), signal.SIGINT)
+                sent += 1
+        except (OSError, IndexError, ValueError):  # gone meanwhile, or not ours to signal
+            continue
+    return sent
+
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this (child) process when its parent dies: a killed
     launcher must not leave a job training on, orphaned."""

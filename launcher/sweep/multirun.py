@@ -484,25 +484,33 @@ def _outlive_ctrl_c() -> Iterator[None]:
 
 @contextmanager
 def _stop_on_ctrl_c(sweep_dir: Path) -> Iterator[None]:
-    """In ``launch``: the first Ctrl-C lets running jobs end as interrupted and starts no
-    queued job (the ``STOP`` file says so); a second one aborts at once."""
+    """In ``launch``: the first Ctrl-C, or SIGTERM, SIGUSR1 or SIGUSR2 (a scheduler's, ``kill``'s),
+    lets running jobs end as interrupted and starts no queued job (the ``STOP`` file says so);
+    a second one aborts at once. A terminal's Ctrl-C reaches the workers itself; the others
+    come to ``launch`` alone, which passes them on to its workers as a Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    from launcher import proc
 
     def stop(signum, frame) -> None:
         if (sweep_dir / STOP).exists():
             raise KeyboardInterrupt
-        runs.write_json(sweep_dir / STOP, {"time": _dt.datetime.now().astimezone().isoformat()})
-        print("[sweep] interrupted: running jobs stop, queued jobs will not start "
+        runs.write_json(sweep_dir / STOP, {"time": _dt.datetime.now().astimezone().isoformat(),
+                                           "signal": signal.Signals(signum).name})  # fmt: skip
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+        print(f"[sweep] interrupted{by}: running jobs stop, queued jobs will not start "
               "(Ctrl-C again to abort)", file=sys.stderr, flush=True)  # fmt: skip
+        if signum != signal.SIGINT:
+            proc.pass_on_as_ctrl_c()
 
     stop.stops_the_sweep = True  # type: ignore[attr-defined]
-    previous = signal.signal(signal.SIGINT, stop)
+    previous = {signum: signal.signal(signum, stop) for signum in proc.STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 # ---------------------------------------------------------------- summary

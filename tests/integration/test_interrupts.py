@@ -142,9 +142,11 @@ def test_a_silent_job_does_not_outlive_its_sigkilled_launcher(store, sleeper, tm
     assert json.loads((run / "status.json").read_text())["state"] == "running"  # nobody left to say otherwise
 
 
-@pytest.mark.parametrize("slots", [1, 2])  # 1: joblib runs the job inside `launch`; 2: in loky workers
+# slots 1: joblib runs the job inside `launch`; 2: in loky workers. SIGTERM goes to `launch` alone,
+# as Slurm and Kubernetes send it; Ctrl-C to the whole foreground process group, as a terminal does.
+@pytest.mark.parametrize(("slots", "how"), [(1, "ctrl-c"), (2, "ctrl-c"), (1, "sigterm"), (2, "sigterm")])
 def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(store, sleeper, tmp_path, slots,
-                                                                                _launch):
+                                                                                how, _launch):  # fmt: skip
     from launcher.sweep.multirun import hydra_quote
 
     if slots == 2:
@@ -160,10 +162,14 @@ def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(
         time.sleep(0.1)
     else:
         pytest.fail("the sweep's first jobs did not start")
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the whole foreground process group
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-3000:] + err[-3000:]
-    assert "[sweep] interrupted: running jobs stop, queued jobs will not start" in err
+    by = " by SIGTERM" if how == "sigterm" else ""
+    assert f"[sweep] interrupted{by}: running jobs stop, queued jobs will not start" in err, err[-3000:]
     assert "Traceback" not in err
     (sweep_dir,) = (store / "sweeps").iterdir()
     records = json.loads((sweep_dir / "summary.json").read_text())["jobs"]
