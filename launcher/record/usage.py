@@ -235,6 +235,14 @@ def code_kind(roots_: Roots) -> Callable[[str], str]:
     return kind
 
 
+def _existed_before(path: str, started_ns: int) -> bool:
+    """A file that was there before the job started (not one it wrote: IPython's cell files)."""
+    try:
+        return os.stat(path).st_mtime_ns < started_ns
+    except OSError:
+        return False
+
+
 def module_files(modules: Mapping[str, object] | None = None) -> dict[str, str]:
     """module name -> the absolute path of its file, for every imported module that has one."""
     out = {}
@@ -459,6 +467,7 @@ def gather(
     direct_imports: Iterable[str] | None = None,
     native: Iterable[str] = (),
     code_files: Iterable[str] = (),
+    executed: Iterable[str] = (),
 ) -> dict:
     """code.modules, software.distributions, software.libraries and data, measured now.
 
@@ -473,7 +482,10 @@ def gather(
     is keyed. ``native`` are the files opened in directories watched at the OS level
     (``launcher.run.fswatch``): those from before ``started_ns`` count as read, as listed ones do.
     ``code_files`` are files the job ran as code without importing them (a notebook, keyed by
-    its code cells): never data.
+    its code cells, the script): never data. ``executed`` are the source files whose code
+    the job ran with ``exec`` (``runpy.run_path("cfg.py")``, IPython's ``%run``): those of
+    the job's own that are not imported modules, and existed before ``started_ns``, are
+    code, keyed as ``exec:<name>``.
     """
     r = roots(run_dir)
     opened = dict(opened)
@@ -509,6 +521,13 @@ def gather(
                     imported.setdefault(owner, set()).add(name.partition(".")[0])
             elif kind == "user" and name != "__main__" and os.path.isfile(path):
                 code[name] = {"path": path, "sha256": hashes.sha256(path)}
+        known = {os.path.realpath(p) for p in [*files.values(), *code_files]}
+        for path in executed:
+            real = os.path.realpath(path)
+            if real in known or classify(real, r) != "user" or not _existed_before(real, started_ns):
+                continue
+            known.add(real)
+            code[f"exec:{display_name(path, launch_dir)}"] = {"path": real, "sha256": hashes.sha256(real)}
         libraries = {}
         for path in parse_maps(maps_text):
             real = os.path.realpath(path)

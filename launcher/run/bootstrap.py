@@ -190,7 +190,7 @@ def _run(run_dir: Path) -> None:
                             started_ns=reads.started_ns, direct_imports=imports.direct,
                             native=[snapshot.rooted(p, ctx.root) if laid_out else p  # as linked
                                     for p in reads.natively_opened()],
-                            code_files=reads.code_files)  # fmt: skip
+                            code_files=reads.code_files, executed=reads.executed)  # fmt: skip
         facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
         facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded
         facts["environment_read"] = envreads.recorded()

@@ -55,6 +55,9 @@ listed: dict[str, bool] = {}  # directories the job listed, in first-listed orde
 patterns: dict[str, bool] = {}  # glob patterns (glob, pathlib, tf.io.gfile.glob, Dataset.list_files)
 started_ns = 0  # when recording started: a file modified later is the job's output, not its input
 code_files: set[str] = set()  # files the job runs as code but not by import (a notebook): never data
+# Source files whose code the job ran with exec, by path (runpy.run_path("cfg.py"), IPython's
+# %run): code the key holds beside the imported modules; imports show up too, and are told apart later.
+executed: dict[str, None] = {}
 children: list[dict] = []  # the programs the job started: {"argv": [...], "cwd": ...}
 # Existing files the job's own code named in a Dataset.from_tensor_slices (a list of shards):
 # what a native reader given names computed inside the graph (an interleave, a map) opens.
@@ -216,6 +219,12 @@ def _hook(event: str, args: tuple) -> None:
         elif event in ("os.system", "os.exec", "os.posix_spawn", "os.spawn") and args and _started_by_the_job():
             argv = args[0] if event == "os.system" else args[2] if event == "os.spawn" else args[1]
             note_child(argv)
+        elif event == "exec" and args:
+            filename = getattr(args[0], "co_filename", "")
+            if filename and filename[0] != "<":
+                path = os.path.abspath(filename)
+                if not path.startswith(_SKIP):
+                    executed.setdefault(path, None)
         elif event in ("glob.glob", "glob.glob/2") and _listings and args:
             root = args[2] if len(args) > 2 and args[2] is not None else None
             note_listing(os.path.join(os.fsdecode(root), os.fsdecode(args[0])) if root else args[0], pattern=True)

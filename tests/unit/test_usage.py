@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -518,3 +519,27 @@ def test_the_systems_files_are_never_data_on_any_layout_of_the_root(path):
                                   "/libraries/a.npz", "/opt/data/a.npz"])
 def test_ram_disks_and_everything_outside_the_system_may_be_data(path):
     assert not usage.system_path(path)
+
+
+def test_gather_keys_the_source_files_the_job_ran_with_exec(tmp_path):
+    """``runpy.run_path("cfg.py")`` and IPython's ``%run setup.py`` run a file's code without
+    importing it: keyed as ``exec:<name>`` (an edit is REFUSED by name, a replay keeps it).
+    Not: an imported module's file (keyed by its module name), the script or notebook
+    (``code_files``), a file the job wrote (IPython's cell files)."""
+    for name in ("cfg.py", "helper.py", "train.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    started_ns = max(os.stat(tmp_path / n).st_mtime_ns for n in ("cfg.py", "helper.py", "train.py")) + 1
+    cell = tmp_path / "cell.py"
+    cell.write_text("# a cell\n")
+    os.utime(cell, ns=(started_ns + 1, started_ns + 1))
+    run = tmp_path / "run"
+    run.mkdir()
+    helper = types.ModuleType("helper")
+    helper.__file__ = str(tmp_path / "helper.py")
+    used = usage.gather({}, str(run), str(tmp_path), modules={"helper": helper}, maps_text="", started_ns=started_ns,
+                        code_files=[str(tmp_path / "train.py")],
+                        executed=[str(tmp_path / n) for n in ("cfg.py", "helper.py", "train.py", "cell.py")])
+    sha = hashlib.sha256(b"# cfg.py\n").hexdigest()
+    assert used["modules"] == {"helper": {"path": str(tmp_path / "helper.py"),
+                                          "sha256": hashlib.sha256(b"# helper.py\n").hexdigest()},
+                               "exec:cfg.py": {"path": str(tmp_path / "cfg.py"), "sha256": sha}}

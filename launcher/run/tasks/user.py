@@ -15,7 +15,7 @@ import sys
 
 from launcher.errors import ConfigError, ResumeError
 from launcher.record import snapshot
-from launcher.run import observe, userapi
+from launcher.run import observe, reads, userapi
 from launcher.run.tasks import TaskContext
 
 
@@ -135,6 +135,7 @@ def run_script(script: str, args: list[str]) -> None:
     ``sys.path`` (so a helper module beside it imports), ``sys.exit(0)`` a normal end."""
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    reads.code_files.update({os.path.abspath(script), os.path.realpath(script)})  # keyed as the script
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
