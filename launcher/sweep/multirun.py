@@ -595,7 +595,9 @@ def verify(sweep_dir: Path, allow_mismatch: bool = False) -> int:
             results.append(sweep_report.verdict(record, r.verdict, r.detail, r.new_run))
         except LauncherError as exc:
             name = "NOT COMPARABLE" if exc.exit_code == 3 else "FAILED"
-            results.append(sweep_report.verdict(record, name, str(exc)))
+            fields = [d[0] for d in getattr(exc, "differences", None) or []]
+            detail = f"refused, these differ here: {', '.join(fields)}\n{exc}" if fields else str(exc)
+            results.append(sweep_report.verdict(record, name, detail))
     report = sweep_report.verification(results)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     (sweep_dir / "verify").mkdir(exist_ok=True)

@@ -118,15 +118,18 @@ def verification(results: list[dict]) -> dict:
 
 
 def render_verification(report: dict) -> str:
-    rows = [[f"{r['num']:03d}", _text(r["seed"]), r["verdict"], _first_line(r["detail"])]
+    """The verify table; a refused job's detail is not shortened: it names the fields that differ."""
+    rows = [[f"{r['num']:03d}", _text(r["seed"]), r["verdict"],
+             _first_line(r["detail"], limit=None if (r["detail"] or "").startswith("refused, ") else 72)]
             for r in report["jobs"]]  # fmt: skip
     lines = _table(["job", "seed", "verdict", "detail"], rows)
     lines.append(f"{report['reproduced']} of {report['total']} jobs reproduced bit for bit")
     return "\n".join(lines)
 
 
-def _first_line(text: str | None) -> str:
-    return _short((text or "").strip().split("\n", 1)[0])
+def _first_line(text: str | None, limit: int | None = 72) -> str:
+    line = (text or "").strip().split("\n", 1)[0]
+    return line if limit is None else _short(line, limit)
 
 
 def _short(text: str, limit: int = 72) -> str:

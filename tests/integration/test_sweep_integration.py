@@ -53,6 +53,12 @@ def test_a_two_seed_sweep_runs_summarizes_and_its_verify_replays_every_job_bit_f
     assert "2 of 2 jobs reproduced bit for bit" in verified.stdout
     replays = [p for p in store.iterdir() if is_run(p) and p not in {Path(j["run_dir"]) for j in a["jobs"]}]
     assert len(replays) == 2  # each replay is a run of its own in the store
+    # Where the key differs, each job is refused before it runs, its row naming the field in full.
+    refused = launch("sweep", "verify", sweep_a, env={"OMP_NUM_THREADS": "3"})
+    assert refused.returncode == 3, refused.stdout[-3000:] + refused.stderr[-3000:]
+    rows = [line for line in refused.stdout.splitlines() if line.startswith(("000 ", "001 "))]
+    assert len(rows) == 2 and all(r.endswith("refused, these differ here: environment.OMP_NUM_THREADS")
+                                  for r in rows), refused.stdout  # fmt: skip
 
 
 def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_npz):
