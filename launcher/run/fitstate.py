@@ -220,6 +220,10 @@ def _why_not_kind(fit: dict) -> str | None:
                 "the later epochs of those only")
     if fit.get("steps_per_epoch") is not None:
         return "it sets steps_per_epoch (its iterator runs on across epochs, and is not checkpointed)"
+    if fit.get("built") is False:
+        return ("its model had no variables when the fit began (a subclassed keras.Model, or a Sequential "
+                "without keras.Input, makes them in its first batch, after the moment a resume restores the "
+                "checkpoint); call the model once on a batch before fit (model(x[:1])) and its runs resume")
     return None
 
 
@@ -278,7 +282,7 @@ class FitCheckpoints:
     def ending(self) -> dict:
         """What a later fit's checkpoint keeps of this one (in ``before``), once it has ended: its
         kind, and the checkpoint of its last epoch a resume fast-forwards it from (None: none)."""
-        kept = {k: self.fit.get(k) for k in ("fit", "input", "steps_per_epoch")}
+        kept = {k: self.fit.get(k) for k in ("fit", "input", "steps_per_epoch", "built")}
         return {**kept, "checkpoint": self.last}
 
     def save(self, epoch: int, logs: dict | None) -> None:

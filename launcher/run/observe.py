@@ -315,7 +315,7 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
     args = bound.arguments
     fit = {"fit": obs.fits, "input": fitstate.input_kind(args.get("x")), "epochs": int(args.get("epochs", 1)),
            "initial_epoch": int(args.get("initial_epoch") or 0), "steps_per_epoch": args.get("steps_per_epoch"),
-           "before": list(obs.finished)}  # fmt: skip
+           "before": list(obs.finished), "built": bool(model.variables)}  # fmt: skip
     if fit["input"] == "arrays":  # the order Keras shuffles arrays in comes from TensorFlow's global seed
         fit["tf_seed"] = _tf_global_seed()
     validation = args.get("validation_data")

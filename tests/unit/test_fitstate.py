@@ -100,6 +100,8 @@ def test_what_cannot_be_resumed_is_named():
     assert "PyDataset keeps its own state" in fitstate.why_not_resumable({**ok, "input": "PyDataset"})
     assert "reads dict, not a tf.data.Dataset or arrays" in fitstate.why_not_resumable({**ok, "input": "dict"})
     assert "steps_per_epoch" in fitstate.why_not_resumable({**ok, "steps_per_epoch": 10})
+    assert fitstate.why_not_resumable({**ok, "built": True}) is None
+    assert "its model had no variables when the fit began" in fitstate.why_not_resumable({**ok, "built": False})
     assert all(fitstate.why_not_resumable({**ok, "input": kind}).endswith("; run it again with launch")
                for kind in ("generator", "PyDataset", "dict"))  # fmt: skip
 
@@ -125,7 +127,7 @@ def test_a_fits_last_epoch_is_its_end_and_named_for_later_fits():
     assert [state.ends_at(e) for e in range(3)] == [False, False, True]
     model.stop_training = True  # EarlyStopping ended it
     assert state.ends_at(0)
-    assert state.ending() == {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "checkpoint": None}
+    assert state.ending() == {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "built": None, "checkpoint": None}
 
 
 def _checkpoint(run_dir, epoch: int, extra: dict) -> None:
@@ -170,3 +172,25 @@ def test_pruning_keeps_the_newest_and_every_fits_end(tmp_path):
     checkpointer._prune()
     assert sorted(p.name for p in checkpointer.root.iterdir()) == ["epoch-000002", "epoch-000004", "epoch-000005",
                                                                     "epoch-000006"]  # fmt: skip
+
+
+def test_a_subclassed_model_has_variables_only_once_called():
+    """What ``built`` in a fit's record reads (``bool(model.variables)``): a subclassed model has
+    none until its first call, even after ``build(input_shape)``; its checkpoint then cannot be
+    restored where a resume restores it (refused above, in one line, not a traceback)."""
+    keras = pytest.importorskip("keras")
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Net()
+    model.build((None, 3))
+    assert not model.variables
+    model(np.zeros((1, 3), "float32"))
+    assert model.variables
+    assert keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).variables
