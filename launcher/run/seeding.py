@@ -75,9 +75,7 @@ def install() -> None:
             frame = sys._getframe(1)
             if jobs_code(frame.f_code.co_filename) and (name.endswith("from_non_deterministic_state")
                                                         or (not args or args[0] is None) and not kwargs):
-                where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-                if len(unseeded) < 20:
-                    unseeded.append({"call": f"{name}()", "where": where})
+                _note_unseeded(f"{name}()", frame)
             return original(*args, **kwargs)
 
         made._launch_seed_wrapper = True
@@ -100,9 +98,11 @@ def install() -> None:
         wrap(sys.modules["keras"].utils, "set_random_seed", "keras.utils.set_random_seed")
 
 
-def _note_unseeded(call: str, frame) -> None:
-    if len(unseeded) < 20:
-        unseeded.append({"call": call, "where": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"})
+def _note_unseeded(call: str, frame, once: bool = False) -> None:
+    """Record ``call`` at ``frame``'s line (at most 20; with ``once``, not a second time)."""
+    entry = {"call": call, "where": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"}
+    if len(unseeded) < 20 and not (once and entry in unseeded):
+        unseeded.append(entry)
 
 
 def _wrap_entropy(np, jobs_code) -> None:
@@ -118,9 +118,8 @@ def _wrap_entropy(np, jobs_code) -> None:
         frame = sys._getframe(1)  # NumPy's Cython code has no frame: this is the Python caller
         if jobs_code(frame.f_code.co_filename):
             call = unseeded_call(frame)
-            if call is not None and all(u["call"] != call or u["where"].split(":")[-1] != str(frame.f_lineno)
-                                        for u in unseeded):  # RandomState() draws twice
-                _note_unseeded(call, frame)
+            if call is not None:
+                _note_unseeded(call, frame, once=True)  # RandomState() draws twice
         return original(*args, **kwargs)
 
     randbits._launch_seed_wrapper = True
