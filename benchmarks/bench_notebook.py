@@ -26,7 +26,7 @@ from common import REPO, launch
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 NOTEBOOK = REPO / "tests" / "integration" / "notebooks" / "train.ipynb"
-NPZ = REPO / "tests" / "data" / "mnist-small.npz"
+NPZ = REPO / "tests" / "data" / "mnist-small" / "mnist-small.npz"
 
 
 def as_script(notebook: Path, params: dict) -> str:

@@ -83,7 +83,7 @@ def main() -> None:
         (project / "train.py").write_text(SCRIPT)
         (project / "helper_a.py").write_text("UNITS = 32\n")
         (project / "helper_b.py").write_text("LR = 0.1\n")
-        shutil.copy(REPO / "tests" / "data" / "mnist-small.npz", project / "digits.npz")
+        shutil.copy(REPO / "tests" / "data" / "mnist-small" / "mnist-small.npz", project / "digits.npz")
         script = ("train=script", "train.script=train.py", "train.args=[digits.npz]")
         mnist_run = _launch(project, "train.epochs=1", "store.root=mnist-store")
         script_run = _launch(project, *script, "store.root=script-store")

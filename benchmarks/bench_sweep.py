@@ -82,7 +82,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rounds", nargs="?", type=int, default=2)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--data", default=str(REPO / "tests" / "data" / "mnist-small.npz"))
+    p.add_argument("--data", default=str(REPO / "tests" / "data" / "mnist-small" / "mnist-small.npz"))
     p.add_argument("--quiet-cpu", type=float, default=3.0,
                    help="count a round only when other processes used at most this many CPU s")
     p.add_argument("--attempts", type=int, default=3, help="at most ROUNDS x this many rounds")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.conftest import DATA, REPO, is_run
 
-NPZ = DATA / "mnist-small.npz"
+NPZ = DATA / "mnist-small" / "mnist-small.npz"
 
 
 def env() -> dict:

@@ -57,7 +57,7 @@ def project(tmp_path_factory) -> Path:
     """A user's project directory with a hostile name, holding the data and a script."""
     path = tmp_path_factory.mktemp("docker") / "my proj 'q' $x"
     path.mkdir()
-    shutil.copy(REPO / "tests" / "data" / "mnist-small.npz", path / "mnist small.npz")
+    shutil.copy(REPO / "tests" / "data" / "mnist-small" / "mnist-small.npz", path / "mnist small.npz")
     return path
 
 

@@ -170,14 +170,14 @@ class Page:
 # ---------------------------------------------------------------- what an example needs
 def _keras_script(page: Page, example: dx.Example) -> None:
     shutil.copy(SCRIPTS / "keras_fit.py", page.project / "train.py")
-    shutil.copy(DATA / "mnist-small.npz", page.project / "mnist.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", page.project / "mnist.npz")
     page.bind("629d6e", page.launch("train=script", "train.script=train.py", "train.args=[mnist.npz]"))
 
 
 def _helper_script(page: Page, example: dx.Example | None = None) -> None:
     shutil.copy(SCRIPTS / "with_helper.py", page.project / "train.py")
     shutil.copy(SCRIPTS / "helper.py", page.project / "helper.py")
-    shutil.copy(DATA / "mnist-small.npz", page.project / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", page.project / "digits.npz")
     (page.root / "elsewhere").mkdir(exist_ok=True)
 
 
@@ -232,7 +232,7 @@ def _bad_data(page: Page, example: dx.Example) -> None:
 def _migration(page: Page, example: dx.Example) -> None:
     for script in ("tf1_mlp.py", "tf2_port.py"):
         shutil.copy(SCRIPTS / script, page.project / script)
-    shutil.copy(DATA / "mnist-small.npz", page.project / "mnist.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", page.project / "mnist.npz")
 
 
 def _hidden_state(page: Page, example: dx.Example) -> None:

@@ -33,7 +33,7 @@ def test_data_under_the_users_cache_is_in_the_key(launch, tmp_path):
     home = tmp_path / "home"
     (home / ".cache" / "myproject").mkdir(parents=True)
     data = home / ".cache" / "myproject" / "digits.npz"
-    shutil.copy(DATA / "mnist-small.npz", data)
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", data)
     (tmp_path / "train.py").write_text(CACHED_DATA)
     env = {"HOME": str(home), "XDG_CACHE_HOME": ""}
     store = tmp_path / "store"
@@ -67,7 +67,7 @@ def plain_run(shared_root) -> Path:
     def build(directory: Path) -> dict:
         project = directory / "project"
         project.mkdir()
-        shutil.copy(DATA / "mnist-small.npz", project / "digits.npz")
+        shutil.copy(DATA / "mnist-small" / "mnist-small.npz", project / "digits.npz")
         (project / "plain.py").write_text(PLAIN)
         done = run_launch("train=script", "train.script=plain.py", f"store.root={q(directory / 'store')}",
                           cwd=project, base_env=START_ENV)  # fmt: skip
@@ -85,7 +85,7 @@ def _sha(path: Path) -> str:
 def test_a_script_kept_its_trained_values_and_tolerance_compares_them(launch, tmp_path, plain_run):
     """Script runs keep weights.npz by default; --tolerance compares the values, and never calls
     runs EQUIVALENT whose weights it could not compare."""
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "plain.py").write_text(PLAIN)
     store = tmp_path / "store"
     a = plain_run  # the defaults (shared)
@@ -125,7 +125,7 @@ def test_outputs_with_times_in_them_are_compared_by_what_they_mean(launch, tmp_p
     """model.keras, a ModelCheckpoint, TensorBoard logs and a CSV log under output_dir(), run
     twice: IDENTICAL (the archives hold their save time, the event files their host, pid and
     wall times). A file that really differs is named, and not called a determinism bug."""
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SAVES_OUTPUTS)
     store = tmp_path / "store"
 
@@ -168,7 +168,7 @@ model.fit(x, y, epochs=1, batch_size=batch, verbose=0)
 def test_hyperparameters_from_the_environment_are_in_the_key(launch, tmp_path):
     """LR=0.001 vs LR=0.01, and BATCH_SIZE unset vs 32, read with os.environ/os.getenv: REFUSED,
     naming the variable, never DIFFERENT; a secret's value is never stored."""
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(READS_ENV)
     store = tmp_path / "store"
 
@@ -219,7 +219,7 @@ model.fit(x, y, epochs=1, batch_size=64, verbose=0, shuffle=True)
 def test_a_script_that_seeds_itself_is_named_and_the_sweep_says_so(launch, tmp_path):
     """keras.utils.set_random_seed(42) in the script, swept over two seeds: one weight hash,
     and the sweep says the seed did not reach the jobs, naming the call; each run records it."""
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SEEDS_ITSELF)
     store = tmp_path / "store"
     done = launch("-m", "train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=range(2)",
@@ -237,7 +237,7 @@ def test_a_script_that_seeds_itself_is_named_and_the_sweep_says_so(launch, tmp_p
 def test_a_job_that_ends_with_os_exit_keeps_what_it_trained(launch, tmp_path, plain_run):
     """Some scripts end with os._exit(0) after training (to skip a slow or crashing teardown):
     the run is sealed with the weights and metrics observed before it."""
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(PLAIN + "os._exit(0)\n")
     store = tmp_path / "store"
     a = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
@@ -261,7 +261,7 @@ model.fit(x[order], y[order], epochs=1, batch_size=64, verbose=0, shuffle=False)
 
 
 def test_an_unseeded_generator_is_named_as_the_likely_cause(launch, tmp_path):
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(UNSEEDED)
     store = tmp_path / "store"
     a, b = (run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
@@ -294,7 +294,7 @@ model.fit(x[..., None], y, epochs=1, batch_size=64, verbose=0)
 
 @pytest.mark.long(seconds=70)
 def test_the_audit_says_a_knob_the_job_sets_itself_is_set_by_the_job_never_free(launch, tmp_path):
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SETS_ITS_THREADS)
     done = launch("audit", "train=script", "train.script=train.py", f"store.root={q(tmp_path / 'store')}",
                   "audit.knobs=[intra_op_threads]", cwd=tmp_path)  # fmt: skip
@@ -308,7 +308,7 @@ def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_
     """Keras imports matplotlib (as it does pandas and scikit-learn) when it is installed; a
     script that never uses it does not key it (a later `pip install` of the launcher's `plot`
     extra refuses no earlier run); one that draws with it does."""
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "uses_matplotlib.py").write_text(
         "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.figure()\n" + PLAIN)
     store = tmp_path / "store"
@@ -334,7 +334,7 @@ model.fit(x, y, epochs=1, batch_size=64, verbose=0)
 
 
 def test_settings_the_script_makes_without_effect_are_recorded_as_they_ran(launch, tmp_path):
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SETS_TOO_LATE)
     run = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(tmp_path / 'store')}",
                             cwd=tmp_path))  # fmt: skip
@@ -386,7 +386,7 @@ model.fit(ds, epochs=1, verbose=0)
 
 
 def _digits(n: int = 128) -> tuple[np.ndarray, np.ndarray]:
-    with np.load(DATA / "mnist-small.npz") as f:
+    with np.load(DATA / "mnist-small" / "mnist-small.npz") as f:
         return f["x_train"][:n], f["y_train"][:n]
 
 
@@ -516,7 +516,7 @@ model.fit(x, y, epochs=1, batch_size=64, verbose=0)
 def test_a_settings_file_run_with_run_path_is_code_in_the_key_and_kept(launch, tmp_path):
     """``runpy.run_path("settings.py")`` runs a file without importing it: an edit is REFUSED by
     name (it was a false "determinism bug"), and a replay after the file is gone runs the kept copy."""
-    shutil.copy(DATA / "mnist-small.npz", tmp_path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SETTINGS_BY_RUN_PATH)
     (tmp_path / "settings.py").write_text("LR = 0.1\n")
     store = tmp_path / "store"

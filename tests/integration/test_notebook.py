@@ -19,7 +19,7 @@ from tests.conftest import DATA, q, run_dir_of, run_launch
 pytestmark = pytest.mark.slow
 
 NOTEBOOK = Path(__file__).parent / "notebooks" / "train.ipynb"
-NPZ = DATA / "mnist-small.npz"
+NPZ = DATA / "mnist-small" / "mnist-small.npz"
 
 
 def _launch_notebook(store: Path, notebook: Path, *overrides: str, params: str = ""):

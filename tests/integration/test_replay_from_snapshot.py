@@ -30,7 +30,7 @@ def project(tmp_path: Path) -> Path:
     path.mkdir()
     shutil.copy(SCRIPTS / "with_helper.py", path / "train.py")
     shutil.copy(SCRIPTS / "helper.py", path / "helper.py")
-    shutil.copy(DATA / "mnist-small.npz", path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", path / "digits.npz")
     return path
 
 
@@ -46,7 +46,7 @@ def project_run(tmp_path_factory) -> dict:
     path.mkdir()
     shutil.copy(SCRIPTS / "with_helper.py", path / "train.py")
     shutil.copy(SCRIPTS / "helper.py", path / "helper.py")
-    shutil.copy(DATA / "mnist-small.npz", path / "digits.npz")
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", path / "digits.npz")
     store = root / "store"
     return {"project": path, "store": store, "run": _script_run(run_launch, path, store)}
 

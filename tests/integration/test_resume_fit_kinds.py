@@ -20,7 +20,7 @@ from tests.integration.resumed import env, record, run_of, work_dir
 pytestmark = pytest.mark.slow
 
 SCRIPTS = Path(__file__).parent / "scripts"
-DATA = REPO / "tests" / "data" / "mnist-small.npz"
+DATA = REPO / "tests" / "data" / "mnist-small" / "mnist-small.npz"
 ARRAYS = (SCRIPTS / "arrays_fit.py", "data.npz,3,outputs,split")  # 3 epochs, validation_split=0.2
 TWO_FITS = (SCRIPTS / "two_fits.py", "data.npz,2,outputs")  # 2 epochs in each fit: epochs 1-2, then 3-4
 KEEP_ONE = "train.checkpoint_keep=1"  # the first fit's end must outlive the pruning (same config in every run)

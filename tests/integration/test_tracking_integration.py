@@ -71,7 +71,7 @@ def three_runs(tmp_path_factory):
     from tests.conftest import DATA, run_launch
 
     store = tmp_path_factory.mktemp("tracked store")
-    base = (f"train.data={DATA / 'mnist-small.npz'}", f"store.root={q(store)}", *TWO_EPOCHS)
+    base = (f"train.data={DATA / 'mnist-small' / 'mnist-small.npz'}", f"store.root={q(store)}", *TWO_EPOCHS)
     tracked = run_launch(*base, "tracking=mlflow")
     plain = run_launch(*base)
     dead = run_launch(*base, "tracking=mlflow", "tracking.uri=http://127.0.0.1:9", timeout=300)
