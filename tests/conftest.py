@@ -20,13 +20,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 pytest_plugins = ["tests.cpu_time"]  # --cpu-time=N: where the suite's CPU goes (docs/testing.md)
 
 DATA = Path(__file__).parent / "data"
+NPZ = DATA / "mnist-small" / "mnist-small.npz"  # alone in its directory: tests/data/README.md says why
 REPO = Path(__file__).parent.parent
 
 
 @pytest.fixture
 def mnist_npz() -> Path:
     """600 train / 200 test real MNIST images in Keras' mnist.npz layout."""
-    return DATA / "mnist-small" / "mnist-small.npz"
+    return NPZ
 
 
 @pytest.fixture
@@ -237,7 +238,7 @@ def tiny_runs(shared_root) -> list[dict]:
     """Two strict MNIST runs of the defaults (seed 0) on 300 images, one epoch of 3 steps, each
     alone in its store: ``[{"store", "run", "stdout"}, ...]``; they are IDENTICAL."""
     built = build_once(shared_root, "tiny", lambda d: {"runs": _twins(
-        d, "train=mnist", f"train.data={q(DATA / 'mnist-small' / 'mnist-small.npz')}", *TINY)})
+        d, "train=mnist", f"train.data={q(NPZ)}", *TINY)})
     return [_paths(r) for r in built["runs"]]
 
 
@@ -245,7 +246,7 @@ def tiny_runs(shared_root) -> list[dict]:
 def untraced_runs(shared_root) -> list[dict]:
     """Two strict MNIST runs on 600 images (``QUICK``) with ``determinism.trace_every=0``: no trace."""
     built = build_once(shared_root, "untraced", lambda d: {"runs": _twins(
-        d, "train=mnist", f"train.data={q(DATA / 'mnist-small' / 'mnist-small.npz')}", *QUICK, "determinism.trace_every=0")})
+        d, "train=mnist", f"train.data={q(NPZ)}", *QUICK, "determinism.trace_every=0")})
     return [_paths(r) for r in built["runs"]]
 
 
@@ -257,7 +258,7 @@ def three_epoch_run(shared_root) -> dict:
     """An uninterrupted strict MNIST run of 3 epochs of 12 steps (``THREE_EPOCHS``): what a killed
     and resumed run must equal; ``{"store", "run", "stdout", "result", "metrics", "trace", "checkpoints"}``."""
     def build(directory: Path) -> dict:
-        built = _trained(directory, *THREE_EPOCHS, f"train.data={DATA / 'mnist-small' / 'mnist-small.npz'}")
+        built = _trained(directory, *THREE_EPOCHS, f"train.data={NPZ}")
         run = Path(built["run"])
         return {**built, "result": json.loads((run / "result.json").read_text()),
                 "metrics": (run / "metrics.jsonl").read_text(), "trace": (run / "trace.jsonl").read_text(),
@@ -272,5 +273,5 @@ def keras_fit_runs(shared_root) -> list[dict]:
     unmodified, twice, each alone in its store; they are IDENTICAL."""
     built = build_once(shared_root, "keras-fit", lambda d: {"runs": _twins(
         d, "train=script", f"train.script={q(SCRIPTS / 'keras_fit.py')}",
-        f"train.args=[{q(DATA / 'mnist-small' / 'mnist-small.npz')}]")})
+        f"train.args=[{q(NPZ)}]")})
     return [_paths(r) for r in built["runs"]]

@@ -1,20 +1,34 @@
-"""Files opened by code the Python hooks cannot see, watched at the OS level (inotify).
+"""Files opened by code the Python hooks cannot see, watched at the OS level (fanotify, inotify).
 
 ``launcher.run.reads`` sees every open by Python code and TensorFlow's Python file APIs.
 Native code that opens files by names it computed itself does not pass through them: a
 ``tf.io.read_file`` inside a ``tf.data`` map over names read from an index CSV, a C
-extension, a child process. inotify reports every open of a file in a watched directory,
-by any code of any process, so the job watches (with ``inotify_simple``, the only module
-that imports it) the directories its data most likely lies in:
+extension, a child process. The kernel reports every open of a file in a watched
+directory, so the job watches the directories its data most likely lies in:
 
 - its working directory, and below it;
 - the directory of every data file its Python code reads (an index CSV, a manifest), and
   below it, added as the job reads them;
 
-each tree up to ``MAX_DIRS`` directories in all (inotify watches are a per-user kernel
-resource), leaving out run stores, version control, caches of compiled code, the Python
-installation and system directories. A file opened there that existed before the job
-started counts as read (``launcher.record.usage``); one modified later is an output.
+each tree up to ``MAX_DIRS`` directories in all (watches are a per-user kernel resource),
+leaving out run stores, version control, caches of compiled code, the Python installation
+and system directories. A file opened there that existed before the job started counts as
+read (``launcher.record.usage``); one modified later is an output.
+
+Two kernel interfaces, the better first, each behind a small backend class here (ctypes for
+fanotify, ``inotify_simple`` for inotify; no other module touches either):
+
+- fanotify (Linux 5.13 and later for a user without privileges) tells whose open it was:
+  the job's own process (its threads, TensorFlow's native code) or another one. An open by
+  another process while the job had none of its own (no child running, none reaped since
+  the watch last read its events) is kept apart (``by_others``): another job or a program
+  reading beside the data at the same time is not the job's input. One while the job had a
+  child (its program, a library's ``uname -p``) may have been the child's, and counts;
+  ``launcher.run.reads`` counts them all once the job's code started programs of its own,
+  whose children may outlive them;
+- inotify, where fanotify is refused (an older kernel, a container's seccomp profile) or a
+  directory cannot be marked (a file system without file handles), reports every open by
+  any process, so another program reading there at the same time puts its files in the key.
 
 What stays unseen: files opened natively outside the watched trees, and what a child
 process reads from a pipe or a network. An event queue that overflowed is recorded as
@@ -23,18 +37,21 @@ a gap (``gaps``), and compare then never blames determinism for a difference.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import resource
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-MAX_DIRS = 1000  # inotify watches of one job; Linux allows 8,192 to 1M per user
+MAX_DIRS = 1000  # watched directories of one job; Linux allows 8,192 to 1M per user
 READ_DELAY_S = 0.05  # how long the watch thread lets events gather before reading them
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
-_HEADER = _EVENT.size
 SKIP_NAMES = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".ipynb_checkpoints", ".mypy_cache",
                         ".pytest_cache", ".ruff_cache", ".tox", ".nox"})  # fmt: skip
+OVERFLOW = object()  # what a backend yields for a lost event queue
+_OVERFLOW_GAP = "the {} event queue overflowed: some files opened natively were not seen"
 
 
 def tree(root: str, skip: Iterable[str], budget: int) -> tuple[list[str], bool]:
@@ -64,26 +81,157 @@ def tree(root: str, skip: Iterable[str], budget: int) -> tuple[list[str], bool]:
     return out, False
 
 
-class Watch:
-    """An inotify instance whose thread collects the files opened in the watched directories."""
+class Inotify:
+    """inotify: every open in a directory, by any process (whose it was is unknown: ``None``)."""
 
-    def __init__(self, skip: Iterable[str], max_dirs: int = MAX_DIRS) -> None:
+    name = "inotify"
+
+    def __init__(self) -> None:
         from inotify_simple import INotify, flags
 
-        self._flags = flags
         self._inotify = INotify()
+        self._mask = flags.OPEN | flags.ONLYDIR
+        self._overflow, self._isdir = flags.Q_OVERFLOW, flags.ISDIR
+        self._event = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
+
+    def fileno(self) -> int:
+        return self._inotify.fileno()
+
+    def add(self, directory: str) -> object:
+        """Watch one directory (OSError if it cannot be); the token its events carry."""
+        return self._inotify.add_watch(directory, self._mask)
+
+    def discard(self, directory: str, token: object) -> None:
+        self._inotify.rm_watch(token)
+
+    def events(self, data: bytes) -> Iterator[tuple[object, bytes, bool | None]]:
+        """(token, file name, whether the job's own process opened it) per open in ``data``."""
+        header, offset, end = self._event.size, 0, len(data)
+        while offset + header <= end:
+            wd, mask, _cookie, length = self._event.unpack_from(data, offset)
+            name = data[offset + header: offset + header + length].rstrip(b"\0")
+            offset += header + length
+            if mask & self._overflow:
+                yield OVERFLOW, b"", None
+            elif name and not mask & self._isdir:
+                yield wd, name, None
+
+    def close(self) -> None:
+        self._inotify.close()
+
+
+class Fanotify:
+    """fanotify, reporting each open by its directory's file handle and its name, and the
+    opener's pid when it is this process (an unprivileged listener is told no other pid)."""
+
+    name = "fanotify"
+    _INIT = 0x1 | 0x2 | 0x400 | 0x800  # FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DIR_FID | FAN_REPORT_NAME
+    _MARK = 0x1 | 0x8  # FAN_MARK_ADD | FAN_MARK_ONLYDIR
+    _MARK_REMOVE = 0x2 | 0x8  # FAN_MARK_REMOVE | FAN_MARK_ONLYDIR
+    _OPEN_OF_CHILDREN = 0x20 | 0x08000000  # FAN_OPEN | FAN_EVENT_ON_CHILD (not FAN_ONDIR: files only)
+    _Q_OVERFLOW = 0x4000
+    _DFID_NAME = 2  # FAN_EVENT_INFO_TYPE_DFID_NAME
+    _AT_FDCWD = -100
+    _MAX_HANDLE = 128
+    _META = struct.Struct("=IBBHQii")  # struct fanotify_event_metadata: len, vers, -, metadata_len, mask, fd, pid
+    _INFO = struct.Struct("=BBH8sIi")  # info header: type, -, len; fsid; struct file_handle: bytes, type
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._init, self._mark, self._to_handle = libc.fanotify_init, libc.fanotify_mark, libc.name_to_handle_at
+        self._mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+        fd = self._init(self._INIT, os.O_RDONLY)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "fanotify_init")
+        self._fd = fd
+        self._pid = os.getpid()
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def _handle(self, directory: str) -> tuple[int, bytes]:
+        """The directory's file handle, as an event names its directory."""
+        buffer = ctypes.create_string_buffer(struct.pack("Ii", self._MAX_HANDLE, 0) + bytes(self._MAX_HANDLE))
+        mount_id = ctypes.c_int()
+        if self._to_handle(self._AT_FDCWD, os.fsencode(directory), buffer, ctypes.byref(mount_id), 0) < 0:
+            raise OSError(ctypes.get_errno(), "name_to_handle_at", directory)
+        size, kind = struct.unpack_from("Ii", buffer.raw)
+        return kind, buffer.raw[8: 8 + size]
+
+    def add(self, directory: str) -> object:
+        """Mark one directory (OSError if it cannot be: a file system without file handles);
+        the token its events carry."""
+        token = self._handle(directory)
+        if self._mark(self._fd, self._MARK, self._OPEN_OF_CHILDREN, self._AT_FDCWD, os.fsencode(directory)) < 0:
+            raise OSError(ctypes.get_errno(), "fanotify_mark", directory)
+        return token
+
+    def discard(self, directory: str, token: object) -> None:
+        self._mark(self._fd, self._MARK_REMOVE, self._OPEN_OF_CHILDREN, self._AT_FDCWD, os.fsencode(directory))
+
+    def events(self, data: bytes) -> Iterator[tuple[object, bytes, bool | None]]:
+        """(token, file name, whether the job's own process opened it) per open in ``data``."""
+        offset, end = 0, len(data)
+        while offset + self._META.size <= end:
+            length, _version, _, meta_length, mask, fd, pid = self._META.unpack_from(data, offset)
+            if length < self._META.size:
+                return
+            if fd >= 0:  # not asked for (FAN_REPORT_DIR_FID reports none); never leak one
+                os.close(fd)
+            if mask & self._Q_OVERFLOW:
+                yield OVERFLOW, b"", None
+            elif offset + meta_length + self._INFO.size <= offset + length:
+                kind, _, info_length, _fsid, size, handle_kind = self._INFO.unpack_from(data, offset + meta_length)
+                if kind == self._DFID_NAME:
+                    start = offset + meta_length + self._INFO.size
+                    handle = data[start: start + size]
+                    name = data[start + size: offset + meta_length + info_length].split(b"\0", 1)[0]
+                    if name:
+                        yield (handle_kind, handle), name, pid == self._pid
+            offset += length
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def backends() -> list:
+    """The kernel interfaces this process can have, the better first (none: an empty list)."""
+    out: list = []
+    for backend in (Fanotify, Inotify):
+        try:
+            out.append(backend())
+        except (ImportError, OSError, AttributeError):  # no such call here, refused, or no instance left
+            continue
+    return out
+
+
+class Watch:
+    """The watched directories and a thread that collects the files opened in them: by the
+    job's own process, or by one it cannot tell (``opened``), and by another (``by_others``)."""
+
+    def __init__(self, skip: Iterable[str], max_dirs: int = MAX_DIRS, using: list | None = None) -> None:
+        self._backends = backends() if using is None else using
+        if not self._backends:
+            raise OSError(errno.ENOSYS, "no fanotify or inotify here")
         self._skip = tuple(skip)
         self._budget = max_dirs
-        self._dirs: dict[int, str] = {}  # watch descriptor -> directory
+        self._dirs: dict[tuple[int, object], str] = {}  # (backend, token) -> directory
         self._roots: set[str] = set()
         self._lock = threading.Lock()
         self.opened: dict[str, None] = {}  # paths, in first-opened order
-        self._seen: set[tuple[int, bytes]] = set()
+        self.by_others: dict[str, None] = {}
+        self._seen: set[tuple[int, object, bytes]] = set()
+        self._reaped = reaped_children()  # when the watch last read its events (or found none)
         self.gaps: list[str] = []
         self.truncated = False
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="launch-fswatch", daemon=True)
         self._thread.start()
+
+    @property
+    def attributed(self) -> bool:
+        """Whether every watched directory tells the job's opens from other processes'."""
+        return all(isinstance(self._backends[i], Fanotify) for i, _ in self._dirs)
 
     def add_tree(self, root: str, recursive: bool = True) -> None:
         """Watch ``root`` and, when ``recursive``, the directories below it (once per root,
@@ -99,13 +247,19 @@ class Watch:
             directories, truncated = tree(root, self._skip, budget) if recursive else ([root][:budget], budget < 1)
             self.truncated |= truncated
             for directory in directories:
-                if directory in known:
-                    continue
-                try:
-                    wd = self._inotify.add_watch(directory, self._flags.OPEN | self._flags.ONLYDIR)
-                except OSError:  # a directory gone meanwhile, or the user's watch limit reached
-                    continue
-                self._dirs[wd] = directory
+                if directory not in known:
+                    self._add(directory)
+
+    def _add(self, directory: str) -> None:
+        for index, backend in enumerate(self._backends):
+            try:
+                token = backend.add(directory)
+            except OSError:  # gone meanwhile, the user's limit reached, or not markable: the next backend
+                continue
+            if self._dirs.setdefault((index, token), directory) == directory:
+                return
+            # Two file systems gave two directories the same handle: the next backend tells them apart.
+            backend.discard(directory, token)
 
     @property
     def watched(self) -> int:
@@ -115,41 +269,55 @@ class Watch:
         import select
 
         poller = select.poll()
-        poller.register(self._inotify.fileno(), select.POLLIN)
+        for backend in self._backends:
+            poller.register(backend.fileno(), select.POLLIN)
         while not self._stopping.is_set():
             if not poller.poll(100):
+                self._reaped = reaped_children()  # nothing happened meanwhile: a new window
                 continue
             time.sleep(READ_DELAY_S)  # let events gather: one wake-up per batch, not per open
-            if not self._drain():
+            if not self._drain_all():
                 return
 
-    def _drain(self) -> bool:
-        """Read and note every queued event; False once the descriptor is closed."""
+    def _drain_all(self) -> bool:
+        """Read and note every queued event; False once a backend is closed. An open by another
+        process counts as the job's when, since the last read, the job had a child: reaped
+        meanwhile (counted in its children's usage), or running or unreaped now."""
+        reaped, self._reaped = self._reaped, reaped_children()
+        window = {"child": True if self._reaped > reaped else None}
+        return all([self._drain(i, window) for i in range(len(self._backends))])
+
+    def _drain(self, index: int, window: dict) -> bool:
+        """Read and note every event queued for one backend; False once it is closed."""
         try:
-            data = os.read(self._inotify.fileno(), 1 << 20)
+            data = os.read(self._backends[index].fileno(), 1 << 20)
         except BlockingIOError:
             return True
         except (OSError, ValueError):
             return False
-        self._parse(data)
+        self._parse(index, data, window)
         return True
 
-    def _parse(self, data: bytes) -> None:
-        # Repeated opens of a file already seen (every epoch of a tf.data pipeline) cost one
-        # unpack and one set lookup: the names stay bytes until they are new.
-        overflow, isdir = self._flags.Q_OVERFLOW, self._flags.ISDIR
-        seen, offset, end = self._seen, 0, len(data)
-        while offset + _HEADER <= end:
-            wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-            name = data[offset + _HEADER: offset + _HEADER + length].rstrip(b"\0")
-            offset += _HEADER + length
-            if mask & overflow:
-                self._gap("the inotify event queue overflowed: some files opened natively were not seen")
-            elif name and not mask & isdir and (wd, name) not in seen:
-                seen.add((wd, name))
-                directory = self._dirs.get(wd)
-                if directory is not None:
-                    self.opened.setdefault(os.path.join(directory, os.fsdecode(name)), None)
+    def _parse(self, index: int, data: bytes, window: dict) -> None:
+        # Repeated opens of a file already counted (every epoch of a tf.data pipeline) cost one
+        # set lookup: the names stay bytes until they are new.
+        seen = self._seen
+        for token, name, own in self._backends[index].events(data):
+            if token is OVERFLOW:
+                self._gap(_OVERFLOW_GAP.format(self._backends[index].name))
+            elif (index, token, name) not in seen:
+                directory = self._dirs.get((index, token))
+                if directory is None:
+                    continue
+                path = os.path.join(directory, os.fsdecode(name))
+                if own is False:
+                    if window["child"] is None:
+                        window["child"] = has_children()
+                    if not window["child"]:  # another's, unless a later open is the job's
+                        self.by_others.setdefault(path, None)
+                        continue
+                seen.add((index, token, name))
+                self.opened.setdefault(path, None)
 
     def _gap(self, why: str) -> None:
         if why not in self.gaps:
@@ -159,28 +327,49 @@ class Watch:
         """Collect the events still queued, then stop watching."""
         self._stopping.set()
         self._thread.join(timeout=5)
-        while self._drain_now():
-            pass
-        try:
-            self._inotify.close()
-        except (OSError, ValueError):
-            pass
+        for index, backend in enumerate(self._backends):
+            while self._drain_now(index):
+                pass
+            try:
+                backend.close()
+            except (OSError, ValueError):
+                pass
 
-    def _drain_now(self) -> bool:
+    def _drain_now(self, index: int) -> bool:
         """Read what is queued without waiting; False when nothing was."""
         import select
 
         try:
-            ready, _, _ = select.select([self._inotify.fileno()], [], [], 0)
+            ready, _, _ = select.select([self._backends[index].fileno()], [], [], 0)
         except (OSError, ValueError):
             return False
-        return bool(ready) and self._drain()
+        reaped, self._reaped = self._reaped, reaped_children()
+        return bool(ready) and self._drain(index, {"child": True if self._reaped > reaped else None})
+
+
+def reaped_children() -> int:
+    """A count that grows whenever this process reaps a child (its children's page faults)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+
+
+def has_children() -> bool:
+    """Whether a thread of this process has a child now, running or unreaped (True where
+    Linux's ``/proc/PID/task/TID/children`` cannot be read: the worst is assumed)."""
+    tasks = f"/proc/{os.getpid()}/task"
+    try:
+        for task in os.listdir(tasks):
+            with open(os.path.join(tasks, task, "children"), "rb") as listed:
+                if listed.read(1):
+                    return True
+    except OSError:
+        return True
+    return False
 
 
 def start(skip: Iterable[str]) -> Watch | None:
-    """A running watch, or None where inotify cannot be had (not Linux, no inotify_simple,
-    no instance left for this user): the job then runs with the Python hooks alone."""
+    """A running watch, or None where neither fanotify nor inotify can be had (not Linux, no
+    ``inotify_simple``, no instance left for this user): the job then runs with the Python hooks alone."""
     try:
         return Watch(skip)
-    except (ImportError, OSError, AttributeError):
+    except OSError:
         return None

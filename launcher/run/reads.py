@@ -277,14 +277,21 @@ def observation() -> dict:
     if unnamed_readers:
         gaps.append(f"{', '.join(unnamed_readers)} opened files whose names were computed inside the graph, "
                     "from names the launcher did not see: only those in watched directories are in the key")
-    watch = {"directories": _watch.watched, "truncated": _watch.truncated} if _watch is not None else None
-    gaps += _watch.gaps if _watch is not None else []
+    watch = None
+    if _watch is not None:
+        watch = {"directories": _watch.watched, "truncated": _watch.truncated, "attributed": _watch.attributed,
+                 "opened_by_others": len(_watch.by_others), "others_in_key": bool(_watch.by_others and children)}
+        gaps += _watch.gaps
     return {"children": [c["argv"] for c in children], "watch": watch, "gaps": gaps}
 
 
 def natively_opened() -> list[str]:
-    """The files opened in the watched directories (any process, any code)."""
-    return list(_watch.opened) if _watch is not None else []
+    """The files opened natively in the watched directories by the job: by its own process or
+    one that may have been its (``launcher.run.fswatch``), and, once its code started programs
+    of its own (whose children may outlive them), by any process."""
+    if _watch is None:
+        return []
+    return list({**_watch.opened, **(_watch.by_others if children else {})})
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -438,10 +439,29 @@ def test_data_a_child_process_reads_is_in_the_key_and_what_it_hides_is_never_cal
     assert "determinism bug" not in unseen.stdout and "import sys" in unseen.stdout
 
 
+TRAINED_THEN_WAITS = """
+import time
+
+open("trained", "w").close()
+time.sleep(1.0)
+"""
+
+
+def _fanotify_here() -> bool:
+    from launcher.run import fswatch
+
+    try:
+        fswatch.Fanotify().close()
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def test_files_read_natively_by_names_from_an_index_are_in_the_key(launch, tmp_path):
     """Images read by ``tf.io.read_file`` inside a ``tf.data`` map, their names from an index
     CSV in a directory outside the project: every image is data, and one changed image is
-    REFUSED by name (the OS-level watch beside the index, ``launcher.run.fswatch``)."""
+    REFUSED by name (the OS-level watch beside the index, ``launcher.run.fswatch``). A file
+    another process reads there meanwhile is not the job's."""
     import tensorflow as tf
 
     data = tmp_path / "shared data"
@@ -452,16 +472,45 @@ def test_files_read_natively_by_names_from_an_index_are_in_the_key(launch, tmp_p
     (data / "index.csv").write_text("file,label\n" + "".join(f"images/{i}.png,{int(y[i])}\n" for i in range(len(x))))
     project = tmp_path / "project"
     project.mkdir()
-    (project / "train.py").write_text(NATIVE_READS_FROM_AN_INDEX)
+    (project / "train.py").write_text(NATIVE_READS_FROM_AN_INDEX + TRAINED_THEN_WAITS)
     store = tmp_path / "store"
 
     def run():
         return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}",
                                  f"train.args=[{q(data)}]", cwd=project))  # fmt: skip
 
-    a = run()
-    recorded = json.loads((a / "fingerprint.json").read_text())["data"]
-    assert set(recorded) == {str(data / "index.csv"), *(str(data / "images" / f"{i}.png") for i in range(len(x)))}
+    # Meanwhile another process (this test) reads a file beside the data, as another job or an
+    # editor might, once the job has trained (TensorFlow's import runs ``uname -p``, and an open
+    # while the job has a child may be the child's): where the kernel tells whose opens they
+    # were (fanotify), it is not the job's.
+    (data / "other").mkdir()
+    (data / "other" / "notes.txt").write_text("not the job's")
+    reading, stop = threading.Event(), threading.Event()
+
+    def read_beside() -> None:
+        while not stop.wait(0.02):
+            if (project / "trained").exists():
+                (data / "other" / "notes.txt").read_text()
+                reading.set()
+
+    beside = threading.Thread(target=read_beside, daemon=True)
+    beside.start()
+    try:
+        a = run()
+    finally:
+        stop.set()
+        beside.join()
+    assert reading.is_set()
+    fp = json.loads((a / "fingerprint.json").read_text())
+    recorded, watch = fp["data"], fp["observation"]["watch"]
+    images = {str(data / "index.csv"), *(str(data / "images" / f"{i}.png") for i in range(len(x)))}
+    assert watch["attributed"] == _fanotify_here(), watch
+    if watch["attributed"]:
+        assert set(recorded) == images and watch["opened_by_others"] >= 1 and not watch["others_in_key"], watch
+    else:  # inotify: any process's opens count, and the key errs towards refusing
+        assert set(recorded) == {*images, str(data / "other" / "notes.txt")}
+    (data / "other" / "notes.txt").unlink()
+    (project / "trained").unlink()
     x[7, 10, 10] = 255 - x[7, 10, 10]
     tf.io.write_file(str(data / "images" / "7.png"), tf.io.encode_png(x[7][..., None]))
     refused = launch("compare", a, run())

@@ -27,23 +27,105 @@ def test_the_tree_is_breadth_first_within_its_budget_and_leaves_out_stores_and_t
     assert found == [str(tmp_path), str(tmp_path / "a")] and truncated
 
 
-def test_a_watch_sees_files_opened_below_its_trees_by_any_process_and_nothing_else(tmp_path):
+def _backend(name):
+    try:
+        return getattr(fswatch, name)()
+    except (ImportError, OSError, AttributeError) as e:
+        pytest.skip(f"no {name} here: {e}")
+
+
+def _orphan_opening(path, after_s: float) -> None:
+    """Another process, not this one's child (a shell's background job, orphaned at once):
+    it opens ``path`` after ``after_s`` seconds, as another job or an editor would."""
+    import subprocess
+
+    subprocess.run(["sh", "-c", f"(sleep {after_s}; cat '{path}' > /dev/null) &"], check=True)
+
+
+@pytest.mark.parametrize("backend", ["Fanotify", "Inotify"])
+def test_a_watch_sees_files_opened_below_its_trees_and_tells_the_jobs_from_other_processes(tmp_path, backend):
+    """fanotify tells this process's opens from another's; inotify cannot, and counts both."""
     inside, outside = _dirs(tmp_path, "data/images") / "data", _dirs(tmp_path, "other") / "other"
-    for path in (inside / "index.csv", inside / "images" / "0.png", outside / "x.bin"):
+    for path in (inside / "index.csv", inside / "images" / "0.png", outside / "x.bin", tmp_path / "not.bin"):
         path.write_bytes(b"x")
-    watch = fswatch.start(skip=[])
-    if watch is None:
-        pytest.skip("no inotify here (not Linux, or no instance left for this user)")
+    _orphan_opening(inside / "images" / "0.png", after_s=0.5)  # reaped before the watch starts
+    watch = fswatch.Watch(skip=[], using=[_backend(backend)])
     watch.add_tree(str(inside))
     watch.add_tree(str(tmp_path / "other"), recursive=False)
     assert watch.watched == 3
-    os.system(f"cat {inside / 'images' / '0.png'} > /dev/null")  # native code of another process
-    with open(outside / "x.bin", "rb"):
+    for path in (outside / "x.bin", tmp_path / "not.bin"):
+        with open(path, "rb"):
+            pass
+    time.sleep(1.0)
+    watch.stop()
+    if backend == "Fanotify":
+        assert watch.attributed
+        assert set(watch.opened) == {str(outside / "x.bin")}
+        assert set(watch.by_others) == {str(inside / "images" / "0.png")}
+    else:
+        assert not watch.attributed and watch.by_others == {}
+        assert set(watch.opened) == {str(inside / "images" / "0.png"), str(outside / "x.bin")}
+    assert watch.gaps == []
+
+
+def test_another_process_opening_while_the_job_has_a_child_may_be_the_childs_and_counts(tmp_path):
+    """A child running (or reaped since the watch last read) could have made the open: it counts."""
+    import subprocess
+
+    (tmp_path / "a.bin").write_bytes(b"x")
+    _orphan_opening(tmp_path / "a.bin", after_s=0.3)
+    watch = fswatch.Watch(skip=[], using=[_backend("Fanotify")])
+    watch.add_tree(str(tmp_path))
+    child = subprocess.Popen(["sleep", "1"])
+    time.sleep(0.8)
+    watch.stop()
+    child.wait()
+    assert set(watch.opened) == {str(tmp_path / "a.bin")} and watch.by_others == {}
+
+
+def test_children_are_seen_running_and_once_reaped():
+    """Started natively or through Python alike: a child of any thread while it runs, and a
+    reaped one in the count of reaped children."""
+    import subprocess
+
+    before = fswatch.reaped_children()
+    child = subprocess.Popen(["sleep", "0.3"])
+    assert fswatch.has_children()
+    child.wait()
+    assert fswatch.reaped_children() > before
+
+
+def test_the_best_backend_is_used_and_a_directory_it_cannot_tell_apart_goes_to_the_next(tmp_path):
+    """Two file systems may give two directories the same handle: the second goes to the next backend."""
+    class Clashing:
+        name, discarded, pipe = "clashing", [], os.pipe()  # a descriptor that never has events
+
+        def fileno(self):
+            return self.pipe[0]
+
+        def add(self, directory):
+            return "the same handle"
+
+        def discard(self, directory, token):
+            self.discarded.append(directory)
+
+        def events(self, data):
+            return iter(())
+
+        def close(self):
+            os.close(self.pipe[0]), os.close(self.pipe[1])
+
+    first, second = _dirs(tmp_path, "a", "b") / "a", tmp_path / "b"
+    clashing = Clashing()
+    watch = fswatch.Watch(skip=[], using=[clashing, _backend("Inotify")])
+    watch.add_tree(str(first))
+    watch.add_tree(str(second))
+    assert watch.watched == 2 and not watch.attributed and clashing.discarded == [str(second)]
+    with open(second / "x", "wb"):
         pass
     time.sleep(0.2)
     watch.stop()
-    assert set(watch.opened) == {str(inside / "images" / "0.png"), str(outside / "x.bin")}
-    assert watch.gaps == []
+    assert set(watch.opened) == {str(second / "x")}
 
 
 @pytest.fixture
@@ -105,8 +187,13 @@ def test_the_observation_names_the_first_five_programs_each_cut_at_160_character
 
 def test_the_observation_reports_the_watch_and_its_gaps(fresh_reads, monkeypatch):
     class Watch:
-        watched, truncated, gaps = 12, True, ["no inotify watch left for /data"]
+        watched, truncated, attributed, gaps = 12, True, True, ["the fanotify event queue overflowed"]
+        opened, by_others = {"/data/a": None}, {"/data/b": None}
 
     monkeypatch.setattr(reads, "_watch", Watch())
-    assert reads.observation() == {"children": [], "watch": {"directories": 12, "truncated": True},
-                                   "gaps": ["no inotify watch left for /data"]}  # fmt: skip
+    assert reads.observation() == {"children": [], "watch": {"directories": 12, "truncated": True, "attributed": True,
+                                                             "opened_by_others": 1, "others_in_key": False},
+                                   "gaps": ["the fanotify event queue overflowed"]}  # fmt: skip
+    assert reads.natively_opened() == ["/data/a"]
+    reads.children.append({"argv": ["zcat", "a.gz"], "cwd": "/w"})  # its children may outlive it: all count
+    assert reads.observation()["watch"]["others_in_key"] and reads.natively_opened() == ["/data/a", "/data/b"]
