@@ -218,10 +218,11 @@ def _run(run_dir: Path) -> None:
 
     ctx.facts_so_far = facts_so_far
 
-    real_exit = os._exit
+    real_exit, job_pid = os._exit, os.getpid()
 
     def recorded_exit(code: int) -> None:  # a script's os._exit(0) after training keeps what it trained
-        if code == 0 and callable(ctx.result_so_far):
+        # (not a forked child's: a multiprocessing worker ends with os._exit(0) too)
+        if code == 0 and os.getpid() == job_pid and callable(ctx.result_so_far):
             try:
                 record({**ctx.result_so_far(), "ended": "os._exit(0): recorded what was observed before it"})
             except Exception as exc:  # noqa: BLE001 - the exit must happen; the run then fails as before

@@ -40,7 +40,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import resource
 import struct
 import threading
 import time
@@ -89,7 +88,7 @@ class Inotify:
     def __init__(self) -> None:
         from inotify_simple import INotify, flags
 
-        self._inotify = INotify()
+        self._inotify = INotify(nonblocking=True)
         self._mask = flags.OPEN | flags.ONLYDIR
         self._overflow, self._isdir = flags.Q_OVERFLOW, flags.ISDIR
         self._event = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
@@ -126,8 +125,8 @@ class Fanotify:
 
     name = "fanotify"
     _INIT = 0x1 | 0x2 | 0x400 | 0x800  # FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DIR_FID | FAN_REPORT_NAME
-    _MARK = 0x1 | 0x8  # FAN_MARK_ADD | FAN_MARK_ONLYDIR
-    _MARK_REMOVE = 0x2 | 0x8  # FAN_MARK_REMOVE | FAN_MARK_ONLYDIR
+    _MARK = 0x1 | 0x4 | 0x8  # FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW | FAN_MARK_ONLYDIR (as the handle is taken)
+    _MARK_REMOVE = 0x2 | 0x4 | 0x8  # FAN_MARK_REMOVE | FAN_MARK_DONT_FOLLOW | FAN_MARK_ONLYDIR
     _OPEN_OF_CHILDREN = 0x20 | 0x08000000  # FAN_OPEN | FAN_EVENT_ON_CHILD (not FAN_ONDIR: files only)
     _Q_OVERFLOW = 0x4000
     _DFID_NAME = 2  # FAN_EVENT_INFO_TYPE_DFID_NAME
@@ -180,14 +179,18 @@ class Fanotify:
                 os.close(fd)
             if mask & self._Q_OVERFLOW:
                 yield OVERFLOW, b"", None
-            elif offset + meta_length + self._INFO.size <= offset + length:
-                kind, _, info_length, _fsid, size, handle_kind = self._INFO.unpack_from(data, offset + meta_length)
+            info, event_end = offset + meta_length, offset + length
+            while not mask & self._Q_OVERFLOW and info + self._INFO.size <= event_end:  # the records after it
+                kind, _, info_length, _fsid, size, handle_kind = self._INFO.unpack_from(data, info)
+                if info_length < 4:
+                    break
                 if kind == self._DFID_NAME:
-                    start = offset + meta_length + self._INFO.size
-                    handle = data[start: start + size]
-                    name = data[start + size: offset + meta_length + info_length].split(b"\0", 1)[0]
+                    start = info + self._INFO.size
+                    name = data[start + size: info + info_length].split(b"\0", 1)[0]
                     if name:
-                        yield (handle_kind, handle), name, pid == self._pid
+                        yield (handle_kind, data[start: start + size]), name, pid == self._pid
+                    break
+                info += info_length
             offset += length
 
     def close(self) -> None:
@@ -221,7 +224,8 @@ class Watch:
         self.opened: dict[str, None] = {}  # paths, in first-opened order
         self.by_others: dict[str, None] = {}
         self._seen: set[tuple[int, object, bytes]] = set()
-        self._reaped = reaped_children()  # when the watch last read its events (or found none)
+        self._reaped = reaped_children()  # children reaped when the current window began
+        self._pid = os.getpid()
         self.gaps: list[str] = []
         self.truncated = False
         self._stopping = threading.Event()
@@ -256,7 +260,8 @@ class Watch:
                 token = backend.add(directory)
             except OSError:  # gone meanwhile, the user's limit reached, or not markable: the next backend
                 continue
-            if self._dirs.setdefault((index, token), directory) == directory:
+            known = self._dirs.setdefault((index, token), directory)
+            if known == directory or _same_directory(known, directory):  # a bind mount: watched already
                 return
             # Two file systems gave two directories the same handle: the next backend tells them apart.
             backend.discard(directory, token)
@@ -271,34 +276,50 @@ class Watch:
         poller = select.poll()
         for backend in self._backends:
             poller.register(backend.fileno(), select.POLLIN)
-        while not self._stopping.is_set():
-            if not poller.poll(100):
-                self._reaped = reaped_children()  # nothing happened meanwhile: a new window
-                continue
-            time.sleep(READ_DELAY_S)  # let events gather: one wake-up per batch, not per open
-            if not self._drain_all():
-                return
-
-    def _drain_all(self) -> bool:
-        """Read and note every queued event; False once a backend is closed. An open by another
-        process counts as the job's when, since the last read, the job had a child: reaped
-        meanwhile (counted in its children's usage), or running or unreaped now."""
-        reaped, self._reaped = self._reaped, reaped_children()
-        window = {"child": True if self._reaped > reaped else None}
-        return all([self._drain(i, window) for i in range(len(self._backends))])
-
-    def _drain(self, index: int, window: dict) -> bool:
-        """Read and note every event queued for one backend; False once it is closed."""
         try:
-            data = os.read(self._backends[index].fileno(), 1 << 20)
-        except BlockingIOError:
-            return True
-        except (OSError, ValueError):
-            return False
-        self._parse(index, data, window)
-        return True
+            while not self._stopping.is_set():
+                mark = reaped_children()  # before waiting: an event the poll misses comes after it
+                if not poller.poll(100):
+                    self._reaped = mark  # nothing happened meanwhile: a new window
+                    continue
+                time.sleep(READ_DELAY_S)  # let events gather: one wake-up per batch, not per open
+                if not self._drain():
+                    return
+        except Exception as exc:  # noqa: BLE001 - never the job's failure, but never silent
+            self._gap(f"the watch stopped early ({type(exc).__name__}: {exc}): later native opens were not seen")
 
-    def _parse(self, index: int, data: bytes, window: dict) -> None:
+    def _drain(self) -> bool:
+        """Read and note every queued event; False once a backend is closed. An open by another
+        process counts as the job's when, at some moment since the previous read, the job had
+        a child: one running or unreaped now, or one reaped since (decided after the read)."""
+        mark = reaped_children()  # the next window starts before this read
+        batches, alive = [], True
+        for index, backend in enumerate(self._backends):
+            while True:  # until the queue is empty (both descriptors are non-blocking)
+                try:
+                    data = os.read(backend.fileno(), 1 << 20)
+                except BlockingIOError:
+                    break
+                except (OSError, ValueError):
+                    alive = False
+                    break
+                if not data:
+                    break
+                batches.append((index, data))
+        since = self._reaped
+        window = {"child": None}
+
+        def had_a_child() -> bool:
+            if window["child"] is None:  # children now first, then the reaped: none falls between
+                window["child"] = has_children() or reaped_children() > since
+            return window["child"]
+
+        for index, data in batches:
+            self._parse(index, data, had_a_child)
+        self._reaped = mark
+        return alive
+
+    def _parse(self, index: int, data: bytes, had_a_child) -> None:
         # Repeated opens of a file already counted (every epoch of a tf.data pipeline) cost one
         # set lookup: the names stay bytes until they are new.
         seen = self._seen
@@ -310,12 +331,9 @@ class Watch:
                 if directory is None:
                     continue
                 path = os.path.join(directory, os.fsdecode(name))
-                if own is False:
-                    if window["child"] is None:
-                        window["child"] = has_children()
-                    if not window["child"]:  # another's, unless a later open is the job's
-                        self.by_others.setdefault(path, None)
-                        continue
+                if own is False and not had_a_child():  # another's, unless a later open is the job's
+                    self.by_others.setdefault(path, None)
+                    continue
                 seen.add((index, token, name))
                 self.opened.setdefault(path, None)
 
@@ -324,39 +342,52 @@ class Watch:
             self.gaps.append(why)
 
     def stop(self) -> None:
-        """Collect the events still queued, then stop watching."""
+        """Collect the events still queued, then stop watching (only in the process that
+        started the watch: a forked child shares its descriptors, and must not read them away)."""
+        if os.getpid() != self._pid:
+            return
         self._stopping.set()
         self._thread.join(timeout=5)
-        for index, backend in enumerate(self._backends):
-            while self._drain_now(index):
-                pass
+        if not self._thread.is_alive():
+            try:
+                self._drain()
+            except Exception as exc:  # noqa: BLE001
+                self._gap(f"the watch stopped early ({type(exc).__name__}: {exc}): later native opens were not seen")
+        for backend in self._backends:
             try:
                 backend.close()
             except (OSError, ValueError):
                 pass
 
-    def _drain_now(self, index: int) -> bool:
-        """Read what is queued without waiting; False when nothing was."""
-        import select
 
-        try:
-            ready, _, _ = select.select([self._backends[index].fileno()], [], [], 0)
-        except (OSError, ValueError):
-            return False
-        reaped, self._reaped = self._reaped, reaped_children()
-        return bool(ready) and self._drain(index, {"child": True if self._reaped > reaped else None})
+def _same_directory(a: str, b: str) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def reaped_children() -> int:
     """A count that grows whenever this process reaps a child (its children's page faults)."""
+    import resource
+
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
 
 
+_SIGCHLD_BIT = 1 << (17 - 1)  # SIGCHLD in /proc/PID/status's SigIgn mask (Linux)
+
+
 def has_children() -> bool:
-    """Whether a thread of this process has a child now, running or unreaped (True where
-    Linux's ``/proc/PID/task/TID/children`` cannot be read: the worst is assumed)."""
+    """Whether a thread of this process has a child now, running or unreaped. True too where
+    that cannot be told: Linux's ``/proc/PID/task/TID/children`` unreadable, or SIGCHLD
+    ignored (children are then reaped unseen, never counted in the reaped)."""
     tasks = f"/proc/{os.getpid()}/task"
     try:
+        with open(f"/proc/{os.getpid()}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"SigIgn:") and int(line.split()[1], 16) & _SIGCHLD_BIT:
+                    return True
         for task in os.listdir(tasks):
             with open(os.path.join(tasks, task, "children"), "rb") as listed:
                 if listed.read(1):

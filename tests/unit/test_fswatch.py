@@ -83,6 +83,76 @@ def test_another_process_opening_while_the_job_has_a_child_may_be_the_childs_and
     assert set(watch.opened) == {str(tmp_path / "a.bin")} and watch.by_others == {}
 
 
+def test_a_watch_keeps_reading_while_the_job_runs(tmp_path):
+    """The watch as a job starts it (every backend this machine has) reads each batch as it
+    comes, not only at the end: a stalled reader loses events to a full queue and misplaces
+    the moments that tell a child's open from another process's."""
+    watch = fswatch.start(skip=[])
+    if watch is None:
+        pytest.skip("no fanotify or inotify here")
+    watch.add_tree(str(tmp_path))
+    for name in ("first", "second", "third"):
+        (tmp_path / name).write_bytes(b"x")
+        deadline = time.monotonic() + 10
+        while str(tmp_path / name) not in watch.opened and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert str(tmp_path / name) in watch.opened, (name, watch.opened)
+    watch.stop()
+
+
+def test_a_forked_child_leaves_its_parents_watch_alone(tmp_path):
+    """A multiprocessing worker forked from the job shares the watch's descriptors: stopping
+    it there (the worker's os._exit) must not read the job's queued events away."""
+    (tmp_path / "x.bin").write_bytes(b"x")
+    watch = fswatch.Watch(skip=[], using=[_backend("Fanotify")])
+    watch.add_tree(str(tmp_path))
+    with open(tmp_path / "x.bin", "rb"):  # queued; the watch thread reads it some 50 ms later
+        pass
+    pid = os.fork()
+    if pid == 0:
+        watch.stop()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.2)
+    watch.stop()
+    assert str(tmp_path / "x.bin") in watch.opened
+
+
+def test_one_directory_under_two_paths_stays_watched(tmp_path):
+    """A bind mount shows one directory (one handle) under two paths: it is watched once, and
+    opens through either path are seen."""
+    import subprocess
+
+    original, bound = _dirs(tmp_path, "original", "bound") / "original", tmp_path / "bound"
+    (original / "a.bin").write_bytes(b"x")
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(original), str(bound)]).returncode:
+        pytest.skip("a bind mount needs root")
+    try:
+        for backend in ("Fanotify", "Inotify"):
+            watch = fswatch.Watch(skip=[], using=[_backend(backend)])
+            watch.add_tree(str(original))
+            watch.add_tree(str(bound))
+            for path in (original / "a.bin", bound / "a.bin"):
+                with open(path, "rb"):
+                    pass
+                time.sleep(0.2)
+            watch.stop()
+            assert watch.watched == 1 and set(watch.opened) == {str(original / "a.bin")}, (backend, watch.opened)
+    finally:
+        subprocess.run(["umount", str(bound)], check=True)
+
+
+def test_with_sigchld_ignored_children_are_assumed():
+    """Children of a process that ignores SIGCHLD are reaped unseen: it is assumed to have some."""
+    import signal
+
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        assert fswatch.has_children()
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+
+
 def test_children_are_seen_running_and_once_reaped():
     """Started natively or through Python alike: a child of any thread while it runs, and a
     reaped one in the count of reaped children."""
@@ -99,6 +169,9 @@ def test_the_best_backend_is_used_and_a_directory_it_cannot_tell_apart_goes_to_t
     """Two file systems may give two directories the same handle: the second goes to the next backend."""
     class Clashing:
         name, discarded, pipe = "clashing", [], os.pipe()  # a descriptor that never has events
+
+        def __init__(self):
+            os.set_blocking(self.pipe[0], False)
 
         def fileno(self):
             return self.pipe[0]
