@@ -127,16 +127,17 @@ def tool_caches(home: str, environ: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterable[str] = (),
-               environ: Mapping[str, str] | None = None) -> list[str]:
+               environ: Mapping[str, str] | None = None, started_ns: int | None = None) -> list[str]:
     """The paths of ``opened`` (path -> {"read": bool, "written_first": bool, "stat"}) that are data.
 
     Out: files the job wrote before reading them (its own outputs), files that did not exist
     when the job first tried to read them (``stat`` None: a cache a tool then wrote, such as
-    matplotlib's font list), code and shared libraries, the Python installation and its
-    distributions, system directories (but ``/run/user`` and ``/dev/shm``), tools' own caches
-    (``tool_caches``, with ``environ``'s XDG directories), the launcher's cache, the run
-    directory, and ``IGNORED_NAMES``. Data in ``~/.cache``, ``~/.config`` and ``/tmp`` counts
-    like any other.
+    matplotlib's font list), files gone now unless they were there before ``started_ns``
+    (a checkpoint the job restored, then deleted: its input all the same), code and shared
+    libraries, the Python installation and its distributions, system directories (but
+    ``/run/user`` and ``/dev/shm``), tools' own caches (``tool_caches``, with ``environ``'s
+    XDG directories), the launcher's cache, the run directory, and ``IGNORED_NAMES``. Data
+    in ``~/.cache``, ``~/.config`` and ``/tmp`` counts like any other.
     """
     code = set(code)
     caches = tool_caches(home, environ or {})
@@ -151,7 +152,9 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
             continue
         if path.endswith((".py", ".pyc", ".pyo", ".pth")) or _SHARED_LIBRARY.search(path):
             continue
-        if os.path.basename(path) in IGNORED_NAMES or _METADATA.search(path) or not os.path.isfile(path):
+        if os.path.basename(path) in IGNORED_NAMES or _METADATA.search(path):
+            continue
+        if not os.path.isfile(path) and (os.path.exists(path) or not _there_before(info.get("stat"), started_ns)):
             continue
         if system_path(path) or _under(path, (*caches, *roots.ignored)) or classify(path, roots) != "user":
             continue
@@ -233,6 +236,11 @@ def code_kind(roots_: Roots) -> Callable[[str], str]:
         return "frozen" if filename.startswith("<") else classify(os.path.abspath(filename), roots_)
 
     return kind
+
+
+def _there_before(stat: tuple | None, started_ns: int | None) -> bool:
+    """Whether a file's stat at first read (``filecache.stat_key``) is from before the job started."""
+    return stat is not None and started_ns is not None and stat[4] < started_ns
 
 
 def _existed_before(path: str, started_ns: int) -> bool:
@@ -465,7 +473,7 @@ def gather(
     patterns: Mapping[str, bool] | Iterable[str] = (),
     started_ns: int = 0,
     direct_imports: Iterable[str] | None = None,
-    native: Iterable[str] = (),
+    native: Mapping[str, tuple | None] | Iterable[str] = (),
     code_files: Iterable[str] = (),
     executed: Iterable[str] = (),
 ) -> dict:
@@ -480,7 +488,10 @@ def gather(
     (``display_name``). ``direct_imports`` are the top-level names the job's code or the
     launcher imported (``launcher.run.imports``); without them every used distribution
     is keyed. ``native`` are the files opened in directories watched at the OS level
-    (``launcher.run.fswatch``): those from before ``started_ns`` count as read, as listed ones do.
+    (``launcher.run.fswatch``), each with its stat when first seen where known: a file from
+    before ``started_ns`` then counts as read, and as changed while the job ran if it has
+    changed or gone since (a checkpoint restored, then rotated away); the others count as
+    listed ones do.
     ``code_files`` are files the job ran as code without importing them (a notebook, keyed by
     its code cells, the script): never data. ``executed`` are the source files whose code
     the job ran with ``exec`` (``runpy.run_path("cfg.py")``, IPython's ``%run``): those of
@@ -490,7 +501,11 @@ def gather(
     r = roots(run_dir)
     opened = dict(opened)
     found = _scan(_named(listed), _named(patterns))
-    found += [(path, mtime, True) for path, mtime in _mtimes(native)]
+    native = dict(native) if isinstance(native, Mapping) else dict.fromkeys(native)
+    for path, first in native.items():
+        if first is not None and first[4] < started_ns:  # there before the job, as the job first saw it
+            opened.setdefault(path, {"read": True, "written_first": False, "stat": first, "relative": True})
+    found += [(path, mtime, True) for path, mtime in _mtimes(p for p in native if p not in opened)]
     relative = {path: rel for path, _, rel in found}
     for path in listed_files([(path, mtime) for path, mtime, _ in found], started_ns):
         opened.setdefault(path, {"read": True, "written_first": False, "stat": stat_key(path),
@@ -541,14 +556,15 @@ def gather(
         home = os.path.expanduser("~")
         data = {}
         read = data_files(opened, r, home, code={m["path"] for m in code.values()} | set(code_files),
-                          environ=os.environ)
+                          environ=os.environ, started_ns=started_ns)
         for opened_as in read:
             path = os.path.realpath(opened_as)
             digest = hashes.sha256(path) or "unreadable"
             if opened[opened_as].get("stat") != stat_key(opened_as):
                 if opened[opened_as].get("child"):  # a file a child process was given and wrote: its output
                     continue
-                digest = f"changed while the job ran ({os.path.basename(run_dir)})"
+                how = "changed" if os.path.exists(path) else "deleted"
+                digest = f"{how} while the job ran ({os.path.basename(run_dir)})"
             data[display_name(_as_named(opened_as, path, launch_dir), launch_dir,
                               opened[opened_as].get("relative", True))] = digest  # fmt: skip
         for named, rel in _named(explicit).items():

@@ -188,8 +188,8 @@ def _run(run_dir: Path) -> None:
         used = usage.gather(reads.opened, str(run_dir), str(job.get("launch_dir") or os.getcwd()),
                             explicit=reads.explicit, listed=reads.listed, patterns=reads.patterns,
                             started_ns=reads.started_ns, direct_imports=imports.direct,
-                            native=[snapshot.rooted(p, ctx.root) if laid_out else p  # as linked
-                                    for p in reads.natively_opened()],
+                            native={snapshot.rooted(p, ctx.root) if laid_out else p: first  # as linked
+                                    for p, first in reads.natively_opened().items()},
                             code_files=reads.code_files, executed=reads.executed)  # fmt: skip
         facts = fingerprint.job_facts(final, ctx.data_files, used, launch_dir=job.get("launch_dir"))
         facts = snapshot.unroot_facts(facts, ctx.root)  # the names the run it reruns recorded

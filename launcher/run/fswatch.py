@@ -13,7 +13,9 @@ directory, so the job watches the directories its data most likely lies in:
 each tree up to ``MAX_DIRS`` directories in all (watches are a per-user kernel resource),
 leaving out run stores, version control, caches of compiled code, the Python installation
 and system directories. A file opened there that existed before the job started counts as
-read (``launcher.record.usage``); one modified later is an output.
+read (``launcher.record.usage``), and its stat when the watch first saw it opened tells
+whether the job then changed or deleted it (an input all the same, as a checkpoint a job
+restores and then rotates away is); one created after the job started is an output.
 
 Two kernel interfaces, the better first, each behind a small backend class here (ctypes for
 fanotify, ``inotify_simple`` for inotify; no other module touches either):
@@ -44,6 +46,8 @@ import struct
 import threading
 import time
 from collections.abc import Iterable, Iterator
+
+from launcher.record.filecache import stat_key
 
 MAX_DIRS = 1000  # watched directories of one job; Linux allows 8,192 to 1M per user
 READ_DELAY_S = 0.05  # how long the watch thread lets events gather before reading them
@@ -221,8 +225,10 @@ class Watch:
         self._dirs: dict[tuple[int, object], str] = {}  # (backend, token) -> directory
         self._roots: set[str] = set()
         self._lock = threading.Lock()
-        self.opened: dict[str, None] = {}  # paths, in first-opened order
-        self.by_others: dict[str, None] = {}
+        # path -> its stat when first seen (``filecache.stat_key``; None if gone by then), in
+        # first-opened order: whether the file was there before the job, and unchanged since
+        self.opened: dict[str, tuple | None] = {}
+        self.by_others: dict[str, tuple | None] = {}
         self._seen: set[tuple[int, object, bytes]] = set()
         self._reaped = reaped_children()  # children reaped when the current window began
         self._pid = os.getpid()
@@ -332,10 +338,12 @@ class Watch:
                     continue
                 path = os.path.join(directory, os.fsdecode(name))
                 if own is False and not had_a_child():  # another's, unless a later open is the job's
-                    self.by_others.setdefault(path, None)
+                    if path not in self.by_others:
+                        self.by_others[path] = stat_key(path)
                     continue
                 seen.add((index, token, name))
-                self.opened.setdefault(path, None)
+                if path not in self.opened:
+                    self.opened[path] = self.by_others.get(path) or stat_key(path)
 
     def _gap(self, why: str) -> None:
         if why not in self.gaps:

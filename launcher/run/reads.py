@@ -285,13 +285,13 @@ def observation() -> dict:
     return {"children": [c["argv"] for c in children], "watch": watch, "gaps": gaps}
 
 
-def natively_opened() -> list[str]:
-    """The files opened natively in the watched directories by the job: by its own process or
-    one that may have been its (``launcher.run.fswatch``), and, once its code started programs
-    of its own (whose children may outlive them), by any process."""
+def natively_opened() -> dict[str, tuple | None]:
+    """The files opened natively in the watched directories by the job, each with its stat when
+    first seen: by its own process or one that may have been its (``launcher.run.fswatch``),
+    and, once its code started programs of its own (whose children may outlive them), by any."""
     if _watch is None:
-        return []
-    return list({**_watch.opened, **(_watch.by_others if children else {})})
+        return {}
+    return {**(_watch.by_others if children else {}), **_watch.opened}
 
 
 @contextmanager

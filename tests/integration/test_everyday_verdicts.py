@@ -581,3 +581,43 @@ def test_a_settings_file_run_with_run_path_is_code_in_the_key_and_kept(launch, t
     (tmp_path / "train.py").unlink()
     replay = launch("replay", a)
     assert replay.returncode == 0 and "REPRODUCED" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
+
+
+CHECKPOINT_MANAGER = """import numpy as np
+import tensorflow as tf
+
+x = np.linspace(-1, 1, 64, dtype="float32")[:, None]
+y = 3 * x + 1
+model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+opt = tf.keras.optimizers.Adam(0.1)
+ckpt = tf.train.Checkpoint(step=tf.Variable(1), optimizer=opt, net=model)
+manager = tf.train.CheckpointManager(ckpt, "./tf_ckpts", max_to_keep=2)
+ckpt.restore(manager.latest_checkpoint)  # TensorFlow's checkpoint guide: go on from the latest, if any
+for _ in range(3):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x) - y) ** 2)
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    ckpt.step.assign_add(1)
+    manager.save()
+"""
+
+
+def test_a_script_going_on_from_its_own_checkpoint_manager_is_refused_against_a_fresh_run(launch, tmp_path):
+    """The second run of TensorFlow's checkpoint guide restores ``ckpt-3`` (read natively, then
+    rotated away) and rewrites ``checkpoint``: it was "DIFFERENT: a determinism bug" against the
+    first, with both keys' data empty. Those files were its input: REFUSED, naming them."""
+    (tmp_path / "train.py").write_text(CHECKPOINT_MANAGER)
+    store = tmp_path / "store"
+
+    def run():
+        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
+
+    fresh, restored = run(), run()
+    assert json.loads((fresh / "fingerprint.json").read_text())["data"] == {}
+    data = json.loads((restored / "fingerprint.json").read_text())["data"]
+    assert data == {"tf_ckpts/checkpoint": f"changed while the job ran ({restored.name})",
+                    "tf_ckpts/ckpt-3.data-00000-of-00001": f"deleted while the job ran ({restored.name})",
+                    "tf_ckpts/ckpt-3.index": f"deleted while the job ran ({restored.name})"}
+    refused = launch("compare", fresh, restored)
+    assert refused.returncode == 3 and "REFUSED" in refused.stdout, refused.stdout
+    assert "data.tf_ckpts/checkpoint" in refused.stdout and "determinism bug" not in refused.stdout

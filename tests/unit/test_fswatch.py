@@ -267,6 +267,7 @@ def test_the_observation_reports_the_watch_and_its_gaps(fresh_reads, monkeypatch
     assert reads.observation() == {"children": [], "watch": {"directories": 12, "truncated": True, "attributed": True,
                                                              "opened_by_others": 1, "others_in_key": False},
                                    "gaps": ["the fanotify event queue overflowed"]}  # fmt: skip
-    assert reads.natively_opened() == ["/data/a"]
+    assert reads.natively_opened() == {"/data/a": None}
     reads.children.append({"argv": ["zcat", "a.gz"], "cwd": "/w"})  # its children may outlive it: all count
-    assert reads.observation()["watch"]["others_in_key"] and reads.natively_opened() == ["/data/a", "/data/b"]
+    assert reads.observation()["watch"]["others_in_key"] and reads.natively_opened() == {"/data/a": None,
+                                                                                       "/data/b": None}

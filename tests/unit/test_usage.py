@@ -543,3 +543,35 @@ def test_gather_keys_the_source_files_the_job_ran_with_exec(tmp_path):
     assert used["modules"] == {"helper": {"path": str(tmp_path / "helper.py"),
                                           "sha256": hashlib.sha256(b"# helper.py\n").hexdigest()},
                                "exec:cfg.py": {"path": str(tmp_path / "cfg.py"), "sha256": sha}}
+
+
+def test_a_file_there_before_the_job_that_it_read_then_changed_or_deleted_is_never_comparable(tmp_path):
+    """TensorFlow's checkpoint guide: a ``CheckpointManager`` restores ``ckpt-3`` (read natively,
+    then deleted as older checkpoints rotate away) and rewrites ``checkpoint``. Both were the
+    job's input: each gets a value no other run has, so a run resumed that way is refused
+    against a fresh one, never called "a determinism bug". A file first seen after the job
+    started is its output."""
+    from launcher.record.filecache import stat_key
+
+    for name in ("checkpoint", "ckpt-3.index", "kept.bin", "read.bin"):
+        (tmp_path / name).write_bytes(b"before")
+    first = {n: stat_key(str(tmp_path / n)) for n in ("checkpoint", "ckpt-3.index", "kept.bin", "read.bin")}
+    started_ns = max(s[4] for s in first.values()) + 1
+    (tmp_path / "ckpt-4.index").write_bytes(b"the job's")
+    os.utime(tmp_path / "ckpt-4.index", ns=(started_ns + 1, started_ns + 1))
+    native = {str(tmp_path / n): first[n] for n in ("checkpoint", "ckpt-3.index", "kept.bin")}
+    native[str(tmp_path / "ckpt-4.index")] = stat_key(str(tmp_path / "ckpt-4.index"))
+    opened = {str(tmp_path / "read.bin"): {"read": True, "written_first": False, "stat": first["read.bin"],
+                                           "relative": True}}  # fmt: skip
+    (tmp_path / "checkpoint").write_bytes(b"rewritten by the job")
+    os.utime(tmp_path / "checkpoint", ns=(started_ns + 2, started_ns + 2))
+    (tmp_path / "ckpt-3.index").unlink()
+    (tmp_path / "read.bin").unlink()  # read through Python, then deleted
+    run = tmp_path / "run-1"
+    run.mkdir()
+    data = usage.gather(opened, str(run), str(tmp_path), modules={}, maps_text="", started_ns=started_ns,
+                        native=native)["data"]  # fmt: skip
+    assert data == {"checkpoint": "changed while the job ran (run-1)",
+                    "ckpt-3.index": "deleted while the job ran (run-1)",
+                    "kept.bin": hashlib.sha256(b"before").hexdigest(),
+                    "read.bin": "deleted while the job ran (run-1)"}
