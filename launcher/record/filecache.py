@@ -1,10 +1,12 @@
 """sha256 of files by content, remembered so a large data set is not rehashed on every launch.
 
 The cache is a SQLite table in ``$XDG_CACHE_HOME/launch/filehash.sqlite`` (default
-``~/.cache/launch``) keyed by the file's real path, device, inode, size and
-modification time in nanoseconds: a file rewritten in place gets a new mtime and is
-hashed again. Where the cache cannot be opened or written (a read-only home, a
-container), files are simply hashed every time; the cache never changes a digest.
+``~/.cache/launch``) keyed by the file's real path, device, inode, size, modification time
+and status-change time in nanoseconds: a file rewritten in place gets a new mtime and is
+hashed again, and so does one rewritten with its old mtime put back (``cp -p``, ``rsync``,
+``unzip -o``), which the kernel cannot put back the ctime of. Where the cache cannot be
+opened or written (a read-only home, a container), files are simply hashed every time; the
+cache never changes a digest.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ def stat_key(path: str) -> tuple[str, int, int, int, int] | None:
     return os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def _cache_key(path: str) -> tuple[str, int, int, int, int, int] | None:
+    """``stat_key`` and the ctime, which no copy that keeps an mtime can keep."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 class FileHashes:
     """Content digests of files, cached by stat. Use as a context manager, or call ``close``."""
 
@@ -41,8 +52,9 @@ class FileHashes:
             db = sqlite3.connect(target, timeout=30, isolation_level=None)
             db.execute("PRAGMA journal_mode = WAL")
             db.execute(
-                "CREATE TABLE IF NOT EXISTS files (path TEXT, dev INTEGER, ino INTEGER, size INTEGER,"
-                " mtime_ns INTEGER, sha256 TEXT, PRIMARY KEY (path, dev, ino, size, mtime_ns))"
+                "CREATE TABLE IF NOT EXISTS files_v2 (path TEXT, dev INTEGER, ino INTEGER, size INTEGER,"
+                " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT,"
+                " PRIMARY KEY (path, dev, ino, size, mtime_ns, ctime_ns))"
             )
             self._db = db
         except (OSError, sqlite3.Error):
@@ -50,7 +62,7 @@ class FileHashes:
 
     def sha256(self, path: str) -> str | None:
         """The file's sha256, or None when it is not a readable regular file."""
-        key = stat_key(path)
+        key = _cache_key(path)
         if key is None or not os.path.isfile(path):
             return None
         cached = self._lookup(key)
@@ -60,7 +72,7 @@ class FileHashes:
             digest = file_sha256(path)
         except OSError:
             return None
-        if stat_key(path) == key:  # unchanged while we read it: safe to remember
+        if _cache_key(path) == key:  # unchanged while we read it: safe to remember
             self._store(key, digest)
         return digest
 
@@ -69,7 +81,8 @@ class FileHashes:
             return None
         try:
             row = self._db.execute(
-                "SELECT sha256 FROM files WHERE path=? AND dev=? AND ino=? AND size=? AND mtime_ns=?", key
+                "SELECT sha256 FROM files_v2 WHERE path=? AND dev=? AND ino=? AND size=? AND mtime_ns=?"
+                " AND ctime_ns=?", key
             ).fetchone()
         except sqlite3.Error:
             return None
@@ -79,8 +92,8 @@ class FileHashes:
         if self._db is None:
             return
         try:
-            self._db.execute("DELETE FROM files WHERE path=?", key[:1])
-            self._db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)", (*key, digest))
+            self._db.execute("DELETE FROM files_v2 WHERE path=?", key[:1])
+            self._db.execute("INSERT OR REPLACE INTO files_v2 VALUES (?, ?, ?, ?, ?, ?, ?)", (*key, digest))
         except sqlite3.Error:
             pass
 

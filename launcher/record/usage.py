@@ -150,7 +150,9 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
             continue
         if "stat" in info and info["stat"] is None:  # nothing there to read when the job looked
             continue
-        if path.endswith((".py", ".pyc", ".pyo", ".pth")) or _SHARED_LIBRARY.search(path):
+        if path.endswith((".pyc", ".pyo", ".pth")) or _SHARED_LIBRARY.search(path):
+            continue
+        if path.endswith(".py") and not info.get("source"):  # source read as text by the job's code is data
             continue
         if os.path.basename(path) in IGNORED_NAMES or _METADATA.search(path):
             continue

@@ -78,11 +78,13 @@ def name_explicitly(path: str | os.PathLike) -> str:
     return real
 
 
-def note(path: object, writing: bool = False) -> None:
-    """Record that the job opened ``path`` (for writing when ``writing``)."""
+def note(path: object, writing: bool = False, source: bool = False) -> None:
+    """Record that the job opened ``path`` (for writing when ``writing``; Python ``source`` it
+    read as text when ``source``)."""
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    if not isinstance(path, str) or not path or "://" in path or "\0" in path or path.endswith(_CODE):
+    if not isinstance(path, str) or not path or "://" in path or "\0" in path or (path.endswith(_CODE)
+                                                                                    and not source):  # fmt: skip
         return  # file descriptors, URLs (gs://, s3://: not local files), code (hashed as modules), no file at all
     relative = not path.startswith("/")
     if relative:
@@ -92,6 +94,8 @@ def note(path: object, writing: bool = False) -> None:
     info = opened.get(path)
     if info is None:
         info = opened[path] = {"read": False, "written_first": writing, "stat": None, "relative": relative}
+        if source:
+            info["source"] = True
     if writing and info["read"] and info["stat"] is None:
         info["written_first"] = True  # a read found nothing, then the job made it: its output (a tool's cache)
     elif not writing and (not info["read"] or info["stat"] is None):  # the first read that found a file
@@ -109,13 +113,20 @@ _kind = None  # usage.code_kind of this interpreter, made on the first program s
 def _started_by_the_job() -> bool:
     """Whether the first caller outside the standard library is the job's own code (a script
     running ``zcat``), not a library probing its platform (``uname -p``, ``ldconfig -p``)."""
+    return _called_by_the_job(sys._getframe(2))
+
+
+def _called_by_the_job(frame, imports: bool = True) -> bool:
+    """Whether the first caller from ``frame`` outside the standard library and code made by
+    ``exec`` of a string is the job's own; never, with ``imports`` False, through an import."""
     global _kind
     from launcher.record import usage
 
     if _kind is None:
         _kind = usage.code_kind(usage.roots())
-    frame = sys._getframe(2)
     while frame is not None and _kind(frame.f_code.co_filename) in ("frozen", "python"):
+        if not imports and frame.f_code.co_filename.startswith("<frozen importlib"):
+            return False
         frame = frame.f_back
     return frame is not None and _kind(frame.f_code.co_filename) == "user"
 
@@ -174,9 +185,12 @@ def note_listing(path: object, pattern: bool = False) -> None:
 
 
 def _writing(mode: object, flags: object) -> bool:
+    """Whether an open makes or rewrites the file rather than reading what was there: ``r+``
+    (``np.memmap(mode="r+")``) and a bare ``O_RDWR`` read it first."""
     if isinstance(mode, str):
-        return any(c in mode for c in "wax+")
-    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+        return any(c in mode for c in "wax") or ("+" in mode and "r" not in mode)
+    return isinstance(flags, int) and bool(flags & (_WRITE_FLAGS & ~os.O_RDWR) or
+                                           (flags & os.O_RDWR and flags & (os.O_CREAT | os.O_TRUNC)))
 
 
 def _not_the_jobs_listings() -> frozenset[str]:
@@ -210,7 +224,15 @@ def _hook(event: str, args: tuple) -> None:
         return
     try:
         if event == "open" and args:
-            note(args[0], _writing(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None))
+            writing = _writing(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None)
+            path = args[0]
+            if isinstance(path, str) and path.endswith(".py") and not writing:
+                # Python source the job's code reads as text, not by importing it: a config file
+                # applied with exec(open("config/exp.py").read()), as nanoGPT's configurator does
+                if _called_by_the_job(sys._getframe(1), imports=False):
+                    note(path, source=True)
+            else:
+                note(path, writing)
         elif event in ("os.listdir", "os.scandir") and _listings:
             if sys._getframe(1).f_code.co_filename not in _not_the_jobs:
                 note_listing(args[0] if args else None)

@@ -554,20 +554,25 @@ import numpy as np
 import keras
 
 settings = runpy.run_path("settings.py")  # a config file that is Python, run rather than imported
+BATCH = 32
+exec(open("config/exp.py").read())  # nanoGPT's configurator: Python read as text, then run
 with np.load("digits.npz") as f:
     x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
 model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
 model.compile(keras.optimizers.SGD(settings["LR"]), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0)
 """
 
 
 def test_a_settings_file_run_with_run_path_is_code_in_the_key_and_kept(launch, tmp_path):
-    """``runpy.run_path("settings.py")`` runs a file without importing it: an edit is REFUSED by
-    name (it was a false "determinism bug"), and a replay after the file is gone runs the kept copy."""
+    """``runpy.run_path("settings.py")`` runs a file without importing it, and
+    ``exec(open("config/exp.py").read())`` reads one as text: an edit of either is REFUSED by
+    name (each was a false "determinism bug"), and a replay after they are gone runs the kept copies."""
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SETTINGS_BY_RUN_PATH)
     (tmp_path / "settings.py").write_text("LR = 0.1\n")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "exp.py").write_text("BATCH = 64\n")
     store = tmp_path / "store"
 
     def run():
@@ -577,8 +582,13 @@ def test_a_settings_file_run_with_run_path_is_code_in_the_key_and_kept(launch, t
     (tmp_path / "settings.py").write_text("LR = 0.01\n")
     refused = launch("compare", a, run())
     assert refused.returncode == 3 and "code.modules.exec:settings.py" in refused.stdout, refused.stdout
-    (tmp_path / "settings.py").unlink()
-    (tmp_path / "train.py").unlink()
+    (tmp_path / "settings.py").write_text("LR = 0.1\n")
+    (tmp_path / "config" / "exp.py").write_text("BATCH = 32\n")
+    refused = launch("compare", a, run())
+    assert refused.returncode == 3 and "data.config/exp.py" in refused.stdout, refused.stdout
+    assert "code.modules.exec:settings.py" not in refused.stdout
+    for written in ("settings.py", "train.py", "config/exp.py"):
+        (tmp_path / written).unlink()
     replay = launch("replay", a)
     assert replay.returncode == 0 and "REPRODUCED" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
 

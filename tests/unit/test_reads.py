@@ -116,11 +116,15 @@ def test_the_directory_of_each_data_file_read_is_watched_once_found(fresh, monke
 
 @pytest.mark.parametrize(("mode", "flags", "writes"), [
     ("r", None, False), ("rb", None, False), ("w", None, True), ("ab", None, True), ("x", None, True),
-    ("r+", None, True), (None, os.O_RDONLY, False), (None, os.O_WRONLY, True), (None, os.O_RDWR, True),
+    ("r+", None, False), ("r+b", None, False), ("w+", None, True), ("a+", None, True),
+    (None, os.O_RDONLY, False), (None, os.O_WRONLY, True), (None, os.O_RDWR, False),
+    (None, os.O_RDWR | os.O_CREAT, True),
     (None, os.O_RDONLY | os.O_CREAT, True), (None, os.O_RDONLY | os.O_TRUNC, True),
     (None, os.O_RDONLY | os.O_APPEND, True), (None, None, False), (None, "w", False), ("rX", None, False),
 ])  # fmt: skip
 def test_an_open_writes_by_its_mode_or_its_flags(mode, flags, writes):
+    """``r+`` and a bare ``O_RDWR`` read what was there (``np.memmap(mode="r+")`` over a data
+    file was taken for the job's output, so a changed file was a false "determinism bug")."""
     assert reads._writing(mode, flags) is writes
 
 
@@ -284,3 +288,19 @@ def test_a_csv_dataset_names_its_file(tf_readers, fresh):
     ds = tf.data.experimental.CsvDataset("train.csv", [tf.int32, tf.int32], header=True)
     assert [tuple(map(int, r)) for r in ds] == [(1, 2)]
     assert reads.opened[str(fresh / "train.csv")]["read"]
+
+
+def test_python_source_the_jobs_code_reads_as_text_is_noted_and_an_import_is_not(fresh, monkeypatch):
+    """``exec(open("config/exp.py").read())`` (nanoGPT's configurator) reads a settings file as
+    text: it is data, or an edit to it was a false "determinism bug". The import system opening
+    a module's source (no bytecode cache) is not the job reading it: modules are keyed as code."""
+    monkeypatch.setattr(reads, "_recording", True)
+    (fresh / "config").mkdir()
+    for name in ("config/exp.py", "imported.py", "written.py"):
+        (fresh / name).write_text("BATCH = 64\n")
+    reads._hook("open", ("config/exp.py", "r", os.O_RDONLY))  # called from this (the job's) code
+    as_import = "reads._hook('open', ('imported.py', 'rb', os.O_RDONLY))"
+    exec(compile(as_import, "<frozen importlib._bootstrap_external>", "exec"), {"reads": reads, "os": os})
+    reads._hook("open", ("written.py", "w", os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
+    assert set(reads.opened) == {str(fresh / "config" / "exp.py")}
+    assert reads.opened[str(fresh / "config" / "exp.py")]["source"]
