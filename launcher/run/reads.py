@@ -436,6 +436,7 @@ def wrap_native_readers() -> None:
                       (data.experimental.CsvDataset, "experimental.CsvDataset")):
         _wrap_init(cls, "filenames", reader=f"tf.data.{name}")
     _wrap_from_tensor_slices(tf)
+    _wrap_checkpoint_reads(tf)
     read_file = tf.io.read_file
     if not getattr(read_file, "_launch_reads", False):
 
@@ -452,6 +453,55 @@ def wrap_native_readers() -> None:
     except ImportError:
         return
     _wrap_init(h5py.File, "name")
+
+
+def checkpoint_files(path: object) -> list[str]:
+    """The files a TensorFlow checkpoint restore reads: ``PREFIX.index`` and ``PREFIX.data-*``
+    of a prefix (``pretrained/ckpt-3``), or of the latest checkpoint of a directory and its
+    ``checkpoint`` state file. TensorFlow opens them natively, unseen by the audit hook."""
+    if isinstance(path, (bytes, os.PathLike)):
+        path = os.fsdecode(path)
+    if not isinstance(path, str) or not path:
+        return []
+    import glob
+
+    with paused():  # the launcher's own globbing and state reading are not the job's listings
+        out = []
+        if os.path.isdir(path):
+            state = os.path.join(path, "checkpoint")
+            import tensorflow as tf
+
+            out.append(state)
+            path = tf.train.latest_checkpoint(path) or ""
+            if not path:
+                return [state] if os.path.isfile(state) else []
+        out += [path + ".index", *sorted(glob.glob(glob.escape(path) + ".data-*"))]
+    return [f for f in out if os.path.isfile(f)]
+
+
+def _wrap_checkpoint_reads(tf) -> None:
+    """``tf.train.Checkpoint.restore``/``read``, ``tf.compat.v1.train.Saver.restore`` and
+    ``tf.train.load_checkpoint``/``list_variables``/``load_variable``: the checkpoint files they
+    read count as data wherever they lie (a pretrained model in a shared directory)."""
+    def noting(original, arg: str, position: int):
+        if getattr(original, "_launch_reads", False):
+            return original
+
+        @functools.wraps(original)
+        def restoring(*args, **kwargs):
+            for path in checkpoint_files(kwargs.get(arg, args[position] if len(args) > position else None)):
+                note(path)
+            return original(*args, **kwargs)
+
+        restoring._launch_reads = True  # type: ignore[attr-defined]
+        return restoring
+
+    checkpoint, saver = tf.train.Checkpoint, tf.compat.v1.train.Saver
+    checkpoint.restore = noting(checkpoint.restore, "save_path", 1)
+    checkpoint.read = noting(checkpoint.read, "save_path", 1)
+    saver.restore = noting(saver.restore, "save_path", 2)
+    for name in ("load_checkpoint", "list_variables", "load_variable"):
+        setattr(tf.train, name, noting(getattr(tf.train, name), "ckpt_dir_or_file", 0))
 
 
 def _noting(original, name: str, pattern: bool):

@@ -164,8 +164,13 @@ def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = Fals
             f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to run anyway")  # fmt: skip
     if not rebuilt and diffs and all(d[0].startswith(REBUILDABLE) for d in diffs):
         text += "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
+    gone = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.") and isinstance(d[1], str)
+            and d[1].startswith(("changed while the job ran", "deleted while the job ran"))]  # fmt: skip
+    if gone:
+        text += (f"; {', '.join(gone)} changed or was deleted while the run ran (a checkpoint it restored, then "
+                 "rewrote or rotated away): what it read is gone, so no replay can rerun it")  # fmt: skip
     data = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.")]
-    missing = [name for name in unkept if name in data]
+    missing = [name for name in unkept if name in data and name not in gone]
     if missing:
         text += (f"; {', '.join(missing)} was not kept in the run (over store.snapshot_max_mb): "
                  f"point the replay at a copy with --data {missing[0]}=PATH")  # fmt: skip

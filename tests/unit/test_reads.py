@@ -304,3 +304,22 @@ def test_python_source_the_jobs_code_reads_as_text_is_noted_and_an_import_is_not
     reads._hook("open", ("written.py", "w", os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
     assert set(reads.opened) == {str(fresh / "config" / "exp.py")}
     assert reads.opened[str(fresh / "config" / "exp.py")]["source"]
+
+
+def test_a_checkpoint_restored_from_anywhere_is_read(tf_readers, fresh):
+    """A pretrained ``tf.train.Checkpoint`` read from a shared directory (TensorFlow opens its
+    files natively, outside every watched directory): a different one was a false "determinism
+    bug". Its index and data shards are read, and a directory's latest with its state file."""
+    tf = tf_readers
+    shared = fresh / "shared"
+    prefix = tf.train.Checkpoint(v=tf.Variable(1.0)).write(str(shared / "warm" / "ckpt"))
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(2.0)), str(shared / "managed"), 2)
+    latest = manager.save()
+    reads.opened.clear()
+    tf.train.Checkpoint(v=tf.Variable(0.0)).read(prefix).assert_consumed()
+    assert set(reads.opened) == {prefix + ".index", prefix + ".data-00000-of-00001"}
+    reads.opened.clear()
+    assert tf.train.load_checkpoint(str(shared / "managed")).get_tensor("v/.ATTRIBUTES/VARIABLE_VALUE") == 2.0
+    assert set(reads.opened) == {str(shared / "managed" / "checkpoint"), latest + ".index",
+                                 latest + ".data-00000-of-00001"}  # fmt: skip
+    assert reads.listed == {}  # the launcher's own globbing is no listing of the job's

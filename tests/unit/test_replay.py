@@ -73,3 +73,15 @@ def test_the_replay_verdict_follows_compares(monkeypatch, compared, verdict, cod
     assert (got.original, got.new_run, got.verdict, got.exit_code) == (RUN, new, verdict, code)
     assert got.detail == f"{compared}: {RUN.name} vs new"
     assert calls == [(RUN, new, True)]  # a replay compares even what its key says is not comparable
+
+
+def test_a_file_the_run_changed_or_deleted_is_named_as_gone_never_as_too_big():
+    """The second run of TensorFlow's checkpoint guide read ``tf_ckpts/checkpoint`` and then rewrote
+    it: no copy can match what it read, so ``--data`` is not offered."""
+    diffs = [("data.tf_ckpts/checkpoint", "changed while the job ran (r)", "5f2b"),
+             ("data.tf_ckpts/ckpt-3.index", "deleted while the job ran (r)", None)]
+    text = replay.refusal(RUN, diffs, ["tf_ckpts/checkpoint", "tf_ckpts/ckpt-3.index"])
+    assert text.endswith("; tf_ckpts/checkpoint, tf_ckpts/ckpt-3.index changed or was deleted while the run ran (a "
+                         "checkpoint it restored, then rewrote or rotated away): what it read is gone, so no replay "
+                         "can rerun it")  # fmt: skip
+    assert "--data" not in text and "snapshot_max_mb" not in text
