@@ -480,9 +480,10 @@ def checkpoint_files(path: object) -> list[str]:
 
 
 def _wrap_checkpoint_reads(tf) -> None:
-    """``tf.train.Checkpoint.restore``/``read``, ``tf.compat.v1.train.Saver.restore`` and
-    ``tf.train.load_checkpoint``/``list_variables``/``load_variable``: the checkpoint files they
-    read count as data wherever they lie (a pretrained model in a shared directory)."""
+    """``tf.train.Checkpoint.restore``/``read``, ``tf.compat.v1.train.Saver.restore``,
+    ``tf.train.load_checkpoint``/``list_variables``/``load_variable`` and ``Dataset.cache(filename)``:
+    the existing files they read count as data wherever they lie (a pretrained model in a
+    shared directory, a stale cache of the data the job would otherwise read)."""
     def noting(original, arg: str, position: int):
         if getattr(original, "_launch_reads", False):
             return original
@@ -502,6 +503,8 @@ def _wrap_checkpoint_reads(tf) -> None:
     saver.restore = noting(saver.restore, "save_path", 2)
     for name in ("load_checkpoint", "list_variables", "load_variable"):
         setattr(tf.train, name, noting(getattr(tf.train, name), "ckpt_dir_or_file", 0))
+    # A tf.data cache file is a bundle too: an existing one is read instead of the data it was made from.
+    tf.data.Dataset.cache = noting(tf.data.Dataset.cache, "filename", 1)
 
 
 def _noting(original, name: str, pattern: bool):

@@ -136,7 +136,13 @@ def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str
     unkept = []
     for name in recorded:
         path = snapshot.data_path(name, launch_dir)
-        if path is None or path in stored["files"]:
+        if path is None:
+            continue
+        if path in stored["files"]:
+            if os.path.isabs(name) and not os.path.isfile(name):  # the job reads it there, not in the snapshot
+                kept = snapshot.object_path(original.parent, stored["files"][path]["sha256"])
+                raise ConfigError(f"{original.name} read {name} by its absolute path, and nothing is there now: "
+                                  f"put it back there (the run kept a copy: {kept})")  # fmt: skip
             continue
         unkept.append(name)
         copy = wanted.get(name) or wanted.get(path)

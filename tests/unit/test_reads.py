@@ -323,3 +323,15 @@ def test_a_checkpoint_restored_from_anywhere_is_read(tf_readers, fresh):
     assert set(reads.opened) == {str(shared / "managed" / "checkpoint"), latest + ".index",
                                  latest + ".data-00000-of-00001"}  # fmt: skip
     assert reads.listed == {}  # the launcher's own globbing is no listing of the job's
+
+
+def test_an_existing_tf_data_cache_file_is_read(tf_readers, fresh):
+    """``Dataset.cache("/shared/cache/train")``: a second run reads the cache, not the data it was
+    made from, so a stale cache was a false "determinism bug". A cache not there yet is written."""
+    tf = tf_readers
+    prefix = str(fresh / "shared" / "train")
+    os.makedirs(os.path.dirname(prefix))
+    list(tf.data.Dataset.range(4).cache(prefix))
+    assert reads.opened == {}  # made by this run: its output
+    list(tf.data.Dataset.range(4).cache(prefix))
+    assert set(reads.opened) == {prefix + ".index", prefix + ".data-00000-of-00001"}

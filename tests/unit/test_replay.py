@@ -85,3 +85,29 @@ def test_a_file_the_run_changed_or_deleted_is_named_as_gone_never_as_too_big():
                          "checkpoint it restored, then rewrote or rotated away): what it read is gone, so no replay "
                          "can rerun it")  # fmt: skip
     assert "--data" not in text and "snapshot_max_mb" not in text
+
+
+def test_a_kept_file_the_job_read_by_its_absolute_path_must_be_there(tmp_path):
+    """A project moved after its run: the job reads ``/old/project/small.npz`` by that path, so
+    the replay refuses in one line naming it and the kept copy (it was a traceback in the job)."""
+    import hashlib
+    import json
+
+    from launcher.errors import ConfigError
+    from launcher.record import snapshot
+
+    run = tmp_path / "store" / "20261126-000000-abcdef"
+    run.mkdir(parents=True)
+    gone, there = tmp_path / "old project" / "small.npz", tmp_path / "here.npz"
+    there.write_bytes(b"x")
+    sha = hashlib.sha256(b"x").hexdigest()
+    (run / "fingerprint.json").write_text(json.dumps({"data": {str(gone): sha, str(there): sha}}))
+    stored = {"launch_dir": str(tmp_path / "old project"),
+              "files": {str(gone): {"sha256": sha, "role": "data"}, str(there): {"sha256": sha, "role": "data"}}}
+    with pytest.raises(ConfigError) as refused:
+        replay.place_data(run, stored, tmp_path / "work", {})
+    assert str(refused.value) == (f"{run.name} read {gone} by its absolute path, and nothing is there now: put it "
+                                  f"back there (the run kept a copy: {snapshot.object_path(run.parent, sha)})")
+    gone.parent.mkdir()
+    gone.write_bytes(b"x")
+    assert replay.place_data(run, stored, tmp_path / "work", {}) == []
