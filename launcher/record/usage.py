@@ -490,10 +490,10 @@ def gather(
     (``display_name``). ``direct_imports`` are the top-level names the job's code or the
     launcher imported (``launcher.run.imports``); without them every used distribution
     is keyed. ``native`` are the files opened in directories watched at the OS level
-    (``launcher.run.fswatch``), each with its stat when first seen where known: a file from
-    before ``started_ns`` then counts as read, and as changed while the job ran if it has
-    changed or gone since (a checkpoint restored, then rotated away); the others count as
-    listed ones do.
+    (``launcher.run.fswatch``), each with its stat when first seen where known: they count as
+    listed ones do (one modified since ``started_ns`` is the job's output: a database it logs
+    to, as MLflow's default ``mlflow.db``), and one from before ``started_ns`` that is gone now
+    as read, then deleted while the job ran (a checkpoint restored, then rotated away).
     ``code_files`` are files the job ran as code without importing them (a notebook, keyed by
     its code cells, the script): never data. ``executed`` are the source files whose code
     the job ran with ``exec`` (``runpy.run_path("cfg.py")``, IPython's ``%run``): those of
@@ -505,7 +505,8 @@ def gather(
     found = _scan(_named(listed), _named(patterns))
     native = dict(native) if isinstance(native, Mapping) else dict.fromkeys(native)
     for path, first in native.items():
-        if first is not None and first[4] < started_ns:  # there before the job, as the job first saw it
+        # there before the job when it first saw it, and gone now: read, then deleted by the job
+        if first is not None and first[4] < started_ns and not os.path.lexists(path):
             opened.setdefault(path, {"read": True, "written_first": False, "stat": first, "relative": True})
     found += [(path, mtime, True) for path, mtime in _mtimes(p for p in native if p not in opened)]
     relative = {path: rel for path, _, rel in found}

@@ -14,8 +14,9 @@ each tree up to ``MAX_DIRS`` directories in all (watches are a per-user kernel r
 leaving out run stores, version control, caches of compiled code, the Python installation
 and system directories. A file opened there that existed before the job started counts as
 read (``launcher.record.usage``), and its stat when the watch first saw it opened tells
-whether the job then changed or deleted it (an input all the same, as a checkpoint a job
-restores and then rotates away is); one created after the job started is an output.
+whether it was there before a job that then deleted it (an input all the same, as a
+checkpoint a job restores and then rotates away is); one created or modified after the job
+started is an output.
 
 Two kernel interfaces, the better first, each behind a small backend class here (ctypes for
 fanotify, ``inotify_simple`` for inotify; no other module touches either):
