@@ -58,7 +58,9 @@ USER_DATA_IN_SYSTEM_DIRS = ("/run/user", "/dev/shm")
 # helpers) and are read like any directory; only these tools' own caches below them are
 # never the job's data (font lists, compiled kernels), and the launcher's own cache
 # (``roots().ignored``).
-TOOL_CACHES = ("matplotlib", "fontconfig", "pip", "launch")
+# MLflow keeps an installation id in ~/.config/mlflow/telemetry.json, made on its first run
+# and read on every later one: a run logging to MLflow would be refused against its first.
+TOOL_CACHES = ("matplotlib", "fontconfig", "pip", "launch", "mlflow")
 # Keras creates ~/.keras/keras.json on first import, so its presence differs between a
 # first and a second run; the settings it holds are recorded from Keras itself instead
 # (determinism.keras: floatx, epsilon, image_data_format, backend).

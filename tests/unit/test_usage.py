@@ -448,10 +448,11 @@ def test_files_sha256_hashes_each_entry_as_a_line():
 
 def test_files_the_system_and_tools_read_for_themselves_are_not_data(tmp_path):
     """System files (the kernel's views, installed software, package databases and caches) and tools'
-    own caches (font lists, compiled kernels, the launcher's) are never the job's data; a data set in
-    ~/.cache is."""
+    own caches (font lists, compiled kernels, the launcher's, MLflow's installation id) are never the
+    job's data; a data set in ~/.cache is."""
     home = tmp_path / "home"
     own = [home / ".cache" / tool / "state.bin" for tool in ("fontconfig", "matplotlib", "pip", "launch")]
+    own.append(home / ".config" / "mlflow" / "telemetry.json")  # an installation id, made on MLflow's first run
     dataset = home / ".cache" / "datasets" / "digits.npz"
     for path in (*own, dataset):
         path.parent.mkdir(parents=True, exist_ok=True)
