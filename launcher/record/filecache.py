@@ -23,22 +23,22 @@ def cache_path() -> Path:
     return Path(root) / "launch" / "filehash.sqlite"
 
 
-def stat_key(path: str) -> tuple[str, int, int, int, int] | None:
-    """What identifies a file's content without reading it; None when it cannot be stat'ed."""
+def stat_key(path: str, resolved: bool = False) -> tuple[str, int, int, int, int] | None:
+    """What identifies a file's content without reading it; None when it cannot be stat'ed.
+    ``resolved``: ``path`` is known to be real already (the native-read watch's), so it is not
+    resolved again."""
+    key = _stat(path, resolved)
+    return None if key is None else key[:5]
+
+
+def _stat(path: str, resolved: bool = False) -> tuple[str, int, int, int, int, int] | None:
+    """``stat_key`` and the ctime, which no copy that keeps an mtime can keep (the cache's key)."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _cache_key(path: str) -> tuple[str, int, int, int, int, int] | None:
-    """``stat_key`` and the ctime, which no copy that keeps an mtime can keep."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    real = path if resolved else os.path.realpath(path)
+    return real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 class FileHashes:
@@ -62,7 +62,7 @@ class FileHashes:
 
     def sha256(self, path: str) -> str | None:
         """The file's sha256, or None when it is not a readable regular file."""
-        key = _cache_key(path)
+        key = _stat(path)
         if key is None or not os.path.isfile(path):
             return None
         cached = self._lookup(key)
@@ -72,7 +72,7 @@ class FileHashes:
             digest = file_sha256(path)
         except OSError:
             return None
-        if _cache_key(path) == key:  # unchanged while we read it: safe to remember
+        if _stat(path) == key:  # unchanged while we read it: safe to remember
             self._store(key, digest)
         return digest
 

@@ -48,6 +48,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+from launcher.record.filecache import stat_key
+
 MAX_DIRS = 1000  # watched directories of one job; Linux allows 8,192 to 1M per user
 READ_DELAY_S = 0.05  # how long the watch thread lets events gather before reading them
 SKIP_NAMES = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".ipynb_checkpoints", ".mypy_cache",
@@ -338,11 +340,11 @@ class Watch:
                 path = os.path.join(directory, os.fsdecode(name))
                 if own is False and not had_a_child():  # another's, unless a later open is the job's
                     if path not in self.by_others:
-                        self.by_others[path] = _stat(path)
+                        self.by_others[path] = stat_key(path, resolved=True)
                     continue
                 seen.add((index, token, name))
                 if path not in self.opened:
-                    self.opened[path] = self.by_others.get(path) or _stat(path)
+                    self.opened[path] = self.by_others.get(path) or stat_key(path, resolved=True)
 
     def _gap(self, why: str) -> None:
         if why not in self.gaps:
@@ -365,16 +367,6 @@ class Watch:
                 backend.close()
             except (OSError, ValueError):
                 pass
-
-
-def _stat(path: str) -> tuple[str, int, int, int, int] | None:
-    """``filecache.stat_key`` of a path the watch reports: a real path already (watched
-    directories are resolved, and an open through a link is reported where its target lies)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _same_directory(a: str, b: str) -> bool:
