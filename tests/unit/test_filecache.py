@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 
 from launcher.record.filecache import FileHashes
 
@@ -12,6 +13,7 @@ from launcher.record.filecache import FileHashes
 def test_an_unchanged_file_is_read_from_the_cache(tmp_path):
     data, cache = tmp_path / "small.npz", tmp_path / "cache" / "filehash.sqlite"
     data.write_bytes(b"v1")
+    time.sleep(0.2)  # older than a timestamp tick: a just-written file is not remembered (filecache.RACY_NS)
     with FileHashes(cache) as hashes:
         assert hashes.sha256(str(data)) == hashlib.sha256(b"v1").hexdigest()
     with sqlite3.connect(cache) as db:
