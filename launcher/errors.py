@@ -123,3 +123,13 @@ class RebuildError(LauncherError):
     def __init__(self, message: str, distribution: str | None = None) -> None:
         super().__init__(message)
         self.distribution = distribution
+
+
+class UnsafeRun(LauncherError):
+    """A run names something that would be written or read outside where it belongs (a ``..`` in a
+    snapshot path, an object name that is not a sha256, a link out of the run directory): a
+    crafted or corrupted run, refused before anything is written. ``entry`` is what it named."""
+
+    def __init__(self, message: str, entry: str | None = None) -> None:
+        super().__init__(message)
+        self.entry = entry

@@ -14,6 +14,10 @@ process's start time and the host. A reader on that host whose owner is gone see
 the run as ``abandoned`` (``effective_status``); on another host it cannot tell, and
 says ``running`` (a job of a shared store running elsewhere is not misjudged).
 
+A run is read from itself alone: a link in it that points outside it is refused
+(``refuse_links_out``, exit 2) before a judgment reads it or a resume writes through it,
+and neither the seal nor a resume changes the mode of anything a link points at.
+
 Each run directory holds a small ``.reserve`` file while it is not sealed: when the
 store's disk is full, ``set_status`` frees it so a run can still say how it ended. The
 seal deletes it before listing the files, so a sealed run has none.
@@ -32,7 +36,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from launcher.errors import RunNotFound, SealError, StoreError
+from launcher.errors import RunNotFound, SealError, StoreError, UnsafeRun
 
 MANIFEST = "manifest.json"
 STATUS = "status.json"
@@ -214,16 +218,45 @@ def seal(run_dir: Path) -> dict:
 
 
 def make_read_only(directory: Path) -> None:
-    """Remove every write permission below ``directory`` and on it: stored records stay as written."""
+    """Remove every write permission below ``directory`` and on it: stored records stay as written.
+    A link is left alone (a mode is not a link's; what it points at is not the run's)."""
     for path in [*directory.rglob("*"), directory]:
-        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def links_out(run_dir: Path) -> list[tuple[str, str]]:
+    """Every link below ``run_dir`` that resolves outside it (or nowhere inside it): ``(name, target)``,
+    names relative to the run. Links are not followed into."""
+    top = os.path.realpath(run_dir)
+    found = []
+    for current, dirs, files in os.walk(run_dir):
+        for name in sorted([*dirs, *files]):
+            path = os.path.join(current, name)
+            if os.path.islink(path):
+                real = os.path.realpath(path)
+                if real != top and not real.startswith(top + os.sep):
+                    found.append((os.path.relpath(path, run_dir), os.readlink(path)))
+    return sorted(found)
+
+
+def refuse_links_out(run_dir: Path) -> None:
+    """``UnsafeRun`` (exit 2) naming the first link of ``run_dir`` that points outside it: what a run
+    holds is in it, and a resume writing into the run must never write through one."""
+    found = links_out(run_dir)
+    if found:
+        name, target = found[0]
+        raise UnsafeRun(f"run {run_dir.name} holds a link pointing outside it ({name} -> {target}): refused "
+                        "before anything was written (a run is read from itself alone; see docs/store.md)",
+                        name)  # fmt: skip
 
 
 def unseal_for_resume(run_dir: Path) -> None:
     """Make a (never sealed) interrupted run's files writable again for resuming it."""
     try:
         for path in [run_dir, *run_dir.rglob("*")]:
-            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | stat.S_IWUSR)
     except OSError as exc:
         raise StoreError(f"run {run_dir.name} cannot be written ({exc.strerror}): is the store read-only?") from None
     if not (run_dir / RESERVE).exists():
@@ -241,8 +274,10 @@ def require_run(path: str | os.PathLike) -> Path:
 
 
 def verify_seal(path: str | os.PathLike) -> Path:
-    """Check that a run is complete and untouched; raise ``SealError`` naming the culprit."""
+    """Check that a run is complete and untouched; raise ``SealError`` naming the culprit
+    (``UnsafeRun`` for a link pointing outside the run, whatever its seal says)."""
     run_dir = require_run(path)
+    refuse_links_out(run_dir)
     if not (run_dir / MANIFEST).exists():
         state = describe_state(run_dir)
         hint = f"; `launch resume {run_dir}` continues it" if state.startswith(("abandoned", "interrupted")) else ""

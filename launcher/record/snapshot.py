@@ -5,9 +5,17 @@ the data file moved, the script deleted. So every run keeps a **snapshot**: the 
 or entrypoint, every local module the job imported (what ``code.modules`` lists), the
 user's config files, and each data file it read up to ``store.snapshot_max_mb``. Files
 are stored once per distinct content in the store (``<store>/objects/ab/abcdef…``,
-read-only), and the run's ``snapshot.json`` names each by the absolute path the job
-knew it by, with its sha256; the seal covers ``snapshot.json`` and every object is
-checked against its name when it is used.
+read-only, with the read bits of the file it was taken from: a private file's object is
+private), and the run's ``snapshot.json`` names each by the absolute path the job knew
+it by, with its sha256; the seal covers ``snapshot.json`` and every object is checked
+against its name when it is used.
+
+A ``snapshot.json`` is input from whoever made the run, so it is checked whole when it
+is read (``validate``): each name a normalised absolute path, each sha256 64 lowercase
+hex digits, before any of it becomes a path. Laying it out writes nothing outside its
+destination: every target is checked to resolve inside it, and every object to exist,
+before the first file is written, and each file appears under its name only once its
+content matched its hash. docs/store.md has the store's whole trust model.
 
 A snapshot is used by laying it out again (``materialize``): each file at
 ``ROOT/<its absolute path>`` under a fresh directory ``ROOT``, so a script, the helper
@@ -24,13 +32,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from launcher.errors import SealError
+from launcher.errors import SealError, UnsafeRun
 
 SNAPSHOT = "snapshot.json"
 OBJECTS = "objects"
@@ -41,6 +50,10 @@ DEFAULT_MAX_MB = 64  # per data file: the bundled sample and typical small data 
 SWEEP_MAX_FILES = 2000
 SWEEP_MAX_DIRS = 500
 _NOT_CODE_DIRS = ("__pycache__", "node_modules", "site-packages", "dist-packages")
+ROLES = frozenset({"script", "notebook", "module", "config", "data"})
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_PATH = 4096  # PATH_MAX: no file the job opened had a longer name
 
 
 class SnapshotError(SealError):
@@ -48,6 +61,70 @@ class SnapshotError(SealError):
 
 
 # ---------------------------------------------------------------- pure
+def is_sha256(value: object) -> bool:
+    """Is ``value`` a sha256 as the store names objects: exactly 64 lowercase hex digits?"""
+    return isinstance(value, str) and _SHA256.fullmatch(value) is not None
+
+
+def path_problem(path: object, directory: bool = False) -> str | None:
+    """Why ``path`` cannot name a file of a laid-out snapshot, or None when it can: it must be
+    absolute and normalised (no empty, ``.`` or ``..`` component), without control characters
+    (NUL above all). ``directory``: ``/`` itself is allowed (a launch directory)."""
+    if not isinstance(path, str):
+        return f"is a {type(path).__name__}, not a path"
+    if not path.startswith("/"):
+        return "is not an absolute path"
+    if len(path) > MAX_PATH:
+        return f"is longer than {MAX_PATH} characters"
+    if _CONTROL.search(path):
+        return "holds a control character"
+    if directory and path == "/":
+        return None
+    if any(part in ("", ".", "..") for part in path.split("/")[1:]):
+        return "is not a normalised path (an empty, '.' or '..' component)"
+    return None
+
+
+def _ancestors(path: str) -> Iterable[str]:
+    parts = path.split("/")[1:-1]
+    for n in range(1, len(parts) + 1):
+        yield "/" + "/".join(parts[:n])
+
+
+def validate(data: object, where: str) -> dict:
+    """``data`` (a ``snapshot.json``'s content) checked whole before any of it is used as a path:
+    ``UnsafeRun`` (exit 2) names the first entry that is not a normalised absolute path with a
+    sha256 of 64 hex digits and a known role, a file that another entry needs as a directory,
+    or a launch directory that is not a normalised absolute path. Returns ``data``."""
+    if not isinstance(data, dict):
+        raise SnapshotError(f"{where} is not a JSON object", SNAPSHOT)
+    files, left_out = data.get("files"), data.get("left_out", {})
+    if not isinstance(files, dict) or not isinstance(left_out, dict):
+        raise SnapshotError(f"{where} has an unknown schema", SNAPSHOT)
+
+    def refuse(entry: object, why: str) -> UnsafeRun:
+        return UnsafeRun(f"{where}: entry {entry!r} {why}: refused before anything was written (a crafted or "
+                         "damaged run; see docs/store.md)", str(entry))  # fmt: skip
+
+    launch_dir = data.get("launch_dir")
+    if (problem := path_problem(launch_dir, directory=True)) is not None:
+        raise refuse(launch_dir, f"(launch_dir) {problem}")
+    for path, entry in sorted(files.items()):
+        if (problem := path_problem(path)) is not None:
+            raise refuse(path, problem)
+        if not isinstance(entry, dict) or not is_sha256(entry.get("sha256")):
+            sha = entry.get("sha256") if isinstance(entry, dict) else entry
+            raise refuse(path, f"has sha256 {sha!r}, not 64 lowercase hex digits")
+        if entry.get("role") not in ROLES:
+            raise refuse(path, f"has an unknown role {entry.get('role')!r}")
+    for path in sorted(files):
+        if (above := next((a for a in _ancestors(path) if a in files), None)) is not None:
+            raise refuse(path, f"lies below {above!r}, which is a file of the snapshot too")
+    if launch_dir in files or any(a in files for a in _ancestors(launch_dir + "/x")):
+        raise refuse(launch_dir, "(launch_dir) is, or lies below, a file of the snapshot")
+    return data
+
+
 def data_path(name: str, launch_dir: str) -> str | None:
     """Where a recorded data name was: absolute, or relative to the launch directory.
     ``launcher/…`` names (the bundled sample) are the launcher's own and are not kept."""
@@ -57,12 +134,13 @@ def data_path(name: str, launch_dir: str) -> str | None:
 
 
 def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | None,
-         data_sizes: Mapping[str, int], max_bytes: int) -> tuple[dict[str, dict], dict[str, str]]:
+         data_sizes: Mapping[str, int] | None, max_bytes: int) -> tuple[dict[str, dict], dict[str, str]]:
     """The files a run keeps: ``(kept, left_out)``.
 
     ``kept`` maps each absolute path to ``{"sha256", "role"}`` (role: script, notebook, module,
     config, data) with the digest the run recorded; ``left_out`` maps a path to why it is
-    not kept (a data file larger than ``max_bytes``, one whose size is unknown). A digest
+    not kept (a data file larger than ``max_bytes``, one whose size is unknown; with
+    ``data_sizes`` None every data file counts as fitting: all the run could keep). A digest
     the run recorded as not a plain sha256 (``changed while the job ran``, ``missing``)
     is never kept: there is nothing true to keep.
     """
@@ -71,7 +149,9 @@ def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | Non
     code = fp.get("code") or {}
 
     def keep(path: str, digest: object, role: str) -> None:
-        if isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+        if (problem := path_problem(path)) is not None:
+            left_out[path] = f"its name {problem}"  # never laid out again: refused when read
+        elif is_sha256(digest):
             kept.setdefault(path, {"sha256": digest, "role": role})
         else:
             left_out[path] = f"recorded as {digest!r}"
@@ -89,7 +169,7 @@ def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | Non
         path = data_path(name, launch_dir)
         if path is None or path in kept:
             continue
-        size = data_sizes.get(path)
+        size = 0 if data_sizes is None else data_sizes.get(path)
         if size is None:
             left_out[path] = "not readable when the run was sealed"
         elif size > max_bytes:
@@ -138,20 +218,54 @@ def rooted_pythonpath(value: str, root: str | None, keep: Iterable[str] = ()) ->
 
 # ---------------------------------------------------------------- the store's objects
 def object_path(store_root: Path, sha256: str) -> Path:
+    """Where object ``sha256`` is kept: ``<store>/objects/ab/abcdef…``. Anything but 64 lowercase
+    hex digits is refused (``UnsafeRun``): a recorded string never becomes a path unchecked."""
+    if not is_sha256(sha256):
+        raise UnsafeRun(f"{sha256!r} is not a sha256 (64 lowercase hex digits): not an object name", str(sha256))
     return Path(store_root) / OBJECTS / sha256[:2] / sha256
+
+
+def object_mode(source_mode: int) -> int:
+    """The mode of an object taken from a file of mode ``source_mode``: the file's read (and
+    execute) bits, never a write bit, and always readable by its owner (the store reads it
+    back). A ``0600`` data file's object is ``0400``: private data stays private."""
+    return (stat.S_IMODE(source_mode) & 0o555) | 0o400
+
+
+def laid_out_mode(object_mode_: int) -> int:
+    """The mode of a file laid out from an object: the object's, writable by its owner."""
+    return (stat.S_IMODE(object_mode_) & 0o555) | 0o600
+
+
+def _object_dir(store_root: Path, sha256: str) -> Path:
+    """``objects/`` and its fan-out directory for ``sha256``, each made with the store's own mode
+    (a private store's objects are not listed to others)."""
+    store_root = Path(store_root)
+    store_root.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(os.stat(store_root).st_mode)
+    directory = object_path(store_root, sha256).parent
+    for d in (directory.parent, directory):
+        try:
+            d.mkdir(mode=mode)
+        except FileExistsError:
+            continue
+        os.chmod(d, mode)  # mkdir's mode is narrowed by the umask
+    return directory
 
 
 def put(store_root: Path, path: str, sha256: str) -> bool:
     """Keep the file at ``path`` as object ``sha256``; False when its content is not that
-    (it changed since the job read it: what is there now is not what ran)."""
+    (it changed since the job read it: what is there now is not what ran). The object
+    gets ``object_mode`` of the file's mode."""
     target = object_path(store_root, sha256)
     if target.exists():
         return True
-    target.parent.mkdir(parents=True, exist_ok=True)
+    directory = _object_dir(store_root, sha256)
     h = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".obj.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".obj.", suffix=".tmp")
     try:
         with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+            mode = object_mode(os.fstat(src.fileno()).st_mode)
             for block in iter(lambda: src.read(1 << 20), b""):
                 h.update(block)
                 dst.write(block)
@@ -160,7 +274,7 @@ def put(store_root: Path, path: str, sha256: str) -> bool:
         if h.hexdigest() != sha256:
             os.unlink(tmp)
             return False
-        os.chmod(tmp, 0o444)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
         return True
     except OSError:
@@ -169,33 +283,79 @@ def put(store_root: Path, path: str, sha256: str) -> bool:
         return False
 
 
+def refresh(store_root: Path, sha256: str) -> bool:
+    """Mark object ``sha256`` as just used (its mtime now), so a ``launch gc`` that started
+    before this run wrote its ``snapshot.json`` keeps it (``launcher.record.gc``). False when
+    it is gone (a gc removed it meanwhile); an object of another user's is left as it is."""
+    try:
+        os.utime(object_path(store_root, sha256))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
 def take(store_root: Path, kept: Mapping[str, dict], left_out: Mapping[str, str], launch_dir: str,
          root: str | None = None) -> dict:
     """Store every kept file (read from inside ``root`` when the run ran from a laid-out
-    snapshot) and return the content of ``snapshot.json``."""
+    snapshot) and return the content of ``snapshot.json``.
+
+    Last, every object is refreshed (``refresh``), and one a concurrent ``launch gc`` removed
+    is stored again: what the returned snapshot names is in the store when it returns."""
     files, missed = {}, dict(left_out)
     for path, entry in sorted(kept.items()):
         if put(store_root, rooted(path, root), entry["sha256"]):
             files[path] = entry
         else:
             missed[path] = "changed or gone since the job read it"
+    for path, entry in list(files.items()):
+        if not refresh(store_root, entry["sha256"]) and not put(store_root, rooted(path, root), entry["sha256"]):
+            del files[path]
+            missed[path] = "changed or gone since the job read it"
     return {"schema": SCHEMA, "launch_dir": launch_dir, "files": files, "left_out": dict(sorted(missed.items()))}
 
 
 def read(run_dir: Path) -> dict | None:
-    """The run's ``snapshot.json``, or None for a run from before snapshots."""
+    """The run's ``snapshot.json``, checked whole (``validate``), or None for a run from before
+    snapshots. A ``snapshot.json`` that is a link is refused: a run is read from itself alone."""
     import json
 
     path = Path(run_dir) / SNAPSHOT
-    if not path.exists():
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise SnapshotError(f"{path} is not readable: {exc.strerror}", SNAPSHOT) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeRun(f"{path} is a link (to {os.readlink(path)!r}), not a file of the run: refused before "
+                        "anything was written (a crafted run; see docs/store.md)", SNAPSHOT)  # fmt: skip
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise SnapshotError(f"{path} is not readable: {exc}", SNAPSHOT) from None
-    if data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
         raise SnapshotError(f"{path} has an unknown schema", SNAPSHOT)
-    return data
+    return validate(data, str(path))
+
+
+def check_recorded(snap: Mapping, fp: Mapping, script: str | None, config_dir: str | None, where: str) -> None:
+    """Refuse (``UnsafeRun``) an entry of ``snap`` that the run's own record ``fp`` (its whole
+    fingerprint) does not name with that content and role: what an unsealed run's
+    ``snapshot.json`` may hold is what ``plan`` would keep of that record, nothing more."""
+    try:
+        recorded, _ = plan(fp, str(snap["launch_dir"]), script, config_dir, None, 0)
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise UnsafeRun(f"{where}: the run's fingerprint cannot be read as a record of its code "
+                        f"({type(exc).__name__}: {exc}): refused before anything was written", None) from None
+    for path, entry in sorted(snap["files"].items()):
+        want = recorded.get(path)
+        if want is None or (want["sha256"], want["role"]) != (entry["sha256"], entry["role"]):
+            said = "names no such file" if want is None else f"recorded {want['role']} {want['sha256'][:12]}"
+            raise UnsafeRun(f"{where}: entry {path!r} ({entry['role']} {entry['sha256'][:12]}) is not what the "
+                            f"run recorded (its fingerprint {said}): refused before anything was written "
+                            "(a forged or damaged run; see docs/store.md)", path)  # fmt: skip
 
 
 def data_sizes(paths: Iterable[str], root: str | None = None) -> dict[str, int]:
@@ -208,25 +368,73 @@ def data_sizes(paths: Iterable[str], root: str | None = None) -> dict[str, int]:
     return out
 
 
+def _check_inside(dest: Path, path: str, directory: bool = False) -> None:
+    """Refuse a target ``dest/<path>`` that would not be a plain file (or directory) inside ``dest``:
+    a link already in the destination on its way, or something else where a file goes."""
+    current = dest
+    parts = [p for p in path.split("/") if p]
+    for n, part in enumerate(parts):
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return  # made afresh from here on, by materialize
+        last = n == len(parts) - 1
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeRun(f"laying out {path}: {current} is a link already in the destination (to "
+                            f"{os.readlink(current)!r}): refused before anything was written", path)  # fmt: skip
+        if (last and not directory and not stat.S_ISREG(st.st_mode)) or ((not last or directory)
+                                                                          and not stat.S_ISDIR(st.st_mode)):
+            raise UnsafeRun(f"laying out {path}: {current} is already there, and not a "
+                            f"{'file' if last and not directory else 'directory'}: refused before anything "
+                            "was written", path)  # fmt: skip
+
+
+def _copy_checked(source: Path, target: Path, sha256: str, path: str) -> None:
+    """Copy object ``source`` to ``target`` through a temporary name beside it, renamed only once the
+    copy matched ``sha256``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:64]}.", suffix=".part")
+    try:
+        h = hashlib.sha256()
+        with open(source, "rb") as src, os.fdopen(fd, "wb") as dst:
+            mode = laid_out_mode(os.fstat(src.fileno()).st_mode)
+            for block in iter(lambda: src.read(1 << 20), b""):
+                h.update(block)
+                dst.write(block)
+        if h.hexdigest() != sha256:
+            raise SnapshotError(f"the snapshot of {path} is damaged ({source} does not match its hash)")
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def materialize(store_root: Path, snapshot: Mapping, dest: Path) -> Path:
     """Lay ``snapshot`` out under ``dest`` (``dest/<absolute path>``), checking every object's
-    content against its name; ``SnapshotError`` names the first missing or damaged one."""
-    for path, entry in sorted(snapshot["files"].items()):
+    content against its name; ``SnapshotError`` names the first missing or damaged one.
+
+    Everything is checked before the first write: the snapshot itself (``validate``), every
+    object's existence, and every target's place inside ``dest`` (``_check_inside``); each
+    file is then written under a temporary name and renamed once its hash matched."""
+    validate(snapshot, "the snapshot")
+    dest = Path(os.path.realpath(dest))
+    files = snapshot["files"]
+    sources = {}
+    for path, entry in sorted(files.items()):
         source = object_path(store_root, entry["sha256"])
-        target = Path(dest) / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        h = hashlib.sha256()
-        try:
-            with open(source, "rb") as src, open(target, "wb") as dst:
-                for block in iter(lambda: src.read(1 << 20), b""):
-                    h.update(block)
-                    dst.write(block)
-        except FileNotFoundError:
-            raise SnapshotError(f"the snapshot of {path} is missing from the store ({source})") from None
-        if h.hexdigest() != entry["sha256"]:
-            raise SnapshotError(f"the snapshot of {path} is damaged ({source} does not match its hash)")
-    (Path(dest) / str(snapshot["launch_dir"]).lstrip("/")).mkdir(parents=True, exist_ok=True)
-    return Path(dest)
+        if not source.is_file():
+            raise SnapshotError(f"the snapshot of {path} is missing from the store ({source})")
+        _check_inside(dest, path)
+        sources[path] = source
+    launch_dir = str(snapshot["launch_dir"])
+    _check_inside(dest, launch_dir, directory=True)
+    for path, source in sources.items():
+        _copy_checked(source, dest / path.lstrip("/"), files[path]["sha256"], path)
+    (dest / launch_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    return dest
 
 
 def changed_since(files: Mapping[str, dict]) -> list[str]:

@@ -7,6 +7,11 @@ epochs after the checkpoint (written before the interruption) are dropped and
 appended again as the resumed epochs end; ``job.json`` and ``result.json`` record
 that the run was resumed and from which epoch. The current environment's
 comparability key must match the run's, as for replay.
+
+An interrupted run is not sealed, so nothing it holds is taken on trust before it is
+used: a link pointing outside the run is refused, and its ``snapshot.json`` is read
+checked (``snapshot.read``) and must name only what the run's own record names, with the
+same content (``snapshot.check_recorded``), before anything is laid out or written.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.errors import NotComparable, ResumeError, StoreError
+from launcher.errors import NotComparable, ResumeError, StoreError, UnsafeRun
 from launcher.record import fingerprint, runs, snapshot
 from launcher.run import checkpoints, fitstate, gpus, job, precheck, trace
 from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
@@ -93,11 +98,9 @@ def keep_metrics_through(run_dir: Path, epoch: int) -> None:
     runs.write_bytes(path, "".join(line + "\n" for line in lines).encode())
 
 
-def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) -> tuple[job.Outcome, list[str]]:
-    """Resume ``run``; returns the outcome and the notes printed about skipped checkpoints."""
-    run_dir = runs.require_run(run)
-    checkpoint, epoch, notes = check_resumable(run_dir)
-    previous = runs.read_json(run_dir / JOB) if (run_dir / JOB).exists() else {}
+def _stored_fingerprint(run_dir: Path) -> dict:
+    """The run's fingerprint as far as it ran: the launcher's side merged with the job's facts
+    of its last checkpoint."""
     stored = runs.read_json(run_dir / job.FINGERPRINT)
     if (run_dir / JOB_FACTS).exists():
         facts = runs.read_json(run_dir / JOB_FACTS)
@@ -106,9 +109,56 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
             stored = fingerprint.merge_job_facts(stored, facts, container)
         else:
             stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
+    return stored
+
+
+def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None:
+    """The unsealed run's ``snapshot.json``, read checked, and only if every entry is what its own
+    record (``stored``, the fingerprint so far; ``previous``, its ``job.json``) names, and its
+    launch directory the one the run ran in; ``UnsafeRun`` (exit 2) names what is not."""
+    kept = snapshot.read(run_dir)
+    if kept is None:
+        return None
+    where = f"run {run_dir.name}: {snapshot.SNAPSHOT}"
+    ran_in = previous.get("launch_dir")
+    if isinstance(ran_in, str):
+        root = previous.get("root")
+        ran_in = snapshot.unrooted(ran_in, root if isinstance(root, str) else None)
+        if ran_in != kept["launch_dir"]:
+            raise UnsafeRun(f"{where}: launch_dir {kept['launch_dir']!r} is not where the run ran ({ran_in!r}, "
+                            f"in {JOB}): refused before anything was written (a forged or damaged run; "
+                            "see docs/store.md)", kept["launch_dir"])  # fmt: skip
+    try:
+        resolved = OmegaConf.load(run_dir / job.CONFIG)
+        config_dir = resolved.get("config_dir")
+        script = {"script": resolved.train.get("script"), "notebook": resolved.train.get("notebook")}.get(
+            str(resolved.train.name))  # the file of code its config names, as keep.code_file says
+        config_path = str(config_dir["path"]) if config_dir else None
+    except Exception as exc:  # noqa: BLE001 - any unreadable config: the one line below
+        raise UnsafeRun(f"{where}: the run's {job.CONFIG} cannot be read to check it ({exc})") from None
+    snapshot.check_recorded(kept, stored, script, config_path, where)
+    return kept
+
+
+def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) -> tuple[job.Outcome, list[str]]:
+    """Resume ``run``; returns the outcome and the notes printed about skipped checkpoints.
+
+    An unsealed run's own files are checked before anything else (``runs.refuse_links_out``,
+    ``checked_snapshot``): a crafted run is refused before anything is written."""
+    run_dir = runs.require_run(run)
+    sealed = (run_dir / runs.MANIFEST).exists()  # a sealed run is judged by its seal (check_resumable)
+    if not sealed:
+        runs.refuse_links_out(run_dir)
+    previous = runs.read_json(run_dir / JOB) if (run_dir / JOB).exists() else {}
+    stored = _stored_fingerprint(run_dir) if not sealed and (run_dir / job.FINGERPRINT).exists() else None
+    kept = checked_snapshot(run_dir, stored, previous) if stored is not None and _task(run_dir) in USER_CODE \
+        else None  # fmt: skip
+    checkpoint, epoch, notes = check_resumable(run_dir)
+    if stored is None:
+        stored = _stored_fingerprint(run_dir)
     work = None
     try:
-        cwd, root, work = _where(run_dir, previous, echo)
+        cwd, root, work = _where(run_dir, previous, kept, echo)
         outcome = _continue(run_dir, stored, previous, checkpoint, epoch, notes, cwd, root, allow_mismatch, echo)
     finally:
         if work is not None:
@@ -116,13 +166,13 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
     return outcome, notes
 
 
-def _where(run_dir: Path, previous: dict, echo: bool) -> tuple[str, str | None, Path | None]:
+def _where(run_dir: Path, previous: dict, stored: dict | None, echo: bool) -> tuple[str, str | None, Path | None]:
     """Where the resumed job runs: ``(cwd, root, work)``.
 
     User code runs again in its launch directory, so what it writes lands where it did,
     and with the code the run ran: a sweep's code laid out at submission (``root``), or
     the run's own snapshot (its script, helpers, notebook and config files as they were
-    at its last checkpoint), laid out in ``work`` with every other file of those
+    at its last checkpoint, ``stored``: already checked), laid out in ``work`` with every other file of those
     directories linked to the original. Data is read where it was: a file changed since
     is refused by the key check, never continued on. The mnist task runs here.
     """
@@ -131,7 +181,6 @@ def _where(run_dir: Path, previous: dict, echo: bool) -> tuple[str, str | None, 
     launch_dir = str(previous.get("launch_dir") or os.getcwd())
     if previous.get("root") and os.path.isdir(previous["root"]):
         return launch_dir, previous["root"], None
-    stored = snapshot.read(run_dir)
     if stored is None:  # interrupted before its first checkpoint kept one, or by an older launcher
         return launch_dir, None, None
     launch_dir = str(stored["launch_dir"])
