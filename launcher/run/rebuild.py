@@ -9,15 +9,28 @@ venv of the 211 distributions installed here took 51 s to download, 142 s to ins
 pip (18 s with uv) and 2.3 GB per run, and one of them (an sdist) cannot be installed
 offline at all.
 
+The overlay comes first: the job's ``PYTHONPATH`` starts with the launcher's own directory,
+which is a site directory when the launcher is installed (not run from its source tree),
+and a directory on ``PYTHONPATH`` is searched before any site-packages. The ``.pth`` takes
+each shared site directory off the front of ``sys.path`` before adding it after the
+overlay, so an installed launcher's neighbours never shadow what the overlay installed.
+
 It is checked: after building, every distribution the job used is identified
 (``usage.distribution_identity``: version and content) by the venv's own interpreter
 and compared with the record; any difference refuses, naming the distribution, and so
 does a recorded Python other than this one, or a distribution the index does not have
-(an editable or local install). It is built in a temporary directory beside the cache
-and renamed when complete, so a killed build never leaves an environment that looks ready.
+(an editable or local install). A distribution found anywhere but in the overlay that
+installed it (a directory earlier on the job's path) is refused as that, naming the
+directory, not blamed on the index. It is built in a temporary directory beside the cache
+and renamed when complete, so a killed build never leaves an environment that looks ready;
+the build holds a lock file (``.<key>.lock``, naming its host and pid) from start to end,
+so a second launch waits for it instead of building twice, and a build directory is judged
+abandoned only by a launch that holds that lock: on a shared (NFS) cache another node's
+build in progress is never removed.
 
 Pure: ``recorded_packages``, ``plan``, ``cache_key``, the command builders, ``requirements``,
-``pth_text``, ``mismatches``. I/O: ``environment``, ``probe``.
+``pth_text``, ``mismatches``, ``explain``. I/O: ``environment``, ``probe``, ``verify``,
+``remove_abandoned``, ``file_sha256``.
 """
 
 from __future__ import annotations
@@ -29,9 +42,12 @@ import platform
 import re
 import shutil
 import site
+import socket
+import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -44,6 +60,8 @@ LAUNCHER_DISTRIBUTION = "tf-repro-launcher"  # the launcher itself: the replay r
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])  # put on the job's PYTHONPATH (job.LAUNCHER_ROOT)
 SHARED_PTH = "_launch_shared.pth"
 INFO = "rebuild.json"  # what was built, for reading
+LAYOUT = 2  # how an overlay is made (2: its .pth moves shared directories behind it); in the cache key
+CHUNK = 1 << 20  # bytes hashed at a time: a wheel (TensorFlow's: 0.5-1 GB) is never read whole
 
 
 @dataclass(frozen=True)
@@ -101,9 +119,11 @@ def plan(stored_fp: dict, here: Mapping[str, str], here_used: Mapping[str, dict 
 
 def cache_key(p: Plan, interpreter: str, shared: Iterable[str]) -> str:
     """The environment's name: the recorded distribution set, what is installed over this
-    interpreter (its path and version) and the site directories shared."""
+    interpreter (its path and version), the site directories shared and ``LAYOUT`` (an
+    overlay made by an older launcher is not reused)."""
     canonical = json.dumps({"recorded": sorted(f"{n}=={v}" for n, v in p.recorded.items()), "install": list(p.install),
-                            "interpreter": interpreter, "shared": list(shared)}, sort_keys=True)  # fmt: skip
+                            "interpreter": interpreter, "shared": list(shared), "layout": LAYOUT},
+                           sort_keys=True)  # fmt: skip
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 
@@ -145,8 +165,65 @@ def requirements(wheels: Mapping[str, tuple[str, str]]) -> str:
 
 
 def pth_text(site_dirs: Iterable[str]) -> str:
-    """A ``.pth`` that adds these site directories after the venv's own, their ``.pth`` files processed."""
-    return "".join(f"import site; site.addsitedir({d!r})\n" for d in site_dirs)
+    """A ``.pth`` that adds these site directories after the venv's own, their ``.pth`` files processed.
+
+    Each is first taken off ``sys.path`` where it already is (``PYTHONPATH`` puts an
+    installed launcher's site directory before every site-packages): ``site.addsitedir``
+    appends only a directory not yet on the path, so it would otherwise stay in front of
+    the overlay and its distributions would win. One line each: a ``.pth`` runs lines
+    that start with ``import``, in the ``site`` module's namespace (hence ``__import__``).
+    """
+    return "".join(f"import site, sys; sys.path[:] = [p for p in sys.path if not p or "
+                   f"__import__('os').path.realpath(p) != __import__('os').path.realpath({d!r})]; "
+                   f"site.addsitedir({d!r})\n" for d in site_dirs)  # fmt: skip
+
+
+def explain(
+    name: str,
+    want: dict,
+    got: dict | None,
+    where: Mapping | None,
+    overlay: str,
+    installed: bool,
+    launcher_root: str = LAUNCHER_ROOT,
+) -> str:
+    """Why the rebuilt environment's ``name`` is not the recorded one, in one line, from where
+    its probe found it (``where``: {"site": directory of its metadata, "shadowed": [[module,
+    file]] of its top-level modules that import from elsewhere}). Blames the index only when
+    the overlay's own copy, installed from the index's wheel, is the one found and differs."""
+
+    def ident(d: Mapping) -> str:
+        return f"{d.get('version')} (files {str(d.get('files_sha256'))[:12]})"
+
+    if got is None:
+        return f"the rebuilt environment has no {name} (the run's was {ident(want)}): remove {overlay} and rebuild"
+    where = where or {}
+    site_dir, shadowed = where.get("site"), where.get("shadowed") or []
+    if installed and shadowed:
+        module, origin = shadowed[0]
+        return (f"the rebuilt environment imports {name}'s module {module} from {origin}, not from the overlay "
+                f"holding the run's {name} {ident(want)}: {_ahead(origin, launcher_root)}")  # fmt: skip
+    if installed and site_dir and _real(site_dir) != _real(overlay):
+        return (f"the rebuilt environment's {name} is {ident(got)} from {site_dir}, not from the overlay holding the "
+                f"run's {ident(want)}: {_ahead(site_dir, launcher_root)}")  # fmt: skip
+    if installed:
+        return (f"the rebuilt environment's {name} is {ident(got)}, the run's was {ident(want)}: its wheel on the "
+                f"index is not the one the run used ({overlay})")  # fmt: skip
+    return (f"the rebuilt environment's {name} is {ident(got)} from {site_dir or 'an unknown directory'}, the run's "
+            f"was {ident(want)}, though the launching interpreter sees the run's: another copy comes first on the "
+            "job's path")  # fmt: skip
+
+
+def _ahead(directory: str, launcher_root: str) -> str:
+    """Why ``directory`` (or a module file) is searched before the overlay, and what to do."""
+    if (_real(directory) + os.sep).startswith(_real(launcher_root) + os.sep):
+        return (f"it is in {launcher_root}, the launcher's own directory, which the job's path puts first; install "
+                "the launcher into this Python with pip, or run it from its source tree")  # fmt: skip
+    return "the job's path searches it before the overlay: take it off PYTHONPATH"
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(path)
 
 
 # ---------------------------------------------------------------- I/O
@@ -184,7 +261,10 @@ def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool =
     final = root / cache_key(p, os.path.realpath(sys.executable) + " " + sys.version, shared)
     if not (final / "bin" / "python").exists():
         try:
-            _build(p, final, shared, echo)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            with build_lock(final, echo):
+                if not (final / "bin" / "python").exists():  # not built meanwhile by the launch we waited for
+                    _build(p, final, shared, echo)
         except OSError as exc:
             raise RebuildError(f"cannot write the rebuilt environment at {final} ({exc.strerror or exc}): "
                                "remove it, or free or fix the cache directory") from None  # fmt: skip
@@ -193,37 +273,83 @@ def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool =
     return python
 
 
+def overlay_site(venv: Path) -> Path:
+    """The overlay's own site-packages, where its distributions are installed."""
+    return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
 def verify(python: Path, p: Plan) -> dict:
-    """Refuse unless ``python`` sees every distribution the job used as recorded; its probe."""
+    """Refuse unless ``python`` sees every distribution the job used as recorded, and those
+    the overlay installed from the overlay itself; its probe. The refusal says why (``explain``)."""
     probed = probe(python, list(p.used))
+    venv = python.parent.parent
+    installed = {n.partition("==")[0] for n in p.install}
+    where = probed.get("where") or {}
     wrong = mismatches(p.used, probed["distributions"])
+    wrong += [(n, p.used[n], probed["distributions"].get(n)) for n in sorted(installed & set(p.used))
+              if (where.get(n) or {}).get("shadowed") and n not in {w[0] for w in wrong}]  # fmt: skip
     if wrong:
         name, want, got = wrong[0]
-        found = "missing" if got is None else f"{got.get('version')} (files {str(got.get('files_sha256'))[:12]})"
-        raise RebuildError(f"the rebuilt environment's {name} is {found}, the run's was {want.get('version')} "
-                           f"(files {str(want.get('files_sha256'))[:12]}): its wheel on the index is not the one "
-                           f"the run used ({python.parent.parent})", distribution=name)  # fmt: skip
+        raise RebuildError(explain(name, want, got, where.get(name), str(overlay_site(venv)), name in installed),
+                           distribution=name)  # fmt: skip
     return probed
 
 
 _PROBE = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
+import importlib.util, json, os, sys
+from importlib import metadata
+
+def where(name):
+    # the directory of the distribution's metadata, and its top-level modules that import from elsewhere
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return None
+    site = os.path.realpath(str(dist.locate_file("")))
+    tops = set()
+    for f in dist.files or ():
+        top = f.parts[0]
+        top = top.split(".")[0] if len(f.parts) == 1 and f.suffix in (".py", ".so", ".pyd") else top
+        if top.isidentifier() and not top.startswith("__"):
+            tops.add(top)
+    shadowed = []
+    for module in sorted(tops):
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.has_location or not spec.origin:  # a namespace package spans directories
+            continue
+        if not os.path.realpath(spec.origin).startswith(site + os.sep):
+            shadowed.append([module, os.path.dirname(spec.origin) if spec.submodule_search_locations else spec.origin])
+    return {"site": site, "shadowed": shadowed}
+
 try:
     import launcher, launcher.run.bootstrap, launcher.run.determinism, launcher.run.tasks, omegaconf
     from launcher.record import fingerprint, probes, runs, usage
+    names = sys.argv[1:]
     out = {"software": probes.software(), "launcher": launcher.__file__,
-           "distributions": {name: usage.distribution_identity(name) for name in sys.argv[2:]}}
+           "distributions": {name: usage.distribution_identity(name) for name in names},
+           "where": {name: where(name) for name in names}}
 except Exception as exc:
     out = {"error": f"{type(exc).__name__}: {exc}"}
 print(json.dumps(out))
 """
 
 
+def probe_argv(python: Path, names: list[str]) -> list[str]:
+    """The probe's command line: as the job starts (``-P``: no current directory on the path)."""
+    return [str(python), *(["-P"] if sys.version_info >= (3, 11) else []), "-c", _PROBE, *names]
+
+
 def probe(python: Path, names: list[str]) -> dict:
     """The software (``probes.software()``) and the identities of ``names`` as ``python`` sees
-    them, with the launcher importable as the job imports it; for ``precheck(probed=...)``."""
-    out = proc.capture([str(python), "-c", _PROBE, LAUNCHER_ROOT, *names], timeout=300)
+    them, with the launcher importable as the job imports it (its ``PYTHONPATH``, built by
+    ``runtime.job_env``); for ``precheck(probed=...)``. ``where`` says, for each, where
+    its metadata lies and which of its top-level modules import from elsewhere."""
+    from launcher.run import runtime
+
+    out = _capture(probe_argv(python, names), runtime.job_env(dict(os.environ), {}, LAUNCHER_ROOT))
     try:
         probed = json.loads(out or "")
     except ValueError:
@@ -238,9 +364,8 @@ def _build(p: Plan, final: Path, shared: list[str], echo: bool) -> None:
     """Build the overlay in a temporary directory beside ``final``, then rename it there."""
     started = time.monotonic()
     final.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(final)
+    _remove_builds(final)  # the caller holds the build lock: no other launch builds it now
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     log = final.with_name(f"{final.name}.log")  # beside it: kept when a build fails
     if echo:
@@ -250,15 +375,10 @@ def _build(p: Plan, final: Path, shared: list[str], echo: bool) -> None:
         _run([sys.executable, "-m", "venv", "--without-pip", str(tmp)], log, "creating the venv")
         if p.install:
             _install(p.install, tmp, log)
-        site_dir = tmp / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-        (site_dir / SHARED_PTH).write_text(pth_text(shared))
+        (overlay_site(tmp) / SHARED_PTH).write_text(pth_text(shared))
         info = {"install": list(p.install), "shared": shared, "seconds": round(time.monotonic() - started, 1)}
         (tmp / INFO).write_text(json.dumps(info, indent=2) + "\n")
-        try:
-            tmp.rename(final)
-        except OSError:  # another launch built it first
-            if not (final / "bin" / "python").exists():
-                raise
+        tmp.rename(final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if echo:
@@ -275,7 +395,7 @@ def _install(wanted: tuple[str, ...], venv: Path, log: Path) -> None:
                                    distribution=one.partition("==")[0])  # fmt: skip
     found = {}
     for wheel in sorted(wheels.glob("*.whl")):
-        found[wheel_name(wheel.name)[0]] = (wheel_name(wheel.name)[1], hashlib.sha256(wheel.read_bytes()).hexdigest())
+        found[wheel_name(wheel.name)[0]] = (wheel_name(wheel.name)[1], file_sha256(wheel))
     for one in wanted:
         name, _, version = one.partition("==")
         if found.get(name, ("",))[0] != version:
@@ -292,12 +412,95 @@ def _run(argv: list[str], log: Path, what: str) -> None:
         raise RebuildError(f"rebuilding the run's environment failed {what} (see {log}): {tail}")
 
 
-def _remove_stale(final: Path) -> None:
-    """Remove the temporary directories of builds of ``final`` whose process is gone (killed)."""
-    for tmp in final.parent.glob(f".{final.name}.*.tmp"):
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read ``CHUNK`` bytes at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _capture(argv: list[str], env: dict[str, str]) -> str | None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def lock_path(final: Path) -> Path:
+    """The lock file a build of ``final`` holds from start to end."""
+    return final.with_name(f".{final.name}.lock")
+
+
+def owner_text() -> str:
+    """What a build writes into its lock: this host and process."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
+def lock_owner(final: Path) -> str:
+    """Who holds (or last held) the build lock of ``final``, for a message."""
+    try:
+        owner = json.loads(lock_path(final).read_text())
+        return f"pid {int(owner['pid'])} on {owner['host']} (since {owner['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another launch"
+
+
+@contextmanager
+def build_lock(final: Path, echo: bool = True, timeout: float = -1) -> Iterator[None]:
+    """Hold the build lock of ``final`` (waiting for it, ``timeout`` s; -1: as long as it
+    takes), with this host and pid written in it. A lock file rather than a pid probe: a pid
+    means nothing on another node of a cluster sharing the cache over NFS, a lock does."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(lock_path(final)))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if echo:
+            print(f"[launch] waiting for {lock_owner(final)}, which is building {final}", file=sys.stderr, flush=True)
         try:
-            os.kill(int(tmp.name.rsplit(".", 2)[1]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
-        except (ValueError, PermissionError):
-            continue
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise RebuildError(f"{lock_owner(final)} is still building {final} after {timeout:.0f} s; "
+                               f"if no launch is building it, remove {lock_path(final)}") from None  # fmt: skip
+    try:
+        fd = os.open(lock_path(final), os.O_WRONLY)
+        try:
+            data = owner_text().encode()
+            os.write(fd, data)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+        yield
+    finally:
+        lock.release()
+
+
+def remove_abandoned(final: Path) -> list[Path]:
+    """Remove the temporary directories that builds of ``final`` left (killed), only if its
+    build lock can be taken now: while another launch, on any host, holds it they are its
+    build in progress. The directories removed."""
+    from filelock import FileLock, Timeout
+
+    if not lock_path(final).parent.is_dir():
+        return []
+    lock = FileLock(str(lock_path(final)))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return []
+    try:
+        return _remove_builds(final)
+    finally:
+        lock.release()
+
+
+def _remove_builds(final: Path) -> list[Path]:
+    """Remove every temporary build directory of ``final``; the caller holds its build lock."""
+    removed = sorted(final.parent.glob(f".{final.name}.*.tmp"))
+    for tmp in removed:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return removed

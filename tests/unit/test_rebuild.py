@@ -103,8 +103,8 @@ def test_the_commands_pin_and_install_offline_without_dependencies():
 def test_the_pth_adds_each_site_directory_even_a_hostile_one(tmp_path):
     dirs = ["/py/site-packages", str(tmp_path / "it's \"odd\"\nnew line")]
     lines = rebuild.pth_text(dirs).splitlines()
-    assert len(lines) == 2 and all(line.startswith("import site; ") for line in lines)  # .pth runs "import" lines
-    assert [ast.literal_eval(ast.parse(line).body[1].value.args[0]) for line in lines] == dirs
+    assert len(lines) == 2 and all(line.startswith("import site, sys; ") for line in lines)  # .pth runs "import" lines
+    assert [ast.literal_eval(ast.parse(line).body[-1].value.args[0]) for line in lines] == dirs
 
 
 class FakeProc:
@@ -153,7 +153,8 @@ def test_a_failed_build_leaves_no_environment_that_looks_ready_and_keeps_its_log
     with pytest.raises(RebuildError, match="failed installing the wheels .*THESE PACKAGES DO NOT MATCH") as err:
         rebuild.environment(_fp(), cache_root=tmp_path, echo=False)
     (log,) = tmp_path.glob("*.log")
-    assert str(log) in str(err.value) and [p.name for p in tmp_path.iterdir()] == [log.name]
+    assert str(log) in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([log.name, f".{log.stem}.lock"])  # the lock stays
     steps = ["venv" if c[2] == "venv" else "install" if "install" in c else "download" for c in fake.calls]
     assert steps == ["venv", "download", "install"]
 
@@ -163,7 +164,7 @@ def test_a_distribution_the_index_lacks_is_refused_by_name(tmp_path, monkeypatch
     with pytest.raises(RebuildError, match="no wheel of typing-extensions==4.12.0 could be downloaded") as err:
         rebuild.environment(_fp(), cache_root=tmp_path, echo=False)
     assert err.value.distribution == "typing-extensions"
-    assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".log")]
+    assert not [p for p in tmp_path.iterdir() if not p.name.endswith((".log", ".lock"))]
 
 
 def test_a_built_environment_is_verified_every_time_and_a_mismatch_names_the_distribution(tmp_path, monkeypatch, here):
@@ -180,21 +181,13 @@ def test_a_built_environment_is_verified_every_time_and_a_mismatch_names_the_dis
     pth = next(venv.glob(f"lib/*/site-packages/{rebuild.SHARED_PTH}")).read_text()
     assert pth == rebuild.pth_text(rebuild.shared_site_dirs())
     assert not (venv / "wheels").exists()
+    assert json.loads(rebuild.lock_path(venv).read_text())["pid"] == os.getpid()  # the build held its lock
     calls = len(fake.calls)
     assert rebuild.environment(_fp(), cache_root=tmp_path, echo=False) == python and len(fake.calls) == calls  # cached
     seen["termcolor"] = {"version": "3.2.0", "files_sha256": "another wheel"}
     with pytest.raises(RebuildError, match="rebuilt environment's termcolor is 3.2.0 .files another whe") as err:
         rebuild.environment(_fp(), cache_root=tmp_path, echo=False)
     assert err.value.distribution == "termcolor"
-
-
-def test_a_killed_builds_directory_is_removed_and_a_running_ones_kept(tmp_path):
-    final = tmp_path / "abc"
-    dead, alive = tmp_path / ".abc.999999999.tmp", tmp_path / f".abc.{os.getpid()}.tmp"
-    for d in (dead, alive):
-        (d / "bin").mkdir(parents=True)
-    rebuild._remove_stale(final)
-    assert not dead.exists() and alive.exists()
 
 
 def test_the_probe_sees_what_this_interpreter_sees():
@@ -206,11 +199,11 @@ def test_the_probe_sees_what_this_interpreter_sees():
 
 
 def test_a_launcher_the_environment_cannot_import_is_refused(monkeypatch):
-    monkeypatch.setattr(rebuild.proc, "capture", lambda argv, cwd=None, timeout=10: json.dumps(
+    monkeypatch.setattr(rebuild, "_capture", lambda argv, env: json.dumps(
         {"error": "ModuleNotFoundError: No module named 'omegaconf'"}))  # fmt: skip
     with pytest.raises(RebuildError, match="the launcher cannot be imported by .* No module named 'omegaconf'"):
         rebuild.probe(Path("/v/bin/python"), [])
-    monkeypatch.setattr(rebuild.proc, "capture", lambda argv, cwd=None, timeout=10: None)
+    monkeypatch.setattr(rebuild, "_capture", lambda argv, env: None)
     with pytest.raises(RebuildError, match="does not start"):
         rebuild.probe(Path("/v/bin/python"), [])
 
