@@ -19,7 +19,7 @@ from pathlib import Path
 from launcher.errors import SchemaError
 from launcher.record import cpuid
 from launcher.record.environment import allowed_env
-from launcher.record.probes import code, hardware, software, tensorflow_software
+from launcher.record.probes import code, hardware, software, tensorflow_gpu_notes, tensorflow_software
 
 # 2: code.modules, software.distributions and software.libraries (what the job used),
 # data from every file the job read, determinism.keras.
@@ -116,6 +116,10 @@ def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dic
     # The CPU the job's own instructions saw (CPUID: the emulated one under qemu-user, where
     # /proc/cpuinfo is the host's): for reading, not keyed; hardware.cpu is what is keyed.
     out["hardware"]["cpu_seen_by_job"] = facts.get("cpu_seen")
+    # Where the GPUs TensorFlow saw in the job (software.tf_gpus) disagree with those the
+    # launcher listed (hardware.gpus, from NVML or nvidia-smi), in words: for reading, not keyed.
+    out["hardware"]["gpu_notes"] = tensorflow_gpu_notes(out["hardware"], out["software"].get("tf_gpus"),
+                                                        out.get("environment") or {})  # fmt: skip
     return out
 
 

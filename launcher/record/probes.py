@@ -13,11 +13,12 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
 from launcher import proc
-from launcher.record import cpuid
+from launcher.record import cpuid, nvml
 
 # ---------------------------------------------------------------- hardware
 # Instruction-set features that select oneDNN/Eigen/XLA kernels on x86 and ARM.
@@ -84,12 +85,20 @@ def parse_meminfo(text: str) -> int | None:
 
 
 GPU_QUERY = "index,name,compute_cap,driver_version,memory.total,mig.mode.current,uuid"
+# ECMA-48 control sequences: `nvidia-smi topo -m` underlines its header (ESC[4m ... ESC[0m)
+# even when its output is a pipe.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, underline)."""
+    return ANSI_ESCAPE.sub("", text)
 
 
 def parse_nvidia_smi_query(text: str) -> list[dict]:
     """Rows of ``nvidia-smi --query-gpu=GPU_QUERY --format=csv,noheader,nounits``."""
     gpus = []
-    for line in text.strip().splitlines():
+    for line in strip_ansi(text).strip().splitlines():
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != 7:
             continue
@@ -110,21 +119,38 @@ def parse_nvidia_smi_query(text: str) -> list[dict]:
 
 def parse_cuda_driver_version(text: str) -> str | None:
     """The CUDA driver API version from nvidia-smi's banner ('CUDA Version: 12.4')."""
-    match = re.search(r"CUDA Version:\s*([\d.]+)", text)
+    match = re.search(r"CUDA Version:\s*([\d.]+)", strip_ansi(text))
     return match.group(1) if match else None
 
 
 def parse_nvidia_topology(text: str) -> list[list[str]]:
-    """The GPU-to-GPU link matrix of ``nvidia-smi topo -m`` (X, NV#, PIX, PXB, PHB, NODE, SYS)."""
-    lines = text.splitlines()
-    if not lines:
+    """The GPU-to-GPU link matrix of ``nvidia-smi topo -m`` (X, NV#, PIX, PXB, PHB, NODE, SYS):
+    one row per GPU, NIC columns and the affinity columns dropped."""
+    lines = strip_ansi(text).splitlines()
+    header = next((line for line in lines if any(re.fullmatch(r"GPU\d+", c) for c in line.split())), None)
+    if header is None:
         return []
-    n_gpus = sum(1 for cell in lines[0].split() if re.fullmatch(r"GPU\d+", cell))
+    n_gpus = sum(1 for cell in header.split() if re.fullmatch(r"GPU\d+", cell))
     return [
         line.split()[1 : 1 + n_gpus]
-        for line in lines[1:]
+        for line in lines[lines.index(header) + 1 :]
         if line[:1].strip() and re.fullmatch(r"GPU\d+", line.split()[0])
     ]
+
+
+GPU_SOURCES = ("nvml", "nvidia-smi")  # hardware.gpu_source: the one that answered, or None
+
+
+def gpu_record(source: str | None, gpus: list[dict], cuda_driver_version: str | None = None,
+               topology: list[list[str]] | None = None, note: str | None = None) -> dict:  # fmt: skip
+    """The GPU part of ``hardware``, one form whichever source answered: ``gpus``,
+    ``gpu_source`` (``nvml``, ``nvidia-smi`` or None), ``gpu_source_note`` (why NVML was not
+    used; None when it was), and, with GPUs, ``cuda_driver_version`` and ``gpu_topology``."""
+    record: dict = {"gpus": gpus, "gpu_source": source, "gpu_source_note": note}
+    if gpus:
+        record["cuda_driver_version"] = cuda_driver_version
+        record["gpu_topology"] = topology if topology is not None else []
+    return record
 
 
 def read_text(path: str) -> str:
@@ -139,21 +165,37 @@ def _read(path: str) -> str:
         return ""
 
 
-def gpus() -> list[dict]:
-    """The GPUs ``nvidia-smi`` lists (empty without nvidia-smi or a driver)."""
+def gpu_facts(topology: bool = True) -> dict:
+    """The GPUs of this machine (``gpu_record``): through NVML where it answers, as
+    ``nvidia-smi`` itself does, else from ``nvidia-smi``'s output; never raises.
+
+    ``topology=False`` spares the fallback its ``nvidia-smi`` banner and ``topo -m`` calls
+    (a GPU request check needs only the list)."""
+    facts, why_not = nvml.probe()
+    if facts is not None:
+        return gpu_record("nvml", facts["gpus"], facts["cuda_driver_version"], facts["gpu_topology"])
     query = proc.capture(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
-    return parse_nvidia_smi_query(query or "")
+    if query is None:
+        return gpu_record(None, [], note=f"{why_not}; nvidia-smi not found, or it failed")
+    found = parse_nvidia_smi_query(query)
+    if not found or not topology:
+        return gpu_record("nvidia-smi", found, note=why_not)
+    banner = proc.capture(["nvidia-smi"]) or ""
+    topo = proc.capture(["nvidia-smi", "topo", "-m"]) or ""
+    return gpu_record("nvidia-smi", found, parse_cuda_driver_version(banner), parse_nvidia_topology(topo), why_not)
+
+
+def gpus() -> list[dict]:
+    """The GPUs NVML (else ``nvidia-smi``) lists: empty without either, or without a driver."""
+    return gpu_facts(topology=False)["gpus"]
 
 
 def hardware() -> dict:
+    """The CPU, memory and GPUs of this machine, for the launcher side of the fingerprint."""
     cpu = parse_cpuinfo(_read("/proc/cpuinfo"))
     cpu["caches"] = _cpu_caches()
     cpu["logical_cores"] = os.cpu_count()
-    info = {"cpu": cpu, "memory_bytes": parse_meminfo(_read("/proc/meminfo")), "gpus": gpus()}
-    if info["gpus"]:
-        info["cuda_driver_version"] = parse_cuda_driver_version(proc.capture(["nvidia-smi"]) or "")
-        info["gpu_topology"] = parse_nvidia_topology(proc.capture(["nvidia-smi", "topo", "-m"]) or "")
-    return info
+    return {"cpu": cpu, "memory_bytes": parse_meminfo(_read("/proc/meminfo")), **gpu_facts()}
 
 
 # ---------------------------------------------------------------- software
@@ -254,6 +296,91 @@ def tensorflow_gpus(tf) -> list[dict]:
         found.append({"device": device.name, "name": details.get("device_name"),
                       "compute_capability": ".".join(map(str, cap)) if cap else None})  # fmt: skip
     return found
+
+
+def named_devices(value: str | None) -> list[str]:
+    """The devices ``CUDA_VISIBLE_DEVICES`` names, as CUDA reads it.
+
+    Comma-separated indices or ``GPU-``/``MIG-`` UUID prefixes; CUDA stops at the first
+    negative index, so ``-1`` (or an empty value) names none: the usual way to hide GPUs.
+    """
+    devices = []
+    for token in (value or "").split(","):
+        token = token.strip()
+        if not token:
+            continue
+        if token.lstrip("-").isdigit() and int(token) < 0:
+            break
+        devices.append(token)
+    return devices
+
+
+SOURCE_NAMES = {"nvml": "NVML", "nvidia-smi": "nvidia-smi", None: "the launcher's probe"}
+
+
+def tensorflow_gpu_notes(hardware: Mapping, tf_gpus: Sequence[Mapping] | None,
+                         environment: Mapping[str, str]) -> list[str]:  # fmt: skip
+    """Where the GPUs TensorFlow saw in the job (``software.tf_gpus``) disagree with the GPUs
+    the launcher listed (``hardware.gpus``, from NVML or nvidia-smi), one sentence each:
+    ``TensorFlow sees GPU0 as compute capability 8.0, NVML says 9.0``. Empty when they agree.
+
+    TensorFlow's GPU k is the k-th device ``CUDA_VISIBLE_DEVICES`` names (in ``environment``,
+    the job's recorded variables), or the k-th listed GPU when it is unset. Unset, CUDA
+    numbers the fastest GPU first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: on a machine of
+    unlike GPUs each device is then only looked for among all of them. A ``MIG-`` device is
+    an instance of some GPU, not compared. Recorded for reading, out of the key: the
+    keyed GPU facts are the launcher's.
+    """
+    listed = list(hardware.get("gpus") or [])
+    seen = list(tf_gpus or [])
+    source = SOURCE_NAMES.get(hardware.get("gpu_source"), "the launcher's probe")
+    cuda_visible = environment.get("CUDA_VISIBLE_DEVICES")
+    if cuda_visible is None:
+        expected: list[Mapping | None] = listed
+        ordered = environment.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" or len({_kind(g) for g in listed}) <= 1
+    else:
+        expected = [_named_gpu(token, listed) for token in named_devices(cuda_visible)]
+        ordered = True
+    notes = []
+    if len(seen) != len(expected):
+        named = f" (CUDA_VISIBLE_DEVICES={cuda_visible} names {len(expected)})" if cuda_visible is not None else ""
+        notes.append(f"TensorFlow sees {_count(seen)}, {source} lists {_count(listed)}{named}")
+    for k, device in enumerate(seen):
+        what = _kind(device)
+        if not ordered:
+            if what not in {_kind(g) for g in listed}:
+                notes.append(f"TensorFlow sees GPU{k} as {what[0]}, compute capability {what[1]}; "
+                             f"{source} lists no such GPU")  # fmt: skip
+            continue
+        gpu = expected[k] if k < len(expected) else None
+        if gpu is None:
+            continue  # a MIG instance, or more devices than named (said above)
+        label = f"GPU{k}" + (f" ({source}'s GPU {gpu.get('index')})" if gpu.get("index", k) != k else "")
+        if what[0] != gpu.get("name"):
+            notes.append(f"TensorFlow sees {label} as {what[0]}, {source} says {gpu.get('name')}")
+        if what[1] != gpu.get("compute_capability"):
+            notes.append(f"TensorFlow sees {label} as compute capability {what[1]}, "
+                         f"{source} says {gpu.get('compute_capability')}")  # fmt: skip
+    return notes
+
+
+def _kind(gpu: Mapping) -> tuple[str | None, str | None]:
+    return gpu.get("name"), gpu.get("compute_capability")
+
+
+def _count(gpus: Sequence) -> str:
+    return "no GPU" if not gpus else f"{len(gpus)} GPU" + ("s" if len(gpus) > 1 else "")
+
+
+def _named_gpu(token: str, listed: Sequence[Mapping]) -> Mapping | None:
+    """The listed GPU a ``CUDA_VISIBLE_DEVICES`` entry names: by index or UUID prefix; None
+    for a MIG instance or a GPU not listed."""
+    for i, gpu in enumerate(listed):
+        if token.isdigit() and int(token) == int(gpu.get("index", i)):
+            return gpu
+        if not token.isdigit() and str(gpu.get("uuid", "")).upper().startswith(token.upper()):
+            return gpu
+    return None
 
 
 # ---------------------------------------------------------------- code

@@ -49,6 +49,7 @@ def plan(
 ) -> list[Slot]:
     """The slots for ``runtime.slots=requested`` on a machine with ``gpus`` and ``cores``.
 
+    ``gpus`` are ``record.probes.gpu_facts()["gpus"]`` (NVML's list, or nvidia-smi's).
     ``auto`` is one slot per GPU, else as many CPU slots as jobs of
     ``threads_per_job`` intra-op threads fit on the cores. An integer asks for that
     many and may not exceed the devices there are. CPU slots are contiguous groups
@@ -60,7 +61,7 @@ def plan(
     if need_gpus and not gpus:
         raise GpuUnavailable(
             "the sweep's jobs ask for GPUs (image.gpus=true) but no GPU is visible here for a "
-            "GPU slot (nvidia-smi lists none): add image.gpus=false to run the image on the CPU"
+            "GPU slot (neither NVML nor nvidia-smi lists one): add image.gpus=false to run the image on the CPU"
         )
     cores = sorted(cores)
     devices = len(gpus) if gpus else len(cores)
@@ -86,8 +87,9 @@ def plan(
 
 
 def _gpu_slot(i: int, gpu: dict) -> Slot:
-    # By UUID when nvidia-smi gives one: CUDA numbers devices fastest first unless
-    # CUDA_DEVICE_ORDER=PCI_BUS_ID, so an index may name another GPU than nvidia-smi's.
+    # By UUID when the probe gives one (NVML and nvidia-smi both do): CUDA numbers devices
+    # fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so an index may name another GPU
+    # than NVML's (nvidia-smi's) index of the same number.
     index = str(gpu.get("index", i))
     return Slot(i, f"gpu {index}", env={"CUDA_VISIBLE_DEVICES": str(gpu.get("uuid") or index)})
 

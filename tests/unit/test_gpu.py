@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from launcher.docker import gpus as docker_gpus
-from launcher.errors import GpuUnavailable
+from launcher.errors import ConfigError, GpuUnavailable
 from launcher.record import probes
 from launcher.run import gpus
 from launcher.sweep import slots
@@ -141,21 +141,27 @@ def test_a_plain_local_run_probes_nothing(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("probed")
 
+    monkeypatch.setattr(probes, "gpu_facts", forbidden)
     monkeypatch.setattr(probes, "gpus", forbidden)
     monkeypatch.setattr(docker_gpus, "probe", forbidden)
     gpus.check(cfg(runtime="local"), {})
     gpus.check(cfg(image_gpus=False), {"CUDA_VISIBLE_DEVICES": "-1"})
 
 
+def listed(rows, source="nvml"):
+    """``probes.gpu_facts`` as it answers on a machine whose ``source`` lists ``rows``."""
+    return lambda topology=True: probes.gpu_record(source, list(rows), "12.4", [])
+
+
 def test_check_raises_gpu_unavailable_from_what_it_probed(monkeypatch):
-    monkeypatch.setattr(probes, "gpus", lambda: [])
+    monkeypatch.setattr(probes, "gpu_facts", listed([], None))
     monkeypatch.setattr(docker_gpus, "probe", lambda: (info("runc"), None, True))
     with pytest.raises(GpuUnavailable) as raised:
         gpus.check(cfg(), {})
     assert raised.value.exit_code == 2 and "image.gpus=false" in str(raised.value)
     with pytest.raises(GpuUnavailable):
         gpus.check(cfg(runtime="local"), {"CUDA_VISIBLE_DEVICES": "3"})
-    monkeypatch.setattr(probes, "gpus", lambda: A100S)
+    monkeypatch.setattr(probes, "gpu_facts", listed(A100S))
     monkeypatch.setattr(docker_gpus, "probe", lambda: (info("nvidia-runtime"), None, True))
     gpus.check(cfg(), {"CUDA_VISIBLE_DEVICES": "1"})
     gpus.check_all([cfg(), cfg(runtime="local"), cfg()], {})
@@ -193,3 +199,31 @@ def test_an_unexpected_error_after_the_run_exists_marks_it_failed(tmp_path, monk
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     status = runs.status(run_dir)
     assert status["state"] == "failed" and "could not select device driver" in status["error"]
+
+
+# ---------------------------------------------------------------- the refusal names who looked
+def test_the_refusal_names_the_source_that_listed_the_gpus(monkeypatch):
+    local = cfg(runtime="local")
+    by_nvml = gpus.refusal(local, "2", gpus.Facts(gpus=A100S, source="nvml"))
+    assert by_nvml.startswith(f"CUDA_VISIBLE_DEVICES=2 names GPU 2, but NVML lists GPU 0 ({UUID0}), GPU 1")
+    assert "NVML finds no GPU here" in gpus.refusal(local, "0", gpus.Facts(gpus=[], source="nvml"))
+    neither = gpus.refusal(cfg(), None, gpus.Facts(gpus=[], source=None))
+    assert neither == ("image.gpus=true asks Docker for GPUs, but neither NVML nor nvidia-smi finds a GPU here: "
+                       "add image.gpus=false to run the image on the CPU")  # fmt: skip
+    # check() passes on the source it probed
+    monkeypatch.setattr(probes, "gpu_facts", listed(A100S, "nvml"))
+    with pytest.raises(GpuUnavailable, match="but NVML lists GPU 0"):
+        gpus.check(local, {"CUDA_VISIBLE_DEVICES": "5"})
+
+
+def test_the_gpu_request_check_and_the_slots_read_the_same_probe(monkeypatch):
+    """``runtime.slots=auto`` on the recorded H100: one slot, named by the UUID the refusal lists."""
+    h100 = probes.parse_nvidia_smi_query((Path(__file__).parent.parent / "data/nvidia-smi-h100/query.txt").read_text())
+    monkeypatch.setattr(probes, "gpu_facts", listed(h100))
+    (slot,) = slots.plan("auto", probes.gpus(), list(range(16)))
+    assert (slot.device, slot.env) == ("gpu 0", {"CUDA_VISIBLE_DEVICES": "GPU-11111111-2222-3333-4444-555555555555"})
+    gpus.check(cfg(runtime="local"), slot.env)  # the slot's own device is accepted
+    with pytest.raises(ConfigError, match="runtime.slots=2 but this machine has 1 GPU"):
+        slots.plan(2, probes.gpus(), list(range(16)))
+    with pytest.raises(GpuUnavailable, match=r"CUDA_VISIBLE_DEVICES=1 names GPU 1, but NVML lists GPU 0 \(GPU-1111"):
+        gpus.check(cfg(runtime="local"), {"CUDA_VISIBLE_DEVICES": "1"})
