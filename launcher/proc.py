@@ -2,6 +2,11 @@
 
 Like nox's ``popen``: callers build argument lists with pure functions and hand
 them here.
+
+It also runs a program with some files placed at other files' paths (``place_argv``,
+``python -m launcher.proc place``): a replay's job reads the data the run kept at the
+absolute path the run read it from, through a bind mount in a mount namespace of the job's
+own (user namespaces where not root), which nothing outside the job sees.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -270,3 +276,113 @@ def spawn_detached(argv: Sequence[str]) -> subprocess.Popen:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+# ---------------------------------------------------------------- a program with files placed at their paths
+PLACE_FAILED = 125  # `launcher.proc place`'s status when a file could not be placed: the program never ran
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
+LAUNCHER_ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the `launcher` package
+
+
+def place_argv(python: str, placed: Mapping[str, str], argv: Sequence[str]) -> list[str]:
+    """The command that runs ``argv`` where each path of ``placed`` shows the file it maps to
+    (``path -> source``), through ``python -m launcher.proc place`` (``launcher`` importable
+    from the environment's ``PYTHONPATH``); ``argv`` as it is when nothing is placed."""
+    if not placed:
+        return list(argv)
+    safe = ["-P"] if sys.version_info >= (3, 11) else []  # never a `launcher/` of the working directory
+    binds = [part for target, source in sorted(placed.items()) for part in ("--bind", source, target)]
+    return [python, *safe, "-m", "launcher.proc", "place", *binds, "--", *argv]
+
+
+def _parse_place(args: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """``--bind SOURCE TARGET ... -- ARGV`` -> ([(source, target)], argv)."""
+    binds, i = [], 0
+    while i < len(args) and args[i] == "--bind" and i + 2 < len(args):
+        binds.append((args[i + 1], args[i + 2]))
+        i += 3
+    if i >= len(args) or args[i] != "--" or i + 1 >= len(args):
+        raise ValueError("usage: python -m launcher.proc place [--bind SOURCE TARGET]... -- PROGRAM [ARG]...")
+    return binds, list(args[i + 1 :])
+
+
+def _libc_call(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def enter_mount_namespace() -> None:
+    """Give this single-threaded process a mount namespace of its own, private (its mounts reach
+    no other process): directly where it may (root), else inside a user namespace of its own
+    with its uid and gid mapped to themselves, so the program it runs sees who it is.
+    ``OSError`` where neither is allowed (a container without CAP_SYS_ADMIN, user namespaces
+    turned off)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        _libc_call(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare")
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    _libc_call(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making the mounts private")
+
+
+def bind_file(source: str, target: str) -> None:
+    """Show ``source`` at ``target`` (an existing file) in this mount namespace; checked."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    _libc_call(libc.mount(os.fsencode(source), os.fsencode(target), None, _MS_BIND, None), f"mount {target}")
+    there, kept = os.stat(target), os.stat(source)
+    if (there.st_dev, there.st_ino) != (kept.st_dev, kept.st_ino):
+        raise OSError(0, f"mount {target}: the file there is still not {source}")
+
+
+def place_main(args: Sequence[str]) -> int:
+    """``python -m launcher.proc place --bind SOURCE TARGET ... -- PROGRAM ARGS``: exec the
+    program with every file placed, or exit ``PLACE_FAILED`` without running it."""
+    try:
+        binds, argv = _parse_place(args)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        enter_mount_namespace()
+        for source, target in binds:
+            bind_file(source, target)
+    except OSError as exc:
+        print(f"[launch] cannot place the run's kept data at its paths ({exc.strerror or exc}): the job did not run",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return PLACE_FAILED
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        print(f"[launch] cannot start {argv[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+        return PLACE_FAILED
+
+
+def placing_refused(python: str = sys.executable) -> str | None:
+    """Why no program can be given files at their paths here, or None where it can: measured,
+    by placing one file for a small program and reading it back through its path."""
+    with tempfile.TemporaryDirectory(prefix="launch-place-") as tmp:
+        source, target = os.path.join(tmp, "kept"), os.path.join(tmp, "here")
+        for path, text in ((source, "kept"), (target, "here")):
+            with open(path, "w") as f:
+                f.write(text)
+        argv = place_argv(python, {target: source},
+                          [python, "-c", "import sys; sys.stdout.write(open(sys.argv[1]).read())", target])  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [LAUNCHER_ROOT, os.environ.get("PYTHONPATH")]))}
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
+    if done.returncode == 0 and done.stdout == "kept":
+        return None
+    said = [line for line in done.stderr.splitlines() if line.strip()]
+    return said[-1].removeprefix("[launch] ") if said else f"the test program ended with status {done.returncode}"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["place"]:
+        sys.exit("usage: python -m launcher.proc place [--bind SOURCE TARGET]... -- PROGRAM [ARG]...")
+    sys.exit(place_main(sys.argv[2:]))

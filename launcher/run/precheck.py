@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection
 from importlib import resources
 from pathlib import Path
 
@@ -30,12 +31,18 @@ def _current_path(name: str, cwd: str) -> Path:
     return Path(name) if os.path.isabs(name) else Path(cwd) / name
 
 
-def current_data_hashes(stored: dict[str, str], cwd: str | None = None, root: str | None = None) -> dict[str, str]:
+def current_data_hashes(stored: dict[str, str], cwd: str | None = None, root: str | None = None,
+                        at_own_path: Collection[str] = ()) -> dict[str, str]:
     """Re-hash the data files a run read, where a rerun will find them (``missing`` when gone):
-    in the laid-out snapshot ``root`` first, else where they were (relative names from ``cwd``)."""
+    in the laid-out snapshot ``root`` first, else where they were (relative names from ``cwd``).
+    ``at_own_path``: names the rerun's job reads where they are, whatever ``root`` holds (a
+    file read by its absolute path whose kept copy cannot be placed there)."""
+    def where(name: str) -> str:
+        path = str(_current_path(name, cwd or os.getcwd()))
+        return path if name in at_own_path else snapshot.rooted(path, root)
+
     with FileHashes() as hashes:
-        return {name: hashes.sha256(snapshot.rooted(str(_current_path(name, cwd or os.getcwd())), root)) or "missing"
-                for name in stored}  # fmt: skip
+        return {name: hashes.sha256(where(name)) or "missing" for name in stored}
 
 
 def current_usage(stored_fp: dict, root: str | None = None, probed: dict | None = None) -> tuple[dict, dict, dict]:
@@ -55,23 +62,26 @@ def current_usage(stored_fp: dict, root: str | None = None, probed: dict | None 
 
 def precheck(
     run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None, *,
-    probed: dict | None = None, cpu: str | None = None,
+    probed: dict | None = None, cpu: str | None = None, at_own_path: Collection[str] = (),
 ) -> list[tuple[str, object, object]]:
     """Key differences between the stored run and a rerun here, now, before running it
     (as CPU model ``cpu`` under qemu-user, when given)."""
     stored = runs.read_json(run_dir / job.FINGERPRINT)
-    return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed, cpu=cpu)
+    return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed, cpu=cpu,
+                               at_own_path=at_own_path)  # fmt: skip
 
 
 def key_differences_now(
     stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None, *,
-    probed: dict | None = None, cpu: str | None = None,
+    probed: dict | None = None, cpu: str | None = None, at_own_path: Collection[str] = (),
 ) -> list[tuple[str, object, object]]:
     """Key differences between fingerprint ``stored`` of ``run_dir`` and a rerun started in
     ``cwd`` (inside the laid-out snapshot ``root``, when it runs from one).
 
     ``probed`` is the software as another interpreter sees it, the one the rerun will use
     (``launcher.run.rebuild.probe``: {"software", "distributions"}); default: this one.
+    ``at_own_path``: data names the rerun's job reads where they are, not in ``root``
+    (``current_data_hashes``).
     """
     fingerprint.check_schema(stored, str(run_dir))
     resolved = OmegaConf.load(run_dir / job.CONFIG)
@@ -100,7 +110,7 @@ def key_differences_now(
     if stored.get("environment_read") is not None:  # what the job's code will find here
         current["environment_read"] = {name: environment.as_read(name, os.environ.get(name))
                                        for name in stored["environment_read"]}  # fmt: skip
-    current["data"] = current_data_hashes(stored.get("data") or {}, snapshot.unrooted(cwd, root), root)
+    current["data"] = current_data_hashes(stored.get("data") or {}, snapshot.unrooted(cwd, root), root, at_own_path)
     if stored.get("schema", 1) < 2:
         current["schema"] = stored.get("schema", 1)  # what it lacks stays unknown
     for name in MEASURED_IN_JOB:

@@ -1,7 +1,9 @@
 """Where a job process runs. A runtime takes a prepared run directory and returns an exit code.
 
-``local`` starts ``python -m launcher.bootstrap RUN_DIR`` as a child of ``launch``.
-A container runtime implements the same ``run(job)`` with the bootstrap as entrypoint.
+``local`` starts ``python -m launcher.bootstrap RUN_DIR`` as a child of ``launch``; a
+replay's job that must read the run's kept data at absolute paths starts with those files
+placed there (``placed_data``, ``launcher.proc.place_argv``). A container runtime implements
+the same ``run(job)`` with the bootstrap as entrypoint.
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ class LocalRuntime:
 
     def run(self, job: Job) -> int:
         """The job's exit code; 130 whenever a SIGINT or SIGTERM stopped it (its error says why)."""
+        argv = bootstrap_argv(job.python or sys.executable, job.run_dir, job.cpu_model)
         ended = proc.run_job(
-            bootstrap_argv(job.python or sys.executable, job.run_dir, job.cpu_model),
+            proc.place_argv(sys.executable, placed_data(job.run_dir), argv),
             env=job.env,
             log_path=job.run_dir / "log.txt",
             cwd=job.cwd,
@@ -83,6 +86,15 @@ class LocalRuntime:
         if ended.returncode != 130 or not error.exists():  # killed, or ended otherwise: say what stopped it
             runs.write_json(error, {"type": "KeyboardInterrupt", "message": stop_reason(ended)})
         return 130
+
+
+def placed_data(run_dir: Path) -> dict[str, str]:
+    """The files a replay's job reads at their paths from elsewhere: ``job.json``'s
+    ``replay.placed_data`` (absolute path -> the run's kept copy, laid out), written by
+    ``launcher.verdict.replay``; none for any other job."""
+    path = Path(run_dir) / "job.json"
+    notes = (runs.read_json(path).get("replay") or {}) if path.exists() else {}
+    return dict(notes.get("placed_data") or {})
 
 
 def stop_reason(ended: proc.Ended) -> str:

@@ -8,9 +8,17 @@ its small data as they were, wherever the replay is started and whatever happene
 the originals since. A data file too large to keep is read where it was, or from the
 copy ``data`` names (``--data NAME=PATH``); either way it must have the recorded hash.
 
+A data file the job read by its absolute path (``~/.keras/datasets/mnist.npz``) is read
+there again, not in the laid-out snapshot: so the kept copy is *placed* at that path for the
+job alone (``launcher.proc.place_argv``: a bind mount in a mount namespace of the job's own),
+and so is a ``--data`` copy of one too large to keep. Where that cannot be done (user
+namespaces refused, ``runtime=docker``), the file there now is hashed instead, and one that
+differs from what the run read refuses the replay by name: it never runs on another file.
+
 Before anything runs, the current environment's comparability key is checked
-against the stored fingerprint; a difference refuses the replay (exit 3) unless
-``allow_mismatch``, which runs anyway and records the replay as not comparable.
+against the stored fingerprint (every data file as the job will read it); a difference
+refuses the replay (exit 3) unless ``allow_mismatch``, which runs anyway and records the
+replay as not comparable.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from launcher import proc
 from launcher.errors import ConfigError, NotComparable, StoreError
 from launcher.record import runs, snapshot, tracking
 from launcher.run import job, precheck
@@ -87,21 +96,32 @@ def replay(
                 snapshot.materialize(original.parent, stored, work)
             except OSError as exc:  # a full disk, a quota
                 raise StoreError(f"cannot lay out the snapshot of {original.name} in {work}: {exc.strerror}") from None
-            unkept = place_data(original, stored, work, data or {})
+            resolved = OmegaConf.load(original / job.CONFIG)
+            by_path = read_by_path(runs.read_json(original / job.FINGERPRINT), stored, resolved)
+            runtime = str(resolved.runtime.name)
+            needs = by_path or any(os.path.isabs(os.path.expanduser(name)) for name in data or {})
+            cannot = proc.placing_refused() if needs and runtime == "local" else None
+            why = placing_refusal(runtime, cannot)
+            given_at_path: dict[str, str] = {}
+            unkept = place_data(original, stored, work, data or {}, given_at_path if why is None else None)
+            placed, at_own_path = placement(by_path, given_at_path, why)
             root, cwd = str(work), str(work) + str(stored["launch_dir"])
         else:  # a run from before snapshots: its code and data where they are now
             if data:
                 raise ConfigError(f"--data needs a run that kept a code snapshot; {original.name} has none")
-            unkept, root, cwd = [], None, os.getcwd()
-        diffs = precheck.precheck(original, cwd, extra_env, root, probed=probed, cpu=cpu)
+            unkept, root, cwd, placed, at_own_path, why = [], None, os.getcwd(), [], [], None
+        diffs = precheck.precheck(original, cwd, extra_env, root, probed=probed, cpu=cpu, at_own_path=at_own_path)
         if diffs and not allow_mismatch:
             tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
-            raise NotComparable(refusal(original, diffs, unkept, rebuilt=rebuild), diffs)
+            text = refusal(original, diffs, unkept, rebuilt=rebuild, at_own_path=at_own_path, placing=why)
+            raise NotComparable(text, diffs)
         resolved = OmegaConf.load(original / job.CONFIG)
         new_run = job.create_run(resolved, original.parent, cwd, cpu=cpu)  # a refused replay leaves nothing behind
         notes = {"of": original.name, "comparable": not diffs, "from_snapshot": stored is not None,
                  "rebuilt_environment": str(python) if python else None,
-                 "precheck_differences": [list(map(str, d)) for d in diffs], "emulated_cpu": cpu}  # fmt: skip
+                 "precheck_differences": [list(map(str, d)) for d in diffs], "emulated_cpu": cpu,
+                 "placed_data": {path: str(work / path.lstrip("/")) for path in placed} if work else {},
+                 "data_read_at_own_path": {path: why for path in at_own_path}}  # fmt: skip
         outcome = job.execute(
             resolved, new_run, cwd=cwd, cpus=cpus, echo=echo, extra_env=extra_env,
             replay_of=original.name, replay_notes=notes, root=root, python=str(python) if python else None,
@@ -119,10 +139,14 @@ def replay(
     return result
 
 
-def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str]) -> list[str]:
+def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str],
+               given_at_path: dict[str, str] | None = None) -> list[str]:
     """Make each data file the run read but did not keep reachable in the laid-out ``work``,
     as the job named it: the copy ``given`` names for it, else the file where it was.
-    Returns the recorded names of those files (a refusal names them with ``--data``)."""
+    Returns the recorded names of those files (a refusal names them with ``--data``).
+    ``given_at_path``, where the job can be given files at their paths: a copy ``given`` for
+    a file the job read by its absolute path is linked in ``work`` too, and named there
+    (path -> copy) to be placed at that path; without it, such a copy is refused."""
     fp = runs.read_json(original / job.FINGERPRINT)
     launch_dir = str(stored["launch_dir"])
     recorded = fp.get("data") or {}
@@ -150,22 +174,61 @@ def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str
             copy = os.path.abspath(os.path.expanduser(copy))
             if not os.path.isfile(copy):
                 raise ConfigError(f"--data {name}={copy}: no such file")
-            if os.path.isabs(name):
+            if os.path.isabs(name) and given_at_path is None:
                 raise ConfigError(f"--data {name}=…: the job named {name} by its absolute path and reads it "
-                                  "there; put the file back there instead")  # fmt: skip
+                                  "there, and no file can be placed there for it here; put the file back there "
+                                  "instead")  # fmt: skip
+            if os.path.isabs(name):
+                given_at_path[name] = copy
             snapshot.link(work, path, copy)
         elif not os.path.isabs(name) and os.path.lexists(path):
             snapshot.link(work, path, path)
     return unkept
 
 
+def read_by_path(fp: Mapping, stored: Mapping, resolved) -> list[str]:
+    """The data files the run kept that its job read by their absolute paths, and so reads there
+    again (not in the laid-out snapshot): every kept one recorded by an absolute name, but the
+    mnist task's ``train.data``, which the launcher itself looks up in the snapshot."""
+    launch_dir = str(stored["launch_dir"])
+    task_data = []
+    if str(resolved.train.name) == "mnist" and os.path.isabs(str(resolved.train.data)):
+        task_data = [os.path.abspath(str(resolved.train.data)), os.path.realpath(str(resolved.train.data))]
+    return sorted(name for name in fp.get("data") or {}
+                  if os.path.isabs(name) and snapshot.data_path(name, launch_dir) in stored["files"]
+                  and not any(name == d or name.startswith(d.rstrip("/") + "/") for d in task_data))  # fmt: skip
+
+
+def placing_refusal(runtime: str, refused: str | None) -> str | None:
+    """Why files cannot be placed at their paths for this replay's job, or None where they can:
+    ``refused`` is what the measurement said (``launcher.proc.placing_refused``)."""
+    if runtime != "local":
+        return f"runtime={runtime}: the job runs in a container, where the launcher places no file"
+    return refused
+
+
+def placement(by_path: list[str], given_at_path: Mapping[str, str], why: str | None) -> tuple[list[str], list[str]]:
+    """``(placed, at_own_path)``: the files read by absolute path that the job will be given from the
+    run's kept copies (or ``--data`` copies), and those it will read where they are, because
+    ``why`` says no file can be placed (each is then checked by its hash there, and refused
+    when it differs). Each path that exists as a file is placed; one gone, or now a directory,
+    cannot take a file, so it is checked where it is (``missing``) too."""
+    if why is not None:
+        return [], sorted(by_path)
+    placeable = [path for path in [*by_path, *given_at_path] if os.path.isfile(path)]
+    return sorted(set(placeable)), sorted(set(by_path) - set(placeable))
+
+
 # Key fields a rebuilt environment can change: what is installed, and the versions read from it.
 REBUILDABLE = ("software.distributions", "software.tensorflow", "software.keras", "software.numpy")
 
 
-def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = False) -> str:
+def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = False,
+            at_own_path: list[str] | tuple = (), placing: str | None = None) -> str:
     """The one-line reason of a refused replay; names ``--data`` when a data file it did not keep
-    differs, and ``--rebuild`` when only installed distributions differ."""
+    differs, and ``--rebuild`` when only installed distributions differ. A file read by its
+    absolute path that differs where no file can be placed (``placing`` says why; ``at_own_path``
+    are those files) is named with both hashes, and what to do: put it back."""
     text = (f"cannot replay {original.name} here: {len(diffs)} comparability field(s) differ "
             f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to run anyway")  # fmt: skip
     if not rebuilt and diffs and all(d[0].startswith(REBUILDABLE) for d in diffs):
@@ -176,11 +239,30 @@ def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = Fals
         text += (f"; {', '.join(gone)} changed or was deleted while the run ran (a checkpoint it restored, then "
                  "rewrote or rotated away): what it read is gone, so no replay can rerun it")  # fmt: skip
     data = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.")]
-    missing = [name for name in unkept if name in data and name not in gone]
+    changed = [d for d in diffs if d[0].removeprefix("data.") in at_own_path and d[0].startswith("data.")]
+    for field, then, now in changed:
+        name = field.removeprefix("data.")
+        kept = snapshot.object_path(original.parent, str(then))
+        text += (f"; {name} is read by its absolute path and is not what the run read (recorded {_short(then)}, "
+                 f"now {_short(now)}), and the run's copy of it cannot be put there for the job here "
+                 f"({placing or 'that path cannot take a file'}): put the file back (cp {kept} {name}), or replay "
+                 "where user namespaces are allowed")  # fmt: skip
+    unplaceable = [name for name in unkept if os.path.isabs(name) and placing is not None]
+    if any(name in data and name not in gone for name in unplaceable):
+        name = next(n for n in unplaceable if n in data)
+        text += (f"; {name} was not kept in the run (over store.snapshot_max_mb), is read by its absolute path "
+                 f"and differs there, and no copy can be put there for the job here ({placing}): put the file "
+                 "back there")  # fmt: skip
+    missing = [name for name in unkept if name in data and name not in gone and name not in unplaceable]
     if missing:
         text += (f"; {', '.join(missing)} was not kept in the run (over store.snapshot_max_mb): "
                  f"point the replay at a copy with --data {missing[0]}=PATH")  # fmt: skip
     return text
+
+
+def _short(digest: object) -> str:
+    text = str(digest)
+    return text[:12] + "…" if len(text) == 64 else text
 
 
 def verdict(original: Path, new_run: Path, forced: bool = False) -> ReplayResult:
