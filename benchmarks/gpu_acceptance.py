@@ -6,9 +6,12 @@
 It runs real ``launch`` commands on the packaged MNIST sample and prints one table,
 a row per check:
 
-- fingerprint: each GPU from the real ``nvidia-smi`` (model, compute capability,
-  driver, MIG mode, CUDA driver API) and TensorFlow's CUDA/cuDNN build, here and in
-  the tf-gpu image (read from the runs' own fingerprints);
+- fingerprint: each GPU (model, compute capability, driver, MIG mode, memory), the CUDA
+  driver API, the GPU-to-GPU link matrix and where they came from (NVML, or nvidia-smi
+  where NVML is missing), as the first strict run recorded them (``hardware``), and
+  TensorFlow's CUDA/cuDNN build, here and in the tf-gpu image; the link matrix must
+  have a row and a column per GPU (an escape code once left it ``[[]]``), and where
+  TensorFlow saw a GPU otherwise than NVML the run's ``hardware.gpu_notes`` say so;
 - strict twice on the GPU, locally and in the tf-gpu image: IDENTICAL, and both runs
   saw a GPU (``software.tf_gpus``), so a CPU fallback cannot pass;
 - where strict and a run with GPU determinism off (``determinism=seeded`` with
@@ -25,7 +28,7 @@ Exit codes:
   0   every check that ran passed (NOT RUN rows say what could not be checked, and why)
   1   a check failed
   2   bad usage
-  77  no GPU found (nvidia-smi lists none, or is missing): nothing was checked
+  77  no GPU found (NVML and nvidia-smi list none, or neither is there): nothing was checked
 
 The verdict logic and the table are pure functions (tests/unit/test_gpu_acceptance.py).
 """
@@ -49,8 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent  # the tree under test: its launch
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from launcher import proc  # noqa: E402  (stdlib-only imports; no TensorFlow)
-from launcher.record import probes  # noqa: E402
+from launcher.record import probes  # noqa: E402  (no TensorFlow in this process)
 from launcher.sweep import slots  # noqa: E402
 
 NO_GPU_EXIT = 77  # the autotools convention for "skipped"
@@ -82,15 +84,50 @@ class Row:
 
 
 # ---------------------------------------------------------------- pure: rows and verdicts
-def gpu_rows(gpus: Sequence[dict], cuda_driver: str | None) -> list[Row]:
-    """The fingerprint of each GPU, as ``nvidia-smi`` reports it."""
-    api = f"; CUDA driver API {cuda_driver}" if cuda_driver else ""
-    return [
+SOURCES = {"nvml": "NVML", "nvidia-smi": "nvidia-smi", None: "no source"}
+
+
+def gpu_rows(hardware: dict, where: str) -> list[Row]:
+    """The GPU facts of a fingerprint's ``hardware`` (``probes.gpu_record``'s fields), ``where``
+    they were read (``recorded by run X``, ``probed now``): each GPU, the CUDA driver API and
+    the source as INFO; the link matrix PASS when it has a row and a column per GPU."""
+    gpus = hardware.get("gpus") or []
+    source = SOURCES.get(hardware.get("gpu_source"), str(hardware.get("gpu_source")))
+    note = hardware.get("gpu_source_note")
+    rows = [Row("GPU facts from", "INFO", f"{source}{f' ({note})' if note else ''}, {where}")]
+    rows += [
         Row(f"GPU {g['index']}", "INFO",
             f"{g['name']}, compute capability {g['compute_capability']}, driver {g['driver_version']}, "
-            f"MIG {g['mig_mode']}{api}")  # fmt: skip
+            f"MIG {g['mig_mode']}, {g.get('memory_mib')} MiB")  # fmt: skip
         for g in gpus
     ]
+    rows.append(Row("CUDA driver API", "INFO", str(hardware.get("cuda_driver_version"))))
+    rows.append(topology_row(hardware.get("gpu_topology"), len(gpus)))
+    return rows
+
+
+def topology_row(matrix: Sequence[Sequence[str]] | None, count: int) -> Row:
+    """The GPU-to-GPU link matrix as recorded: PASS with a row and a column per GPU and ``X``
+    on the diagonal (NV# is NVLink; PIX, PXB, PHB, NODE, SYS are PCIe paths)."""
+    check = "GPU topology"
+    shown = json.dumps(matrix)
+    if (not matrix or len(matrix) != count or any(len(row) != count for row in matrix)
+            or any(matrix[i][i] != "X" for i in range(count))):  # fmt: skip
+        return Row(check, "FAIL", f"{shown}: not a {count}x{count} link matrix")
+    links = {matrix[i][j] for i in range(count) for j in range(count) if i != j}
+    if len(links) == 1:
+        return Row(check, "PASS", f"{count} GPUs, {links.pop()} between every pair")
+    if count == 1:
+        return Row(check, "PASS", f"{shown}: one GPU")
+    return Row(check, "PASS", "; ".join(f"GPU{i}: {' '.join(row)}" for i, row in enumerate(matrix)))
+
+
+def notes_row(notes: Sequence[str] | None) -> Row:
+    """Where TensorFlow, in the job, saw the GPUs otherwise than the launcher's source
+    (``hardware.gpu_notes``): a measurement for people, not a verdict."""
+    if notes is None:
+        return Row("TensorFlow vs GPU facts", "NOT RUN", "no run recorded them")
+    return Row("TensorFlow vs GPU facts", "INFO", "; ".join(notes) if notes else "they agree")
 
 
 def tf_row(where: str, tf: dict | None) -> Row:
@@ -215,9 +252,10 @@ def exit_code(rows: Sequence[Row]) -> int:
     return 1 if any(r.verdict == "FAIL" for r in rows) else 0
 
 
-def no_gpu_message() -> str:
-    return (f"gpu_acceptance: no GPU found (nvidia-smi lists none, or is not installed): nothing to "
-            f"check here; run it on a machine with NVIDIA GPUs (exit {NO_GPU_EXIT})")  # fmt: skip
+def no_gpu_message(note: str | None = None) -> str:
+    why = f" ({note})" if note else ""
+    return (f"gpu_acceptance: no GPU found (NVML and nvidia-smi list none, or neither is there{why}): "
+            f"nothing to check here; run it on a machine with NVIDIA GPUs (exit {NO_GPU_EXIT})")  # fmt: skip
 
 
 # ---------------------------------------------------------------- running launch
@@ -259,6 +297,10 @@ class Launcher:
 
 def software(run: Path | None) -> dict:
     return json.loads((run / "fingerprint.json").read_text())["software"] if run else {}
+
+
+def hardware(run: Path) -> dict:
+    return json.loads((run / "fingerprint.json").read_text())["hardware"]
 
 
 def train_seconds(run: Path) -> float:
@@ -368,31 +410,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.epochs < 2 or args.rounds < 1:
         p.error("--epochs must be at least 2 (training time skips epoch 1) and --rounds at least 1")
 
-    gpus = probes.gpus()
+    probed = probes.gpu_facts()
+    gpus = probed["gpus"]
     if not gpus:
-        print(no_gpu_message(), flush=True)
+        print(no_gpu_message(probed["gpu_source_note"]), flush=True)
         return NO_GPU_EXIT
+    source = SOURCES.get(probed["gpu_source"])
     if args.detect:
-        print(f"gpu_acceptance: {len(gpus)} GPU(s): " + ", ".join(g["name"] for g in gpus), flush=True)
+        print(f"gpu_acceptance: {len(gpus)} GPU(s) from {source}: " + ", ".join(g["name"] for g in gpus), flush=True)
         return 0
-    cuda_driver = probes.parse_cuda_driver_version(proc.capture(["nvidia-smi"]) or "")
     lx = Launcher(args.store)
     common = ("train=mnist", "train.data=sample", f"train.epochs={args.epochs}")
-    print(f"gpu_acceptance: {len(gpus)} GPU(s); runs in {lx.store}", flush=True)
+    print(f"gpu_acceptance: {len(gpus)} GPU(s) from {source}; runs in {lx.store}", flush=True)
 
     local_tf = local_tensorflow(lx.env)
-    rows = [*gpu_rows(gpus, cuda_driver), tf_row("local", local_tf)]
+    checks = [tf_row("local", local_tf)]
+    facts: dict = {}
     gap = local_gpu_gap(local_tf)
     if gap:
         for name in ("strict twice, local", "first split, strict vs off", "strict / off time",
                      f"+seed=range({SWEEP_SEEDS}) in one-GPU slots"):  # fmt: skip
-            rows.append(Row(name, "NOT RUN", gap))
+            checks.append(Row(name, "NOT RUN", gap))
     else:
         row, facts = strict_twice(lx, "strict twice, local", common)
-        rows.append(row)
+        checks.append(row)
         if facts:
-            rows += split_and_timing(lx, facts["runs"][0], common, args.rounds)
-        rows.append(sweep_check(lx, common, gpus))
+            checks += split_and_timing(lx, facts["runs"][0], common, args.rounds)
+        checks.append(sweep_check(lx, common, gpus))
+    if facts:  # the GPU facts as the first strict run recorded them, and what its TensorFlow saw
+        recorded = hardware(facts["runs"][0])
+        rows = [*gpu_rows(recorded, f"recorded by run {facts['runs'][0].name}"), notes_row(recorded.get("gpu_notes"))]
+    else:
+        rows = [*gpu_rows(probed, "probed now (no run recorded them)"), notes_row(None)]
+    rows += checks
     if args.no_docker:
         rows.append(Row("strict twice, tf-gpu image", "NOT RUN", "--no-docker"))
     else:

@@ -1,13 +1,16 @@
 """The GPU acceptance command without a GPU: its rows, verdicts, table, exit codes and slot plan.
 
-The inputs are recorded: ``nvidia-smi`` of a two-A100 machine, and TensorFlow's facts
-as a job records them (``tf-software-cpu.json``: this machine's tensorflow-cpu;
-``tf-software-gpu-image.json``: the tf-gpu image's CUDA build, run on this CPU).
+The inputs are recorded: ``nvidia-smi`` of a two-A100 machine and of a real H100
+(``tests/data/nvidia-smi-h100/``), and TensorFlow's facts as a job records them
+(``tf-software-cpu.json``: this machine's tensorflow-cpu; ``tf-software-gpu-image.json``:
+the tf-gpu image's CUDA build, run on this CPU).
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from benchmarks import gpu_image
 from launcher.record import probes
 
 RECORDED = Path(__file__).parent / "recorded"
+H100_DIR = Path(__file__).parent.parent / "data" / "nvidia-smi-h100"
 A100S = probes.parse_nvidia_smi_query((RECORDED / "nvidia-smi-query.csv").read_text())
 CPU_TF = json.loads((RECORDED / "tf-software-cpu.json").read_text())
 IMAGE_TF = json.loads((RECORDED / "tf-software-gpu-image.json").read_text())
@@ -32,12 +36,57 @@ SPLIT = """NOT COMPARABLE (forced: the comparability keys differ)
 
 
 # ---------------------------------------------------------------- fingerprint rows
-def test_fingerprint_rows_from_recorded_nvidia_smi():
-    cuda = probes.parse_cuda_driver_version((RECORDED / "nvidia-smi.txt").read_text())
-    rows = ga.gpu_rows(A100S, cuda)
-    assert rows[0] == ga.Row("GPU 0", "INFO", "NVIDIA A100-SXM4-80GB, compute capability 8.0, "
-                                              "driver 550.54.15, MIG Disabled; CUDA driver API 12.4")  # fmt: skip
-    assert [r.check for r in rows] == ["GPU 0", "GPU 1"]
+def h100_hardware(source: str = "nvidia-smi", note: str | None = "NVML not used: NVML Shared Library Not Found"):
+    """``hardware``'s GPU part as the recorded H100's nvidia-smi outputs give it."""
+    return probes.gpu_record(source, probes.parse_nvidia_smi_query((H100_DIR / "query.txt").read_text()),
+                             probes.parse_cuda_driver_version((H100_DIR / "banner.txt").read_text()),
+                             probes.parse_nvidia_topology((H100_DIR / "topo-m.txt").read_text()), note)  # fmt: skip
+
+
+def test_fingerprint_rows_from_the_recorded_h100_name_the_source_cuda_and_topology():
+    rows = ga.gpu_rows(h100_hardware(), "recorded by run r1")
+    assert rows == [
+        ga.Row("GPU facts from", "INFO",
+               "nvidia-smi (NVML not used: NVML Shared Library Not Found), recorded by run r1"),
+        ga.Row("GPU 0", "INFO", "NVIDIA H100 80GB HBM3, compute capability 9.0, driver 580.159.04, MIG Disabled, "
+                                "81559 MiB"),
+        ga.Row("CUDA driver API", "INFO", "13.0"),
+        ga.Row("GPU topology", "PASS", '[["X"]]: one GPU'),
+    ]  # fmt: skip
+    assert ga.gpu_rows(h100_hardware("nvml", None), "probed now")[0].detail == "NVML, probed now"
+
+
+def test_the_topology_row_fails_an_empty_matrix_and_summarizes_many_gpus():
+    assert ga.topology_row([[]], 1) == ga.Row("GPU topology", "FAIL", "[[]]: not a 1x1 link matrix")  # the H100's bug
+    assert ga.topology_row(None, 2).verdict == "FAIL"
+    assert ga.topology_row([["NV18", "X"], ["X", "NV18"]], 2).verdict == "FAIL"
+    assert ga.topology_row([["X", "NV18"]], 2).verdict == "FAIL"  # a GPU's row missing
+    eight = probes.parse_nvidia_topology((H100_DIR / "topo-m-8gpu.txt").read_text())
+    assert ga.topology_row(eight, 8) == ga.Row("GPU topology", "PASS", "8 GPUs, NV18 between every pair")
+    a100s = probes.parse_nvidia_topology((RECORDED / "nvidia-smi-topo.txt").read_text())
+    assert ga.topology_row(a100s, 2).detail == "2 GPUs, NV12 between every pair"
+    mixed = [["X", "NV4", "SYS"], ["NV4", "X", "PIX"], ["SYS", "PIX", "X"]]
+    assert ga.topology_row(mixed, 3).detail == "GPU0: X NV4 SYS; GPU1: NV4 X PIX; GPU2: SYS PIX X"
+
+
+def test_tensorflow_against_the_gpu_facts_is_shown_from_the_runs_notes():
+    assert ga.notes_row([]) == ga.Row("TensorFlow vs GPU facts", "INFO", "they agree")
+    note = "TensorFlow sees GPU0 as compute capability 8.0, NVML says 9.0"
+    assert ga.notes_row([note]).detail == note
+    assert ga.notes_row(None).verdict == "NOT RUN"
+
+
+def test_the_command_needs_only_the_standard_library_and_the_package():
+    """Every import of the command, at the top or in a function: nothing to install beyond
+    the launcher (and the GPU-enabled TensorFlow its runs use, in their own processes)."""
+    tree = ast.parse(Path(ga.__file__).read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    assert roots - set(sys.stdlib_module_names) == {"launcher"}
 
 
 def test_tensorflow_row_names_its_cuda_and_cudnn_build():
@@ -123,7 +172,7 @@ def test_sweep_fails_on_a_different_job_a_failed_job_or_a_job_on_two_gpus():
 # ---------------------------------------------------------------- table and exit code
 def test_table_lists_what_could_not_be_checked_and_the_exit_code_follows_the_verdicts():
     no_docker = ga.Row("strict twice, tf-gpu image", "NOT RUN", "the Docker daemon has no NVIDIA container runtime")
-    rows = [*ga.gpu_rows(A100S[:1], "12.4"), ga.Row("strict twice, local", "PASS", "IDENTICAL"), no_docker]
+    rows = [*ga.gpu_rows(h100_hardware(), "probed now"), ga.Row("strict twice, local", "PASS", "IDENTICAL"), no_docker]
     text = ga.render(rows)
     lines = text.splitlines()
     assert lines[0].split() == ["check", "verdict", "detail"]
@@ -131,17 +180,26 @@ def test_table_lists_what_could_not_be_checked_and_the_exit_code_follows_the_ver
     assert "Could not check:" in lines
     assert "- strict twice, tf-gpu image: the Docker daemon has no NVIDIA container runtime" in lines
     assert any("MIG instances" in line for line in lines)
-    assert lines[-1] == "PASSED (1 passed, 1 not run)"
+    assert lines[-1] == "PASSED (2 passed, 1 not run)"  # the topology row, strict twice
     assert ga.exit_code(rows) == 0
     failing = [*rows, ga.Row("x", "FAIL", "y")]
     assert ga.exit_code(failing) == 1 and ga.render(failing).splitlines()[-1].startswith("FAILED: 1 check(s)")
 
 
 def test_no_gpu_exits_77_before_running_anything(monkeypatch, capsys):
-    monkeypatch.setattr(probes, "gpus", lambda: [])
+    monkeypatch.setattr(probes, "gpu_facts", lambda: probes.gpu_record(None, [], note="NVML not used: no pynvml"))
     monkeypatch.setattr(ga, "Launcher", None)  # nothing may be launched
     assert ga.main([]) == ga.NO_GPU_EXIT == 77
-    assert capsys.readouterr().out.startswith("gpu_acceptance: no GPU found")
+    out = capsys.readouterr().out
+    assert out.startswith("gpu_acceptance: no GPU found (NVML and nvidia-smi list none, or neither is there "
+                          "(NVML not used: no pynvml)): nothing to check here")  # fmt: skip
+
+
+def test_detect_names_the_gpus_and_their_source(monkeypatch, capsys):
+    monkeypatch.setattr(probes, "gpu_facts", lambda: h100_hardware("nvml", None))
+    monkeypatch.setattr(ga, "Launcher", None)
+    assert ga.main(["--detect"]) == 0
+    assert capsys.readouterr().out == "gpu_acceptance: 1 GPU(s) from NVML: NVIDIA H100 80GB HBM3\n"
 
 
 @pytest.mark.parametrize("argv", [["--epochs", "1"], ["--rounds", "0"], ["--bogus"]])
