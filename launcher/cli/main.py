@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "say if it reproduced"),
     "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
     "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--rebuild]: list runs"),
+    "gc": ("launcher.cli.gc:main", "[--store DIR] [--dry-run]: remove the store's objects no run references"),
     "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
     "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR | plot SWEEP_DIR PNG: replay every job | draw the spread"),
     "image": ("launcher.cli.image:image_command", "build|list|prune|bootstrap-base [OVERRIDES]: images"),

@@ -1,0 +1,20 @@
+"""``launch gc``: remove the objects of a store that no run references (``launcher.record.gc``)."""
+
+from __future__ import annotations
+
+from launcher.cli.args import parser
+
+
+def main(argv: list[str]) -> int:
+    """Mark and sweep the store's objects; each one removed (or, ``--dry-run``, that would be) is
+    printed by its sha256, then the space freed. Exit 1 when an object could not be removed."""
+    from launcher.record import gc
+
+    p = parser("gc", "Remove the objects of a store that no run references (mark and sweep; "
+                     "safe while other launches write to the store).")  # fmt: skip
+    p.add_argument("--store", default="runs", help="the store root (default ./runs)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
+    args = p.parse_args(argv)
+    report = gc.collect(args.store, dry_run=args.dry_run, echo=lambda line: print(line, flush=True))
+    print(gc.summary(report))
+    return 1 if report.failed else 0

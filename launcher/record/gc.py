@@ -1,0 +1,216 @@
+"""``launch gc``: remove the objects of a store that no run references, by mark and sweep.
+
+A run's snapshot (``launcher.record.snapshot``) keeps its files as objects of the store,
+shared by every run with the same content; deleting a run leaves its objects behind.
+The **mark** reads the ``snapshot.json`` of every run directory of the store, whatever
+its state (complete, failed, interrupted, running: an unfinished run may still be
+resumed from what it names), and the **sweep** removes every object none of them names.
+A store's sweeps keep copies of their code (not objects), and a replay's or a resume's
+layout is a copy, so runs are the only references.
+
+It is safe while other launches write to the store, without stopping them:
+
+- an object whose mtime is not older than the mark's start survives: one stored while the
+  gc runs is new, and a run that reuses an object refreshes its mtime when it has taken
+  its snapshot (``snapshot.take``), and stores it again if a gc removed it meanwhile;
+- the mark is taken again after the objects are listed, and each object is looked at
+  once more just before it is removed, so a ``snapshot.json`` written meanwhile counts;
+- two gcs of one store never run at once (``<store>/.gc.lock``).
+
+A ``snapshot.json`` that cannot be read stops the gc before anything is removed: what a
+run references must be known, never guessed. Which objects go is pure (``unreferenced``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.errors import StoreError
+from launcher.record import snapshot
+
+LOCK = ".gc.lock"
+CONFIG = "config.yaml"  # what makes a directory holding a snapshot.json a run (runs.require_run's test)
+# File times come from a coarse clock (a few ms behind time.time()): an object stored just
+# after the mark started must not look older than it.
+CLOCK_SLACK_S = 0.25
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    sha256: str
+    path: Path
+    size: int
+    mtime: float
+
+
+@dataclass
+class Report:
+    """What a gc did (or, ``dry_run``, would do)."""
+
+    dry_run: bool
+    removed: list[StoredObject] = field(default_factory=list)
+    kept: int = 0  # objects left in the store
+    runs: int = 0  # snapshots read by the mark
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (sha256, why) of objects not removable
+
+    @property
+    def freed(self) -> int:
+        return sum(o.size for o in self.removed)
+
+
+# ---------------------------------------------------------------- pure
+def references(snapshot_json: Mapping) -> set[str]:
+    """The object names one ``snapshot.json``'s content references: each entry's sha256 that is a
+    valid object name (anything else names no object, so keeps none)."""
+    files = snapshot_json.get("files")
+    if not isinstance(files, Mapping):
+        return set()
+    return {e["sha256"] for e in files.values() if isinstance(e, Mapping) and snapshot.is_sha256(e.get("sha256"))}
+
+
+def unreferenced(objects: Iterable[StoredObject], marked: set[str], started: float) -> list[StoredObject]:
+    """The objects the sweep removes: not ``marked``, and older than the mark's start ``started``
+    (less the clock's slack). Sorted by name."""
+    return sorted((o for o in objects if o.sha256 not in marked and o.mtime < started - CLOCK_SLACK_S),
+                  key=lambda o: o.sha256)  # fmt: skip
+
+
+def human(size: int) -> str:
+    """A size in bytes for people: ``512 B``, ``1.5 KiB``, ``3.2 MiB``."""
+    if size < 1024:
+        return f"{size} B"
+    value, unit = size / 1024, "KiB"
+    for bigger in ("MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
+
+
+# ---------------------------------------------------------------- the store
+def snapshot_files(store_root: Path) -> list[Path]:
+    """The ``snapshot.json`` of every run directory below ``store_root`` (a directory with a
+    ``config.yaml``, whatever its name: a renamed run still references its objects). Not
+    below ``objects/`` or hidden directories (a replay's layout), not through links."""
+    found = []
+    for current, dirs, files in os.walk(store_root):
+        here = Path(current)
+        if CONFIG in files:
+            dirs[:] = []  # runs do not nest
+            if snapshot.SNAPSHOT in files:
+                found.append(here / snapshot.SNAPSHOT)
+            continue
+        top = here == Path(store_root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (top and d == snapshot.OBJECTS))
+    return sorted(found)
+
+
+def mark(store_root: Path) -> tuple[set[str], int]:
+    """Every object name the store's runs reference, and how many snapshots were read. A
+    ``snapshot.json`` that cannot be read stops the gc (``StoreError``): nothing is removed."""
+    marked: set[str] = set()
+    paths = snapshot_files(store_root)
+    for path in paths:
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                raise ValueError("it is a link")
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+        except FileNotFoundError:
+            continue  # the run was deleted while the mark ran
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"launch gc: cannot tell what {path.parent.name} references ({path}: {exc}); nothing "
+                             "was removed: repair or delete that run, then run launch gc again") from None  # fmt: skip
+        marked |= references(data)
+    return marked, len(paths)
+
+
+def stored_objects(store_root: Path) -> list[StoredObject]:
+    """The objects of the store: regular files ``objects/ab/abcdef…`` named by a sha256 that
+    starts with their directory's name (a temporary file being written is none)."""
+    out = []
+    objects = Path(store_root) / snapshot.OBJECTS
+    try:
+        fans = sorted(os.scandir(objects), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for fan in fans:
+        if len(fan.name) != 2 or not fan.is_dir(follow_symlinks=False):
+            continue
+        for entry in sorted(os.scandir(fan.path), key=lambda e: e.name):
+            if not (snapshot.is_sha256(entry.name) and entry.name.startswith(fan.name)):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                out.append(StoredObject(entry.name, Path(entry.path), st.st_size, st.st_mtime))
+    return out
+
+
+def collect(store_root: str | os.PathLike, *, dry_run: bool = False,
+            echo: Callable[[str], None] | None = None) -> Report:
+    """Remove (or, ``dry_run``, list) the store's unreferenced objects; ``echo`` hears each one as
+    ``removed <sha256> (<size>)`` / ``would remove …`` as it goes."""
+    from filelock import FileLock, Timeout
+
+    root = Path(store_root)
+    if not root.is_dir():
+        raise StoreError(f"store {str(root)!r} does not exist")
+    lock = FileLock(str(root / LOCK))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise StoreError(f"another launch gc is running on {str(root)!r}") from None
+    except OSError as exc:
+        raise StoreError(f"cannot lock store {str(root)!r} for launch gc: {exc.strerror}") from None
+    try:
+        return _collect(root, dry_run, echo or (lambda _line: None))
+    finally:
+        lock.release()
+
+
+def _collect(root: Path, dry_run: bool, echo: Callable[[str], None]) -> Report:
+    started = time.time()
+    marked, n_runs = mark(root)
+    objects = stored_objects(root)
+    candidates = unreferenced(objects, marked, started)
+    if candidates:  # snapshots written while the objects were listed count too
+        marked |= mark(root)[0]
+        candidates = [o for o in candidates if o.sha256 not in marked]
+    report = Report(dry_run=dry_run, runs=n_runs)
+    for obj in candidates:
+        try:
+            st = os.lstat(obj.path)
+        except FileNotFoundError:
+            continue  # another process removed it
+        if st.st_mtime >= started - CLOCK_SLACK_S:
+            continue  # a run reused it since it was listed (snapshot.take refreshed it)
+        if not dry_run:
+            try:
+                os.unlink(obj.path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                report.failed.append((obj.sha256, exc.strerror or str(exc)))
+                continue
+        report.removed.append(obj)
+        echo(f"{'would remove' if dry_run else 'removed'} {obj.sha256} ({human(obj.size)})")
+    report.kept = len(objects) - len(report.removed)
+    return report
+
+
+def summary(report: Report) -> str:
+    """The gc's last line: what it removed and freed, and what it kept."""
+    verb, freed = ("would remove", "would free") if report.dry_run else ("removed", "freed")
+    text = (f"launch gc: {verb} {len(report.removed)} object(s), {freed} {human(report.freed)}; "
+            f"{report.kept} object(s) kept, the snapshots of {report.runs} run(s) read")  # fmt: skip
+    if report.failed:
+        sha, why = report.failed[0]
+        text += f"; {len(report.failed)} could not be removed (first: {sha}: {why})"
+    return text
