@@ -252,10 +252,11 @@ def exit_code(rows: Sequence[Row]) -> int:
     return 1 if any(r.verdict == "FAIL" for r in rows) else 0
 
 
-def no_gpu_message(note: str | None = None) -> str:
-    why = f" ({note})" if note else ""
-    return (f"gpu_acceptance: no GPU found (NVML and nvidia-smi list none, or neither is there{why}): "
-            f"nothing to check here; run it on a machine with NVIDIA GPUs (exit {NO_GPU_EXIT})")  # fmt: skip
+def no_gpu_message(source: str | None = None, note: str | None = None) -> str:
+    """Why nothing is checked: who listed no GPU, or why neither NVML nor nvidia-smi answered."""
+    why = note if source is None and note else f"{SOURCES.get(source, source)} lists none"
+    return (f"gpu_acceptance: no GPU found ({why}): nothing to check here; run it on a machine with "
+            f"NVIDIA GPUs (exit {NO_GPU_EXIT})")  # fmt: skip
 
 
 # ---------------------------------------------------------------- running launch
@@ -413,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     probed = probes.gpu_facts()
     gpus = probed["gpus"]
     if not gpus:
-        print(no_gpu_message(probed["gpu_source_note"]), flush=True)
+        print(no_gpu_message(probed["gpu_source"], probed["gpu_source_note"]), flush=True)
         return NO_GPU_EXIT
     source = SOURCES.get(probed["gpu_source"])
     if args.detect:

@@ -191,8 +191,9 @@ def test_no_gpu_exits_77_before_running_anything(monkeypatch, capsys):
     monkeypatch.setattr(ga, "Launcher", None)  # nothing may be launched
     assert ga.main([]) == ga.NO_GPU_EXIT == 77
     out = capsys.readouterr().out
-    assert out.startswith("gpu_acceptance: no GPU found (NVML and nvidia-smi list none, or neither is there "
-                          "(NVML not used: no pynvml)): nothing to check here")  # fmt: skip
+    assert out.startswith("gpu_acceptance: no GPU found (NVML not used: no pynvml): nothing to check here")
+    assert ga.no_gpu_message("nvml").startswith("gpu_acceptance: no GPU found (NVML lists none): nothing")
+    assert "no GPU found (nvidia-smi lists none)" in ga.no_gpu_message("nvidia-smi", "NVML not used: x")
 
 
 def test_detect_names_the_gpus_and_their_source(monkeypatch, capsys):
