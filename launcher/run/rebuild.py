@@ -216,9 +216,11 @@ def explain(
 
 def _ahead(directory: str, launcher_root: str) -> str:
     """Why ``directory`` (or a module file) is searched before the overlay, and what to do."""
-    if (_real(directory) + os.sep).startswith(_real(launcher_root) + os.sep):
-        return (f"it is in {launcher_root}, the launcher's own directory, which the job's path puts first; install "
-                "the launcher into this Python with pip, or run it from its source tree")  # fmt: skip
+    fix = "; install the launcher into this Python with pip, or run it from its source tree"
+    if _real(directory) == _real(launcher_root):
+        return "that is the launcher's own directory, which the job's path puts first" + fix
+    if _real(directory).startswith(_real(launcher_root) + os.sep):
+        return f"that is inside {launcher_root}, the launcher's own directory, which the job's path puts first" + fix
     return "the job's path searches it before the overlay: take it off PYTHONPATH"
 
 

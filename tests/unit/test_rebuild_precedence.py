@@ -142,7 +142,8 @@ def test_explain_names_the_launchers_directory_when_it_holds_the_copy_found_firs
     says = rebuild.explain("packaging", want, got, {"site": "/venv/site-packages", "shadowed": []}, "/o/site",
                            True, launcher_root="/venv/site-packages")  # fmt: skip
     assert says.startswith("the rebuilt environment's packaging is 26.3 (files 222222222222) from /venv/site-packages")
-    assert "the launcher's own directory" in says and "index" not in says and "\n" not in says
+    assert "that is the launcher's own directory, which the job's path puts first" in says
+    assert "index" not in says and "\n" not in says
     assert "no packaging" in rebuild.explain("packaging", want, None, None, "/o/site", True)
 
 
