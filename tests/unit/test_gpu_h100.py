@@ -146,3 +146,23 @@ def test_the_source_of_the_gpu_facts_is_not_in_the_key(source):
     a = {"hardware": {"cpu": {}, **hw(H100_GPU, source="nvml")}}
     b = {"hardware": {"cpu": {}, **hw(H100_GPU, source=source), "gpu_source_note": "NVML not used: ..."}}
     assert key.KEY["hardware.gpus"](a) == key.KEY["hardware.gpus"](b)
+
+
+def test_the_job_records_tensorflows_device_details_of_each_visible_gpu():
+    """``probes.tensorflow_gpus`` through a stand-in for the two ``tf.config`` calls it makes
+    (the real ones answer [] on this CPU machine)."""
+
+    class Config:
+        class experimental:  # noqa: N801  (tf.config.experimental)
+            @staticmethod
+            def get_device_details(device):
+                return {"device_name": "NVIDIA H100 80GB HBM3", "compute_capability": (9, 0)}
+
+        @staticmethod
+        def list_physical_devices(kind):
+            assert kind == "GPU"
+            return [type("PhysicalDevice", (), {"name": "/physical_device:GPU:0"})()]
+
+    tf = type("tf", (), {"config": Config})
+    assert probes.tensorflow_gpus(tf) == seen(H100_GPU)
+    assert probes.tensorflow_gpu_notes(hw(H100_GPU), probes.tensorflow_gpus(tf), {}) == []
