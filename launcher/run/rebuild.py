@@ -466,16 +466,19 @@ def build_lock(final: Path, echo: bool = True, timeout: float = -1) -> Iterator[
         try:
             lock.acquire(timeout=timeout)
         except Timeout:
-            raise RebuildError(f"{lock_owner(final)} is still building {final} after {timeout:.0f} s; "
-                               f"if no launch is building it, remove {lock_path(final)}") from None  # fmt: skip
+            raise RebuildError(f"{lock_owner(final)} is still building {final} after {timeout:.0f} s: wait for "
+                               "it, or end that launch") from None  # fmt: skip
     try:
-        fd = os.open(lock_path(final), os.O_WRONLY)
-        try:
-            data = owner_text().encode()
-            os.write(fd, data)
-            os.ftruncate(fd, len(data))
-        finally:
-            os.close(fd)
+        # filelock >= 4 falls back to a marker file of its own (naming its holder) where the
+        # filesystem has no flock (Lustre without -o flock): that one is not ours to write.
+        if not getattr(getattr(lock, "_context", None), "soft_fallback", False):
+            fd = os.open(lock_path(final), os.O_WRONLY)
+            try:
+                data = owner_text().encode()
+                os.write(fd, data)
+                os.ftruncate(fd, len(data))
+            finally:
+                os.close(fd)
         yield
     finally:
         lock.release()

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,23 @@ def test_wheels_are_hashed_in_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(rebuild, "open", lambda path, mode: Spy(open(path, mode)), raising=False)
     assert rebuild.file_sha256(wheel) == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert len(reads) == 17 and set(reads) == {64}  # 16 chunks and the empty read that ends it
+
+
+def test_a_launch_that_waited_for_the_lock_uses_what_the_holder_built(held_elsewhere, monkeypatch):
+    final, holder = held_elsewhere
+    fp = {"software": {"python": "3.11.7", "container": None, "packages": ["tinydist==2.0"], "distributions": {}}}
+    monkeypatch.setattr(rebuild, "here_versions", lambda: {"tinydist": "1.0"})
+    monkeypatch.setattr(rebuild.platform, "python_version", lambda: "3.11.7")
+    monkeypatch.setattr(rebuild, "cache_key", lambda *args: final.name)
+    monkeypatch.setattr(rebuild, "probe", lambda python, names: {"software": {}, "distributions": {}, "where": {}})
+    monkeypatch.setattr(rebuild, "_build", lambda *args: pytest.fail("built again after waiting"))
+
+    def finish() -> None:  # the holder's build completes, then its lock is released
+        (final / "bin").mkdir(parents=True)
+        (final / "bin" / "python").symlink_to(sys.executable)
+        holder.stdin.close()
+
+    timer = threading.Timer(0.5, finish)
+    timer.start()
+    assert rebuild.environment(fp, cache_root=final.parent, echo=False) == final / "bin" / "python"
+    timer.join()
