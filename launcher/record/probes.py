@@ -2,7 +2,9 @@
 
 Each *probe* (reads a file or runs a program) is kept apart from its *parser* (pure,
 tested on recorded output); nothing is mutated while probing. The launcher process
-never imports TensorFlow: ``tensorflow_software`` runs in the job process.
+never imports TensorFlow: ``tensorflow_software`` runs in the job process. The GPUs are
+read through NVML (``launcher.record.nvml``) and, where NVML is missing, from
+``nvidia-smi``'s output; the record says which (``gpu_facts``).
 """
 
 from __future__ import annotations
