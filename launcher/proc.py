@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import select
 import signal
 import subprocess
@@ -379,7 +380,10 @@ def placing_refused(python: str = sys.executable) -> str | None:
     if done.returncode == 0 and done.stdout == "kept":
         return None
     said = [line for line in done.stderr.splitlines() if line.strip()]
-    return said[-1].removeprefix("[launch] ") if said else f"the test program ended with status {done.returncode}"
+    if not said:
+        return f"a file placed for a test program was not what it read (status {done.returncode})"
+    reason = re.search(r"cannot place .* at its paths \((.*)\): the job did not run$", said[-1])
+    return reason.group(1) if reason else said[-1].removeprefix("[launch] ")
 
 
 if __name__ == "__main__":

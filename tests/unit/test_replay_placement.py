@@ -190,3 +190,14 @@ def test_a_file_read_at_its_own_path_is_hashed_there_not_in_the_layout(tmp_path)
     assert precheck.current_data_hashes(stored, "/cwd", str(root)) == stored  # placed there: the kept copy
     assert precheck.current_data_hashes(stored, "/cwd", str(root), at_own_path=[str(there)]) == {
         str(there): _sha(b"replaced since")}
+
+
+def test_why_no_file_can_be_placed_is_said_in_a_few_words(monkeypatch):
+    """The measurement's reason, as a refusal quotes it: the wrapper's own words, not its whole line."""
+    if proc.placing_refused() is not None:
+        pytest.skip(f"no file can be placed here: {proc.placing_refused()}")
+    real = proc.place_argv
+    monkeypatch.setattr(proc, "place_argv", lambda python, placed, argv: real(
+        python, {target: source + ".gone" for target, source in placed.items()}, argv))
+    reason = proc.placing_refused()
+    assert reason.startswith("mount ") and reason.endswith(": No such file or directory")
