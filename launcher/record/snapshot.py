@@ -455,7 +455,12 @@ def changed_since(files: Mapping[str, dict]) -> list[str]:
 
 
 def link(dest: Path, original: str, target: str) -> None:
-    """Make ``original`` (an absolute path) inside the laid-out ``dest`` point at ``target``."""
+    """Make ``original`` (an absolute path) inside the laid-out ``dest`` point at ``target``; an
+    ``original`` that is not a normalised absolute path, or whose place in ``dest`` is reached
+    through a link, is refused (``UnsafeRun``) before anything is made."""
+    if (problem := path_problem(original)) is not None:
+        raise UnsafeRun(f"a data file's name {original!r} {problem}: refused before anything was written", original)
+    _check_inside(Path(os.path.realpath(dest)), os.path.dirname(original), directory=True)
     inside = Path(dest) / original.lstrip("/")
     inside.parent.mkdir(parents=True, exist_ok=True)
     if not os.path.lexists(inside):

@@ -326,3 +326,17 @@ def test_a_layout_never_leaves_a_damaged_file_under_its_name(tmp_path):
     with pytest.raises(snapshot.SnapshotError, match="damaged"):
         snapshot.materialize(store, _snap({"/w/train.py": {"sha256": _sha(EVIL), "role": "script"}}), dest)
     assert [p for p in dest.rglob("*") if p.is_file()] == []  # neither the file nor its temporary copy
+
+
+def test_linking_a_data_file_into_a_layout_stays_inside_it(tmp_path):
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    (dest / "w").mkdir(parents=True)
+    outside.mkdir()
+    (dest / "w" / "data").symlink_to(outside)
+    before = _tree(tmp_path)
+    for original in ("/w/../../../escape.npz", "w/rel.npz", "/w/data/digits.npz"):  # the last through a link
+        with pytest.raises(UnsafeRun):
+            snapshot.link(dest, original, str(tmp_path / "copy.npz"))
+    assert _tree(tmp_path) == before
+    snapshot.link(dest, "/w/sub/digits.npz", str(tmp_path / "copy.npz"))
+    assert os.readlink(dest / "w" / "sub" / "digits.npz") == str(tmp_path / "copy.npz")
