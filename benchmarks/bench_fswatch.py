@@ -1,4 +1,4 @@
-"""The cost of watching native reads at the OS level (``launcher.run.fswatch``).
+"""The cost of watching native reads at the OS level (``launcher.job.observe.fswatch``).
 
 The worst case for the watch: a ``tf.data`` pipeline that opens every image of a
 directory natively each epoch (``tf.io.read_file`` in a ``map``, names from an index), so
@@ -39,8 +39,7 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from launcher.run import fswatch
-
+    from launcher.job.observe import fswatch
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         rng = np.random.default_rng(0)

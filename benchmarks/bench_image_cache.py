@@ -28,7 +28,7 @@ t0 = time.perf_counter()
 from omegaconf import OmegaConf
 from launcher.docker import images
 from launcher.docker import imagebuild
-from launcher.run.config import compose
+from launcher.run.composition import compose
 spec = images.spec_from_config(OmegaConf.to_container(compose(sys.argv[1:]).image, resolve=True))
 t1 = time.perf_counter()
 info = imagebuild.ensure_image(spec, echo=False)
@@ -42,7 +42,7 @@ def main() -> None:
     from omegaconf import OmegaConf
 
     from launcher.docker import imagebuild, images
-    from launcher.run.config import compose
+    from launcher.run.composition import compose
 
     spec = images.spec_from_config(OmegaConf.to_container(compose(OVERRIDES).image, resolve=True))
     imagebuild.ensure_image(spec, echo=True)  # build once if needed: we time reuse only

@@ -4,12 +4,12 @@ Side by side in one run, each a whole command in a fresh process, interleaved N 
 (alternating which goes first) so that drift on a noisy machine hits both alike:
 
 - plain:  ``python script.py EPOCHS``, a standalone program this benchmark writes to a
-  temporary directory. It applies strict determinism as ``launcher.run.determinism`` plans
+  temporary directory. It applies strict determinism as ``launcher.job.determinism`` plans
   and applies it (PYTHONHASHSEED and the TF_* variables set before it starts, one intra-
   and one inter-op thread, op determinism, every seed and TensorFlow's global
   Generator), loads the packaged sample and trains with the mnist
   task's own ``build_model``, ``epoch_order`` and ``make_dataset``, called as
-  ``launcher.run.tasks.mnist.run`` calls them; no checkpoints; verbose=2, as the launcher runs
+  ``launcher.job.tasks.mnist.run`` calls them; no checkpoints; verbose=2, as the launcher runs
   Keras; it prints the weights' sha256.
 - launch: ``python -m launcher determinism=strict train.checkpoint_every=0
   train.epochs=EPOCHS +seed=0`` in a temporary store (fingerprint, records, trace, seal,
@@ -54,9 +54,9 @@ tf.config.experimental.enable_op_determinism()
 keras.utils.set_random_seed(0)
 tf.random.set_global_generator(tf.random.Generator.from_seed(0))
 
-from launcher.run import data
+from launcher.job import data
 from launcher.record.hashing import keras_weights, weights_digest
-from launcher.run.tasks.mnist import build_model, epoch_order, make_dataset
+from launcher.job.tasks.mnist import build_model, epoch_order, make_dataset
 
 SEED, EPOCHS, BATCH, LR = 0, int(sys.argv[1]), {batch_size}, {learning_rate}
 mnist = data.load("sample")

@@ -33,8 +33,8 @@ SCRIPT = '''
 import hashlib, json, sys, time
 import numpy as np
 import tensorflow as tf
-from launcher.run import data
-from launcher.run.tasks.mnist import build_model, epoch_order, make_dataset
+from launcher.job import data
+from launcher.job.tasks.mnist import build_model, epoch_order, make_dataset
 
 epochs, out = int(sys.argv[1]), sys.argv[2]
 mnist = data.load("sample")

@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO))
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from launcher.run import job, keep  # noqa: E402
+from launcher.record import keep
+from launcher.run import job  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 

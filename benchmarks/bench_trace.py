@@ -70,8 +70,9 @@ def in_process(rounds: int = 12) -> None:
     import keras
     import tensorflow as tf
 
-    from launcher.run import data, trace
-    from launcher.run.tasks.mnist import build_model, make_dataset
+    from launcher.job import data
+    from launcher.job.tasks.mnist import build_model, make_dataset
+    from launcher.job.training import trace
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

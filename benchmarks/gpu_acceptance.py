@@ -287,7 +287,7 @@ class Launcher:
         return (new[-1] if rc == 0 and new else None), wall, out
 
     def compare(self, a: Path, b: Path, force: bool = False) -> tuple[int, str]:
-        rc, out, _ = self.call("compare", str(a), str(b), *(["--force"] if force else []))
+        rc, out, _ = self.call("compare", str(a), str(b), *(["--allow-mismatch"] if force else []))
         return rc, out
 
     def _runs(self) -> set[Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from launcher.errors import ConfigError
 
@@ -23,3 +24,16 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
             raise UsageError(f"{self.prog}: {message}", " ".join(self.format_usage().split()))
 
     return _Parser(prog=f"launch {prog}", description=description)
+
+
+def old_spelling(p: argparse.ArgumentParser, old: str, new: str, dest: str) -> None:
+    """``old`` as a hidden alias of the store_true option ``new`` (dest ``dest``), noting the rename
+    on stderr when used: one word, one meaning on the command line (docs/errors.md)."""
+
+    class _Renamed(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(f"[launch] note: {option_string} is now {new} (the old spelling goes in the next release)",
+                  file=sys.stderr)
+            setattr(namespace, self.dest, True)
+
+    p.add_argument(old, dest=dest, nargs=0, action=_Renamed, help=argparse.SUPPRESS)

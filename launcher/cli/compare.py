@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.cli.args import parser
+from launcher.cli.args import old_spelling, parser
 from launcher.errors import ConfigError
 
 
@@ -14,7 +14,9 @@ def main(argv: list[str]) -> int:
     p = parser("compare", "Compare two sealed runs bit for bit (or within a tolerance).")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
-    p.add_argument("--force", action="store_true", help="compare even when the keys differ")
+    p.add_argument("--allow-mismatch", dest="force", action="store_true",
+                   help="compare even when the keys differ (labelled NOT COMPARABLE)")
+    old_spelling(p, "--force", "--allow-mismatch", "force")
     p.add_argument("--tolerance", metavar="RTOL,ATOL", help="equivalence within allclose tolerances")
     p.add_argument("--migration", action="store_true",
                    help="a TF2 port against its TF1 model: every variable and step's loss within --tolerance")
@@ -43,8 +45,7 @@ def main(argv: list[str]) -> int:
         print(f"note: both arguments are the same run ({args.run_a}): a run is always identical to itself; "
               "compare it with another run, or replay it (launch replay RUN)")  # fmt: skip
     if args.plot:
-        from launcher.run import trace
-
+        from launcher.record import trace
         a, b = Path(args.run_a), Path(args.run_b)
         plots.draw_comparison(plots.comparison(trace.read(a), trace.read(b), f"A {a.name}", f"B {b.name}"), args.plot)
         print(f"plot: {args.plot}")

@@ -84,7 +84,7 @@ def hydra_argv(args: argparse.Namespace) -> list[str]:
 
 def show(args: argparse.Namespace) -> int:
     """Let Hydra print what ``args`` ask for (``--cfg``, ``--info``, ...); 0, or ConfigError."""
-    from launcher.run.config import hydra_main
+    from launcher.run.composition import hydra_main
 
     if args.shell_completion and args.config_dir is None and "COMP_LINE" in os.environ:
         args.config_dir = completed_config_dir(os.environ["COMP_LINE"])  # complete DIR's groups too

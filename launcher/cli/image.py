@@ -6,14 +6,14 @@ The work is done by ``imagebuild`` (build), ``baseimage`` (bootstrap-base, lock)
 
 from __future__ import annotations
 
-from launcher.cli.args import parser
+from launcher.cli.args import old_spelling, parser
 
 
 def _spec(overrides: list[str]):
     from omegaconf import OmegaConf
 
     from launcher.docker import images
-    from launcher.run.config import compose
+    from launcher.run.composition import compose
 
     cfg = compose(overrides)
     return images.spec_from_config(OmegaConf.to_container(cfg.image, resolve=True))
@@ -23,8 +23,9 @@ def image_command(argv: list[str]) -> int:
     p = parser("image", "Build, list and prune the launcher's Docker images.")
     sub = p.add_subparsers(dest="action", required=True)
     build = sub.add_parser("build", help="build the image of the config (or reuse it)")
-    build.add_argument("--rebuild", action="store_true",
+    build.add_argument("--force", dest="rebuild", action="store_true",
                        help="build with no cache even when the tag exists; check the packages match")  # fmt: skip
+    old_spelling(build, "--rebuild", "--force", "rebuild")
     build.add_argument("overrides", nargs="*", help="config overrides, e.g. image=tf-cpu image.base=local")
     sub.add_parser("list", help="the launcher's images and the local base")
     prune = sub.add_parser("prune", help="remove older images, builder stages, orphan containers")

@@ -26,12 +26,13 @@ from launcher.errors import LauncherError
 
 # name -> ("module:function", help). A static table: no registration by import.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compare": ("launcher.cli.compare:main", "RUN_A RUN_B [--force] [--tolerance RTOL,ATOL] [--plot PNG]: verdict"),
+    "compare": ("launcher.cli.compare:main",
+                "RUN_A RUN_B [--allow-mismatch] [--tolerance RTOL,ATOL] [--plot PNG]: verdict"),
     "replay": ("launcher.cli.replay:main",
                "RUN [--allow-mismatch] [--data NAME=PATH] [--rebuild] [--cpu MODEL]: rerun a stored run, "
                "say if it reproduced"),
     "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
-    "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--rebuild]: list runs"),
+    "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--reindex]: list runs"),
     "gc": ("launcher.cli.gc:main", "[--store DIR] [--dry-run]: remove the store's objects no run references"),
     "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
     "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR | plot SWEEP_DIR PNG: replay every job | draw the spread"),
@@ -47,9 +48,9 @@ def command(name: str):
 
 
 def run_single(overrides: list[str], config_dir: str | None = None) -> int:
-    from launcher.run import config, determinism, job
-
-    cfg = config.compose(overrides, config_dir=config_dir)
+    from launcher.job import determinism
+    from launcher.run import composition, config, job
+    cfg = composition.compose(overrides, config_dir=config_dir)
     config.validate(cfg)
     config.check_entrypoint(cfg, os.getcwd())
     note = determinism.idle_note(str(cfg.determinism.level), cfg.determinism.intra_op_threads, os.cpu_count() or 1)
@@ -83,7 +84,6 @@ def not_a_command(word: str) -> UsageError:
 def resume_hint(outcome) -> str:
     """For an interrupted run with a checkpoint: how to continue it (else nothing)."""
     from launcher.run import resume
-
     if outcome.status != "interrupted":
         return ""
     try:
@@ -209,6 +209,9 @@ def usage() -> str:
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
         "  determinism.trace_every=N (steps between trace points; 0 = none)",
         "search: -m hydra/sweeper=optuna hydra.sweeper.n_trials=N 'KEY=interval(LO,HI)' sweep.objective=val_loss",
+        "one word, one meaning: --allow-mismatch goes on where the keys differ (compare, replay, resume, sweep);",
+        "  --reindex (runs), --force (image: make it again), --rebuild (replay: the run's Python environment);",
+        "  old spellings (compare/replay/resume --force, runs --rebuild, image build --rebuild) work one more release",
     ]
     return "\n".join(lines)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from launcher.cli.args import parser
+from launcher.cli.args import old_spelling, parser
 from launcher.errors import NotComparable
 
 
@@ -12,13 +12,14 @@ def rerun_args(name: str, description: str, argv: list[str], replay: bool = Fals
     """The arguments shared by replay and resume: a run, and --allow-mismatch (replay: --data)."""
     p = parser(name, description)
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--allow-mismatch", "--force", dest="allow_mismatch", action="store_true",
+    p.add_argument("--allow-mismatch", dest="allow_mismatch", action="store_true",
                    help="run even when the environment differs (recorded as not comparable)")
+    old_spelling(p, "--force", "--allow-mismatch", "allow_mismatch")
     if replay:
         p.add_argument("--data", action="append", metavar="NAME=PATH",
                        help="a copy of a data file the run read but did not keep (checked by its recorded hash)")
         p.add_argument("--rebuild", action="store_true",
-                       help="replay in an environment with the run's recorded package versions (cached)")
+                       help="replay in a Python environment with the run's recorded package versions (cached)")
         p.add_argument("--cpu", metavar="MODEL",
                        help="run the replay's job under qemu-user as this x86-64 CPU model (Haswell, EPYC, ...)")
     return p.parse_args(argv)

@@ -9,7 +9,6 @@ from launcher.errors import NotComparable
 def main(argv: list[str]) -> int:
     from launcher.cli.main import resume_hint
     from launcher.run import job, resume
-
     args = rerun_args("resume", "Continue an interrupted run from its newest complete checkpoint.", argv)
     try:
         outcome, notes = resume.resume(args.run, allow_mismatch=args.allow_mismatch)

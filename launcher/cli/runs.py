@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from launcher.cli.args import parser
+from launcher.cli.args import old_spelling, parser
 from launcher.errors import StoreError
 
 STATES = ["running", "complete", "failed", "interrupted", "abandoned"]
@@ -22,14 +22,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--status", choices=STATES,
                    help="abandoned: it says running, but its launcher on this host is gone")  # fmt: skip
     p.add_argument("--key", help="comparability-key hash prefix")
-    p.add_argument("--rebuild", action="store_true",
+    p.add_argument("--reindex", action="store_true",
                    help="recreate the index from the run directories (they are the truth), then list")  # fmt: skip
+    old_spelling(p, "--rebuild", "--reindex", "reindex")
     args = p.parse_args(argv)
     store = Path(args.store)
     if not store.is_dir():
         raise StoreError(f"store {args.store!r} does not exist")
     notes: list[str] = []
-    if args.rebuild:
+    if args.reindex:
         try:
             notes.append(index.rebuild(store))
         except (OSError, sqlite3.Error) as exc:

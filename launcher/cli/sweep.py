@@ -9,7 +9,6 @@ from launcher.errors import ConfigError
 
 
 def main(argv: list[str]) -> int:
-    from launcher.sweep import multirun
 
     p = parser("sweep", "Work with a sweep directory (<store>/sweeps/<id>).")
     p.add_argument("action", choices=["verify", "plot"],
@@ -26,7 +25,9 @@ def main(argv: list[str]) -> int:
         return plot(args.sweep_dir, args.file)
     if args.file is not None:
         raise ConfigError(f"sweep verify takes one directory, got an extra argument {str(args.file)!r}")
-    return multirun.verify(args.sweep_dir, allow_mismatch=args.allow_mismatch)
+    from launcher.sweep import verify
+
+    return verify.verify(args.sweep_dir, allow_mismatch=args.allow_mismatch)
 
 
 def plot(sweep_dir: Path, file: Path | None) -> int:

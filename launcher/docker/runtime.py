@@ -20,9 +20,9 @@ from pathlib import Path
 from launcher.docker import container_spec, containers, imagebuild, images
 from launcher.docker.imagebuild import ImageInfo, ensure_image
 from launcher.errors import PackagesMismatch
-from launcher.record import runs
+from launcher.record import layout, runs
 
-CONTAINER = "container.json"  # launcher.run.job.CONTAINER: merged into the fingerprint
+CONTAINER = layout.CONTAINER  # merged into the fingerprint
 RUN_IMAGE_DIR = "image"  # RUN_DIR/image/{Dockerfile,lockfile.txt}: what replay rebuilds from
 
 
@@ -100,7 +100,7 @@ def run_in_container(job) -> int:
         owner = _lend(job.run_dir, uid, gid)
         try:
             return containers.run_job(
-                args, job.run_dir / "log.txt", job.echo, int(runtime_cfg.get("stop_timeout_s", 10))
+                args, job.run_dir / layout.LOG, job.echo, int(runtime_cfg.get("stop_timeout_s", 10))
             )
         finally:
             if owner:

@@ -11,7 +11,7 @@ fields the fingerprint records, with ``/proc/cpuinfo``'s flag names.
 learn the emulated CPU before a replay (``launch replay RUN --cpu MODEL``).
 
 The baselines are the x86-64 psABI micro-architecture levels: ``determinism=portable``
-caps every runtime ISA dispatch at one (``launcher.run.determinism``), and ``supports``
+caps every runtime ISA dispatch at one (``launcher.job.determinism``), and ``supports``
 says whether a CPU has every flag of it.
 """
 

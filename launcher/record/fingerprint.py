@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from launcher.errors import SchemaError
-from launcher.record import cpuid
+from launcher.record import cpuid, layout
 from launcher.record.environment import allowed_env
 from launcher.record.probes import code, hardware, software, tensorflow_gpu_notes, tensorflow_software
 
@@ -25,10 +25,12 @@ from launcher.record.probes import code, hardware, software, tensorflow_gpu_note
 # data from every file the job read, determinism.keras.
 # 3: code.launcher_modules (the launcher files the job imported, which replace the whole
 # package's hash in the key), distributions by content, the CPU's family, model and stepping.
+# 4: code.launcher_modules by module name (launcher.job.observe.reads), not file path: the key
+# compares their contents, so a module moved unchanged refuses nothing.
 # Older runs stay readable; what they lack is unknown to the comparability key.
-SCHEMA = 3
-FILE = "fingerprint.json"  # in the run directory
-READABLE_SCHEMAS = (1, 2, 3)
+SCHEMA = 4
+FILE = layout.FINGERPRINT
+READABLE_SCHEMAS = (1, 2, 3, 4)
 
 
 def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None,

@@ -78,12 +78,61 @@ def launcher_source_version() -> str:
     return source_version(__version__, source_files(Path(__file__).resolve().parents[1]))
 
 
-def launcher_files(names) -> dict[str, str]:
-    """sha256 of each of this launcher's files named relative to its package (``missing`` when
-    it has none of that name): the launcher code a stored run's job imported, as it is here."""
-    package = Path(__file__).resolve().parents[1]
-    out = {}
-    for name in names:
-        path = package / name
-        out[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+# The launcher's modules that moved, by their old names (a run recorded before the move names
+# them so): the in-job modules left launcher.run for launcher.job at fingerprint schema 4.
+MOVED = {
+    "launcher.run.bootstrap": "launcher.job.bootstrap",
+    "launcher.run.notebook": "launcher.job.notebook",
+    "launcher.run.userapi": "launcher.job.userapi",
+    "launcher.run.determinism": "launcher.job.determinism",
+    "launcher.run.data": "launcher.job.data",
+    "launcher.run.interrupts": "launcher.job.interrupts",
+    "launcher.run.tasks": "launcher.job.tasks",
+    "launcher.run.tasks.mnist": "launcher.job.tasks.mnist",
+    "launcher.run.tasks.user": "launcher.job.tasks.user",
+    "launcher.run.reads": "launcher.job.observe.reads",
+    "launcher.run.fswatch": "launcher.job.observe.fswatch",
+    "launcher.run.envreads": "launcher.job.observe.envreads",
+    "launcher.run.imports": "launcher.job.observe.imports",
+    "launcher.run.seeding": "launcher.job.observe.seeding",
+    "launcher.run.observe": "launcher.job.training.observer",
+    "launcher.run.fitstate": "launcher.job.training.fitstate",
+    "launcher.run.checkpoints": "launcher.job.training.checkpoints",
+    "launcher.run.tf1": "launcher.job.training.tf1",
+    "launcher.run.trace": "launcher.job.training.trace",
+    "launcher.run.keep": "launcher.record.keep",
+}
+
+
+def module_name(relative: str) -> str:
+    """The launcher's module named by its file relative to the package (``job/observe/reads.py``
+    -> ``launcher.job.observe.reads``; a package's ``__init__.py`` -> the package), under its
+    current name when it has moved since (``MOVED``)."""
+    parts = relative.removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts.pop()
+    name = ".".join(["launcher", *parts])
+    return MOVED.get(name, name)
+
+
+def _package() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def launcher_modules(stored: dict[str, str]) -> dict[str, str]:
+    """This launcher's content of each module a stored run's job imported (``stored``: module
+    name -> sha256): by name where it has that module, else under whatever name holds the same
+    content here (a module moved unchanged), else ``missing``."""
+    package = _package()
+    here = {module_name(rel): path for rel, path in source_files(package) if path.suffix == ".py"}
+    by_content: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for name, digest in stored.items():
+        path = here.get(name)
+        if path is not None:
+            out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+            continue
+        if not by_content:
+            by_content = {hashlib.sha256(p.read_bytes()).hexdigest(): n for n, p in here.items()}
+        out[by_content.get(digest, name)] = digest if digest in by_content else "missing"
     return out

@@ -18,6 +18,74 @@ import json
 from collections.abc import Callable
 
 from launcher.record.environment import keyed_env
+from launcher.record.hashing import module_name
+
+
+class LauncherCode:
+    """The launcher's code a job imported, module name -> sha256, compared by content: two runs
+    whose jobs ran the same contents are equal however the modules were named or laid out (a
+    module moved unchanged decides no bits). The names are for saying which module changed."""
+
+    def __init__(self, modules: dict[str, str]) -> None:
+        self.modules = dict(modules)
+
+    def contents(self) -> frozenset[str]:
+        return frozenset(self.modules.values())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LauncherCode) and self.contents() == other.contents()
+
+    def __hash__(self) -> int:
+        return hash(self.contents())
+
+    def canonical(self) -> list[str]:
+        return sorted(self.contents())
+
+    def __repr__(self) -> str:
+        return f"{len(self.modules)} module(s) of the launcher"
+
+
+def launcher_code(modules: dict[str, str], schema: int | None) -> LauncherCode:
+    """A fingerprint's ``code.launcher_modules`` as a ``LauncherCode``: schema 3 named the files
+    relative to the package (``run/reads.py``), later schemas name modules."""
+    if schema is not None and schema < 4:
+        modules = {module_name(rel): digest for rel, digest in modules.items()}
+    return LauncherCode(modules)
+
+
+def launcher_differences(name: str, a: LauncherCode, b: LauncherCode) -> list[tuple[str, object, object]]:
+    """(``code.launcher.<module>``, a's sha256, b's) for each module whose content only one side ran."""
+    out: list[tuple[str, object, object]] = []
+    seen = set()
+    for mod, digest in sorted(a.modules.items()):
+        if digest not in b.contents():
+            out.append((f"{name}.{mod}", digest, b.modules.get(mod, "not imported")))
+            seen.add(mod)
+    for mod, digest in sorted(b.modules.items()):
+        if digest not in a.contents() and mod not in seen:
+            out.append((f"{name}.{mod}", a.modules.get(mod, "not imported"), digest))
+    return out
+
+
+def differing(diffs: list[tuple[str, object, object]]) -> str:
+    """What differs, in one clause for a one-line refusal: the launcher's own in-job modules in
+    words, then the first four other fields."""
+    words = launcher_modules_changed(diffs)
+    other = [d[0] for d in diffs if not d[0].startswith("code.launcher.")]
+    listed = f"({', '.join(other[:4])}{', …' if len(other) > 4 else ''})"
+    if not words:
+        return f"{len(other)} comparability field(s) differ {listed}"
+    return words + (f"; {len(other)} other comparability field(s) differ {listed}" if other else "")
+
+
+def launcher_modules_changed(diffs: list[tuple[str, object, object]]) -> str | None:
+    """Words for a refusal whose differences include the launcher's own in-job code, or None."""
+    mods = [d[0].removeprefix("code.launcher.") for d in diffs if d[0].startswith("code.launcher.")]
+    if not mods:
+        return None
+    shown = ", ".join(mods[:6]) + (f" and {len(mods) - 6} more" if len(mods) > 6 else "")
+    return (f"the launcher's in-job code changed: {shown} (a launcher upgrade since the run; "
+            "its bits may or may not change)")
 
 
 class Unknown:
@@ -144,8 +212,10 @@ KEY: dict[str, Callable[[dict], object]] = {
     # launch directory's git commit and diff (recorded for reading): the code that ran is
     # hashed directly, in a git repository or not.
     # A run that did not record the files (an older launcher) is held to its whole package.
-    "code.launcher": lambda fp: (fp["code"].get("launcher_modules")
-                                 or {"(the whole package)": fp["code"].get("launcher_version")}),
+    # By module name and content (LauncherCode): a module moved or renamed unchanged refuses nothing.
+    "code.launcher": lambda fp: (launcher_code(fp["code"]["launcher_modules"], fp.get("schema"))
+                                 if fp["code"].get("launcher_modules")
+                                 else {"(the whole package)": fp["code"].get("launcher_version")}),
     "code.script_sha256": lambda fp: fp["code"].get("script_sha256"),
     # A notebook's code cells, each by its source (named ``code cell N`` with its first line,
     # so a refusal says which cell). Out: the notebook file's own hash (notebook_sha256,
@@ -192,7 +262,8 @@ def comparability_key(fp: dict) -> dict[str, object]:
 
 
 def key_sha256(fp: dict) -> str:
-    canonical = json.dumps(comparability_key(fp), sort_keys=True, default=str)
+    canonical = json.dumps(comparability_key(fp), sort_keys=True,
+                           default=lambda o: o.canonical() if isinstance(o, LauncherCode) else str(o))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -212,6 +283,9 @@ def unknown_on_both(a: dict, b: dict) -> list[str]:
 def _diff(name: str, x: object, y: object, out: list) -> None:
     if x == y or (isinstance(x, Unknown) and isinstance(y, Unknown)):
         return  # unknown on both sides: nothing to tell them apart by (unknown on one side is a difference)
+    if isinstance(x, LauncherCode) and isinstance(y, LauncherCode):
+        out.extend(launcher_differences(name, x, y))
+        return
     if isinstance(x, dict) and isinstance(y, dict):
         for k in sorted(set(x) | set(y)):
             _diff(f"{name}.{k}", x.get(k), y.get(k), out)

@@ -37,9 +37,10 @@ import tempfile
 from pathlib import Path
 
 from launcher.errors import RunNotFound, SealError, StoreError, UnsafeRun
+from launcher.record import layout
 
-MANIFEST = "manifest.json"
-STATUS = "status.json"
+MANIFEST = layout.MANIFEST
+STATUS = layout.STATUS
 MANIFEST_SCHEMA = 1
 RESERVE = ".reserve"  # freed when the disk is full, so status.json can still be written
 RESERVE_BYTES = 64 * 1024

@@ -40,8 +40,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from launcher.errors import SealError, UnsafeRun
+from launcher.record import layout
 
-SNAPSHOT = "snapshot.json"
+SNAPSHOT = layout.SNAPSHOT
 OBJECTS = "objects"
 SCHEMA = 1
 DEFAULT_MAX_MB = 64  # per data file: the bundled sample and typical small data sets fit

@@ -33,10 +33,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-DIR = "tensorboard"
+from launcher.record import layout
+from launcher.record.layout import METRICS, TRACE
+
+DIR = layout.TENSORBOARD
 FILE = "events.out.tfevents.launch"  # TensorBoard reads any file whose name holds ".tfevents."
 SWEEP_DIR = "tensorboard"  # <sweep>/tensorboard/<job>: links to the jobs' run directories
-METRICS, TRACE = "metrics.jsonl", "trace.jsonl"
+
 POLL_S = 2.0
 
 

@@ -17,7 +17,7 @@ else. Rather than ask the user, the job process reports what it actually used:
   where and by what it was installed: ``files_sha256``);
 - **libraries**: the other shared libraries mapped (libm, libstdc++, libgomp, ...),
   hashed by content;
-- **data**: the files the job opened for reading (seen by ``launcher.run.reads``), and
+- **data**: the files the job opened for reading (seen by ``launcher.job.observe.reads``), and
   the files found by its directory listings that existed before it started (a file
   read by native code is found by a listing first), except code, libraries, the Python
   installation, system directories, caches and run directories, hashed by content.
@@ -29,31 +29,27 @@ process.
 
 from __future__ import annotations
 
-import csv
 import functools
 import glob
-import hashlib
-import io
-import json
 import os
 import re
-import site
 import sys
-import sysconfig
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from importlib import metadata
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from launcher.record.filecache import FileHashes, cache_path, stat_key
+from launcher.record.distributions import (
+    METADATA,
+    Installed,
+    distribution_identity,
+    keyed_distributions,
+    requires,
+    version_of,
+)
+from launcher.record.filecache import FileHashes, stat_key
+from launcher.record.hashing import module_name
 from launcher.record.index import RUN_NAME
+from launcher.record.places import Roots, classify, roots, system_path, under
 
-# Never data: the OS, devices and pseudo-files. The job's reads there are settings the
-# fingerprint records otherwise (hardware, software, environment), or noise.
-SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin",
-               "/var/lib", "/var/cache", "/snap")  # fmt: skip
-# Where a user's data lies inside those: RAM disks of the session and of the machine.
-USER_DATA_IN_SYSTEM_DIRS = ("/run/user", "/dev/shm")
 # ~/.cache and ~/.config hold data sets (kagglehub, Hugging Face datasets, download
 # helpers) and are read like any directory; only these tools' own caches below them are
 # never the job's data (font lists, compiled kernels), and the launcher's own cache
@@ -66,43 +62,9 @@ TOOL_CACHES = ("matplotlib", "fontconfig", "pip", "launch", "mlflow")
 # (determinism.keras: floatx, epsilon, image_data_format, backend).
 IGNORED_NAMES = ("keras.json",)
 _SHARED_LIBRARY = re.compile(r"\.so(\.[0-9.]+)?$")
-_METADATA = re.compile(r"\.(dist|egg)-info(/|$)")  # an installed distribution's metadata (editable ones too)
 # Code TensorFlow writes and imports itself (AutoGraph's conversions of the user's functions,
 # whose source is hashed): a new temporary name every run.
 _GENERATED = re.compile(r"^__autograph_generated_file")
-
-
-@dataclass(frozen=True)
-class Roots:
-    """The directories that decide what a path is."""
-
-    site: tuple[str, ...]  # site-packages and dist-packages: installed distributions
-    python: tuple[str, ...]  # the interpreter's prefixes: the standard library, lib-dynload, libpython
-    launcher: str  # the launcher package itself (the files the job imported from it are code.launcher)
-    ignored: tuple[str, ...] = ()  # never data: the run directory, caches
-
-
-def _under(path: str, roots: Iterable[str]) -> bool:
-    return any(root and (path == root or path.startswith(root.rstrip("/") + "/")) for root in roots)
-
-
-def system_path(path: str) -> bool:
-    """Whether a real path is the OS's, a device's or a pseudo-file's (``SYSTEM_DIRS``, but
-    the RAM disks of ``USER_DATA_IN_SYSTEM_DIRS``): never data, on any layout of ``/``
-    (judged by the path itself, whether ``/lib`` is a directory or a link into ``/usr``)."""
-    return _under(path, SYSTEM_DIRS) and not _under(path, USER_DATA_IN_SYSTEM_DIRS)
-
-
-def classify(path: str, roots: Roots) -> str:
-    """``launcher``, ``site`` (an installed distribution), ``python`` (the interpreter and
-    its standard library) or ``user`` (anything else: the user's code, a system library)."""
-    if _under(path, [roots.launcher]):
-        return "launcher"
-    if _under(path, roots.site):
-        return "site"
-    if _under(path, roots.python):
-        return "python"
-    return "user"
 
 
 def parse_maps(text: str) -> list[str]:
@@ -156,11 +118,11 @@ def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterab
             continue
         if path.endswith(".py") and not info.get("source"):  # source read as text by the job's code is data
             continue
-        if os.path.basename(path) in IGNORED_NAMES or _METADATA.search(path):
+        if os.path.basename(path) in IGNORED_NAMES or METADATA.search(path):
             continue
         if not os.path.isfile(path) and (os.path.exists(path) or not _there_before(info.get("stat"), started_ns)):
             continue
-        if system_path(path) or _under(path, (*caches, *roots.ignored)) or classify(path, roots) != "user":
+        if system_path(path) or under(path, (*caches, *roots.ignored)) or classify(path, roots) != "user":
             continue
         out.append(opened_as)
     return out
@@ -185,61 +147,12 @@ def display_name(path: str, launch_dir: str, relative: bool = True) -> str:
     """A recorded path: relative to the launch directory when the job named it relatively
     and it lies there (a replay elsewhere finds it relative to its own directory), else
     absolute (where a replay will read it too)."""
-    if relative and _under(path, [launch_dir]):
+    if relative and under(path, [launch_dir]):
         return os.path.relpath(path, launch_dir)
     return path
 
 
 # ---------------------------------------------------------------- I/O (the job process)
-def roots(run_dir: str | None = None) -> Roots:
-    """This interpreter's roots."""
-    paths = sysconfig.get_paths()
-    site_dirs = {paths.get("purelib"), paths.get("platlib")}
-    try:
-        site_dirs.update(site.getsitepackages())
-        site_dirs.add(site.getusersitepackages())
-    except AttributeError:  # a virtualenv's old site.py
-        pass
-    site_dirs.update(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))
-    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, paths.get("stdlib")}
-    launcher_dir = str(Path(__file__).resolve().parents[1])
-    ignored = [run_dir] if run_dir else []
-    ignored.append(str(cache_path().parent))  # the launcher's own cache (file digests, distributions)
-    def both(paths) -> tuple[str, ...]:  # as given and resolved: paths are compared before resolving
-        return tuple(sorted({form for p in paths if p for form in (os.path.abspath(p), os.path.realpath(p))}))
-
-    return Roots(site=both(site_dirs), python=both(python), launcher=launcher_dir, ignored=both(ignored))
-
-
-def unwatched(run_dir: str, root: str | None = None) -> list[str]:
-    """Directories whose file opens are never the job's data, so never watched natively
-    (``launcher.run.fswatch``): the system's, the Python installation and its distributions,
-    the launcher, its caches, and the run store, except the snapshot a replay laid out in it
-    (``root``, the store's ``.replay-*``), where the replayed job's data lies."""
-    r = roots(run_dir)
-    store = os.path.dirname(os.path.abspath(run_dir))
-    in_store = root is not None and _under(os.path.abspath(root), [store])
-    return [*SYSTEM_DIRS, *r.site, *r.python, *r.ignored, r.launcher, *([] if in_store else [store])]
-
-
-def broad_directories() -> list[str]:
-    """Directories too broad to watch below (a job started there, a file read there): home,
-    the root and the temporary directories; each is watched by itself."""
-    import tempfile
-
-    return [os.path.expanduser("~"), "/", tempfile.gettempdir(), "/tmp", "/var/tmp"]
-
-
-def code_kind(roots_: Roots) -> Callable[[str], str]:
-    """``classify`` for the file names of running code (``frame.f_code.co_filename``),
-    remembered: ``frozen`` for the interpreter's own (``<frozen ...>``) and for code a
-    library generates (``<string>``: dataclasses, namedtuples)."""
-
-    @functools.lru_cache(maxsize=4096)
-    def kind(filename: str) -> str:
-        return "frozen" if filename.startswith("<") else classify(os.path.abspath(filename), roots_)
-
-    return kind
 
 
 def _there_before(stat: tuple | None, started_ns: int | None) -> bool:
@@ -263,71 +176,6 @@ def module_files(modules: Mapping[str, object] | None = None) -> dict[str, str]:
         if isinstance(file, str) and file and not _GENERATED.match(name):
             out[name] = os.path.abspath(file)
     return out
-
-
-class _Distributions:
-    """Which installed distribution owns a file below a site directory."""
-
-    def __init__(self, site_dirs: Iterable[str]) -> None:
-        self.by_top = _packages_distributions(site_dirs)
-        self._files: dict[str, set[str]] = {}
-
-    def owner(self, path: str, site_dirs: Iterable[str]) -> str | None:
-        for root in site_dirs:
-            if _under(path, [root]):
-                rel = os.path.relpath(path, root)
-                break
-        else:
-            return None
-        top = rel.split(os.sep, 1)[0]
-        top = top.split(".", 1)[0] if os.sep not in rel else top
-        names = self.by_top.get(top) or self.by_top.get(top.split(".", 1)[0]) or []
-        if len(set(names)) == 1:
-            return _normalize(names[0])
-        for name in dict.fromkeys(names):  # a namespace (nvidia/, google/): find the owner by its file list
-            if rel in self._record(name):
-                return _normalize(name)
-        return None
-
-    def _record(self, name: str) -> set[str]:
-        if name not in self._files:
-            try:
-                files = metadata.distribution(name).files or []
-            except metadata.PackageNotFoundError:
-                files = []
-            self._files[name] = {os.path.normpath(str(f)) for f in files}
-        return self._files[name]
-
-
-def _packages_distributions(site_dirs: Iterable[str]) -> dict[str, list[str]]:
-    """``importlib.metadata.packages_distributions()``, remembered (it reads every installed
-    distribution's metadata: 0.2 s) until a distribution is installed, upgraded or removed."""
-    entries = []
-    for root in sorted(set(site_dirs)):
-        try:
-            with os.scandir(root) as it:
-                entries += [f"{root}/{e.name}:{e.stat().st_mtime_ns}" for e in it if _METADATA.search(e.name + "/")]
-        except OSError:
-            continue
-    signature = hashlib.sha256("\n".join([sys.version, *sorted(entries)]).encode()).hexdigest()[:24]
-    path = cache_path().parent / f"distributions-{signature}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
-    found = {top: list(dict.fromkeys(names)) for top, names in metadata.packages_distributions().items()}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(found))
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return found
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _files_below(path: str) -> list[str]:
@@ -388,84 +236,6 @@ def _named(paths: Mapping[str, bool] | Iterable[str]) -> dict[str, bool]:
     return dict(paths) if isinstance(paths, Mapping) else dict.fromkeys(paths, True)
 
 
-# RECORD entries that say where and by what a distribution was installed, not what it is:
-# the installer's markers, RECORD itself, console scripts and data files outside
-# site-packages (a script's first line holds the environment's Python) and bytecode
-# compiled at install time (it holds the source's mtime).
-_INSTALL_MARKERS = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")
-_COMPILED = re.compile(r"(^|/)__pycache__/[^/]+\.pyc$")
-
-
-def parse_record(text: str) -> list[tuple[str, str]]:
-    """(path, hash) of each line of a ``RECORD`` (CSV: path, hash, size); hash may be empty."""
-    return [(row[0], row[1] if len(row) > 1 else "") for row in csv.reader(io.StringIO(text)) if row]
-
-
-def content_entries(entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The (path, hash) entries that are the distribution's own content, sorted by path.
-
-    Out: entries without a hash, paths outside site-packages (``..``: console scripts
-    and data files; absolute paths), the installer's markers of ``*.dist-info``
-    (``INSTALLER``, ``REQUESTED``, ``direct_url.json``, ``RECORD``) and ``__pycache__/*.pyc``.
-    """
-    kept = set()
-    for path, digest in entries:
-        path = path.replace("\\", "/")
-        if not digest or path.startswith(("../", "/")) or path == ".." or _COMPILED.search(path):
-            continue
-        parent, _, base = path.rpartition("/")
-        if parent.endswith(".dist-info") and base in _INSTALL_MARKERS:
-            continue
-        kept.add((path, digest))
-    return sorted(kept)
-
-
-def files_sha256(entries: Iterable[tuple[str, str]]) -> str | None:
-    """The sha256 of a distribution's content entries (``content_entries``); None when it has none."""
-    kept = content_entries(entries)
-    if not kept:
-        return None
-    return hashlib.sha256("".join(f"{path}\t{digest}\n" for path, digest in kept).encode()).hexdigest()
-
-
-def _hashed_files(dist: metadata.Distribution, listing: str) -> list[tuple[str, str]]:
-    """(path below site-packages, sha256) of the files an ``installed-files.txt`` lists (paths
-    relative to the metadata directory), hashed as they are now."""
-    info = getattr(dist, "_path", None)  # the metadata directory (importlib's PathDistribution)
-    if info is None:
-        return []
-    out = []
-    for line in filter(None, listing.splitlines()):
-        path = os.path.normpath(os.path.join(Path(info).name, line)).replace(os.sep, "/")
-        try:
-            data = (Path(info).parent / path).read_bytes()
-        except OSError:
-            continue
-        out.append((path, "sha256=" + hashlib.sha256(data).hexdigest()))
-    return out
-
-
-def distribution_identity(name: str) -> dict | None:
-    """{"version", "files_sha256", "record_sha256"} of an installed distribution, or None when it is not installed.
-
-    ``files_sha256`` is what it contains (``files_sha256()`` of its RECORD), the same in
-    every environment it is installed in from the same wheel: the comparability key uses
-    it. A distribution without a RECORD is hashed by the files its ``installed-files.txt``
-    lists, as they are now; None when it lists none (an egg-link's source is in
-    code.modules). ``record_sha256`` hashes the whole RECORD or file list, for reading: it
-    changes with the environment's path and the installer.
-    """
-    try:
-        dist = metadata.distribution(name)
-    except metadata.PackageNotFoundError:
-        return None
-    record = dist.read_text("RECORD")
-    listing = record or dist.read_text("installed-files.txt") or ""
-    content = files_sha256(parse_record(record) if record else _hashed_files(dist, listing))
-    return {"version": dist.version, "files_sha256": content,
-            "record_sha256": hashlib.sha256(listing.encode()).hexdigest() if listing else None}  # fmt: skip
-
-
 def gather(
     opened: Mapping[str, dict],
     run_dir: str,
@@ -490,9 +260,9 @@ def gather(
     ``started_ns`` count as read. Each of these maps a path to whether the job named it
     relatively (a plain list: relatively), which decides how it is recorded
     (``display_name``). ``direct_imports`` are the top-level names the job's code or the
-    launcher imported (``launcher.run.imports``); without them every used distribution
+    launcher imported (``launcher.job.observe.imports``); without them every used distribution
     is keyed. ``native`` are the files opened in directories watched at the OS level
-    (``launcher.run.fswatch``), each with its stat when first seen where known: they count as
+    (``launcher.job.observe.fswatch``), each with its stat when first seen where known: they count as
     listed ones do (one modified since ``started_ns`` is the job's output: a database it logs
     to, as MLflow's default ``mlflow.db``), and one from before ``started_ns`` that is gone now
     as read, then deleted while the job ran (a checkpoint restored, then rotated away).
@@ -520,7 +290,7 @@ def gather(
             maps_text = Path("/proc/self/maps").read_text()
         except OSError:
             maps_text = ""
-    dists = _Distributions(r.site)
+    dists = Installed(r.site)
     used: dict[str, None] = {}
     imported: dict[str, set[str]] = {}  # distribution -> the top-level names of its modules imported
     code: dict[str, dict] = {}
@@ -533,7 +303,7 @@ def gather(
                 path = os.path.realpath(path)
                 kind = classify(path, r)  # a symlink into site-packages is still site-packages
             if kind == "launcher":
-                launcher[os.path.relpath(path, r.launcher)] = hashes.sha256(path) or "missing"
+                launcher[module_name(os.path.relpath(path, r.launcher))] = hashes.sha256(path) or "missing"
             elif kind == "site":
                 owner = dists.owner(path, r.site)
                 if owner:
@@ -573,60 +343,15 @@ def gather(
             data[display_name(_as_named(opened_as, path, launch_dir), launch_dir,
                               opened[opened_as].get("relative", True))] = digest  # fmt: skip
         for named, rel in _named(explicit).items():
-            for path in (f for f in _files_below(named) if not _under(f, r.ignored)):
+            for path in (f for f in _files_below(named) if not under(f, r.ignored)):
                 data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
     keyed = set(used) if direct_imports is None else keyed_distributions(
-        used, imported, set(direct_imports), {name: _requires(name) for name in used})
+        used, imported, set(direct_imports), {name: requires(name) for name in used})
     distributions = {name: distribution_identity(name) for name in sorted(keyed)}
-    probed = {name: _version_of(name) for name in sorted(set(used) - keyed)}
+    probed = {name: version_of(name) for name in sorted(set(used) - keyed)}
     return {"modules": code, "distributions": distributions, "libraries": dict(sorted(libraries.items())),
             "data": dict(sorted(data.items())), "launcher": dict(sorted(launcher.items())),
             "distributions_probed": probed}  # fmt: skip
-
-
-def keyed_distributions(used: Iterable[str], imported: Mapping[str, set[str]], direct: set[str],
-                        requires: Mapping[str, Iterable[str]]) -> set[str]:
-    """The used distributions that can change the job's bits: those the job's code or the
-    launcher imported (``direct``, top-level names), those whose shared libraries it loaded
-    without importing them (TensorFlow's ``nvidia-*`` wheels), and what these require,
-    transitively (``requires``: normalized names, extras left out). The rest was imported
-    only by a library's optional probe (Keras imports pandas when it is installed)."""
-    used = set(used)
-    keyed = {d for d in used if d not in imported or imported[d] & direct}
-    todo = list(keyed)
-    while todo:
-        for dep in requires.get(todo.pop(), ()):
-            if dep in used and dep not in keyed:
-                keyed.add(dep)
-                todo.append(dep)
-    return keyed
-
-
-def parse_requires(lines: Iterable[str] | None) -> list[str]:
-    """Normalized names of ``Requires-Dist`` lines, without those that only an extra pulls in."""
-    out = []
-    for line in lines or []:
-        requirement, _, marker = line.partition(";")
-        if "extra" in marker:
-            continue
-        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-        if match:
-            out.append(_normalize(match.group(1)))
-    return out
-
-
-def _requires(name: str) -> list[str]:
-    try:
-        return parse_requires(metadata.requires(name))
-    except metadata.PackageNotFoundError:
-        return []
-
-
-def _version_of(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _as_named(opened_as: str, real: str, launch_dir: str) -> str:
@@ -634,4 +359,4 @@ def _as_named(opened_as: str, real: str, launch_dir: str) -> str:
     lies in the launch directory (a link there to data elsewhere is found again by its name
     there), else where it really is."""
     given = os.path.abspath(opened_as)
-    return given if _under(given, [launch_dir]) else real
+    return given if under(given, [launch_dir]) else real

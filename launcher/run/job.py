@@ -17,14 +17,15 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import DeterminismError, LauncherError
-from launcher.record import fingerprint, index, key, probes, runs, snapshot, tbevents, tracking
-from launcher.run import config, determinism, gpus, interrupts, runtime
-from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
-from launcher.run.keep import keep_snapshot, keep_so_far
+from launcher.job import determinism
+from launcher.record import fingerprint, index, key, layout, probes, runs, snapshot, tbevents, tracking
+from launcher.record.keep import keep_snapshot, keep_so_far
+from launcher.record.layout import ERROR, JOB, JOB_FACTS, RESULT
+from launcher.run import config, gpus, runtime, signals
 
 FINGERPRINT = fingerprint.FILE
-CONFIG = "config.yaml"
-CONTAINER = "container.json"  # written by a container runtime: image id, tag, uid, network
+CONFIG = layout.CONFIG
+CONTAINER = layout.CONTAINER
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -59,7 +60,6 @@ def check_baseline(resolved: DictConfig, cpu: str | None = None) -> None:
         return
     if cpu:
         from launcher.run import emulation
-
         found = emulation.emulated_cpu(cpu, sys.executable, LAUNCHER_ROOT)
     else:
         found = probes.parse_cpuinfo(probes.read_text("/proc/cpuinfo"))
@@ -163,7 +163,6 @@ def launch_fingerprint(
     fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script, notebook)
     if cpu:
         from launcher.run import emulation
-
         fp["hardware"]["cpu"] = emulation.emulated_cpu(cpu, python or sys.executable, LAUNCHER_ROOT)
     if plan.isa_baseline:  # the key holds this instead of the CPU's model and flags
         fp["hardware"]["cpu"]["baseline"] = {"name": plan.isa_baseline,
@@ -182,7 +181,7 @@ def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: 
 
     A Ctrl-C or SIGTERM meanwhile waits until the run's ending is on record.
     """
-    with interrupts.held():
+    with signals.held():
         return _finish(run_dir, resolved, fp, returncode, row, launch_dir, root)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.record import environment, fingerprint, hashing, key, probes, runs, snapshot, usage
+from launcher.record import distributions, environment, fingerprint, hashing, key, probes, runs, snapshot
 from launcher.record.filecache import FileHashes
 from launcher.run import job
 
@@ -55,9 +55,9 @@ def current_usage(stored_fp: dict, root: str | None = None, probed: dict | None 
         modules = {name: {"path": m["path"], "sha256": hashes.sha256(snapshot.rooted(m["path"], root)) or "missing"}
                    for name, m in (stored_fp["code"].get("modules") or {}).items()}  # fmt: skip
         libraries = {path: hashes.sha256(path) or "missing" for path in software.get("libraries") or {}}
-    identity = probed["distributions"].get if probed else usage.distribution_identity
-    distributions = {name: identity(name) for name in software.get("distributions") or {}}
-    return modules, distributions, libraries
+    identity = probed["distributions"].get if probed else distributions.distribution_identity
+    used = {name: identity(name) for name in software.get("distributions") or {}}
+    return modules, used, libraries
 
 
 def precheck(
@@ -91,7 +91,9 @@ def key_differences_now(
     # not report them (it was interrupted, or a launcher before schema 3 wrote it) is held to
     # the launcher's whole package instead: the same package, or refused.
     stored_launcher = stored["code"].get("launcher_modules")
-    current["code"]["launcher_modules"] = hashing.launcher_files(stored_launcher) if stored_launcher else None
+    if stored_launcher:  # by the names the key gives them (a schema-3 run named files)
+        stored_launcher = key.launcher_code(stored_launcher, stored.get("schema")).modules
+    current["code"]["launcher_modules"] = hashing.launcher_modules(stored_launcher) if stored_launcher else None
     if stored.get("software") is None:
         current["software"] = None  # the job never reported: nothing to check it against
     elif stored["software"].get("container"):

@@ -16,7 +16,7 @@ each shared site directory off the front of ``sys.path`` before adding it after 
 overlay, so an installed launcher's neighbours never shadow what the overlay installed.
 
 It is checked: after building, every distribution the job used is identified
-(``usage.distribution_identity``: version and content) by the venv's own interpreter
+(``distributions.distribution_identity``: version and content) by the venv's own interpreter
 and compared with the record; any difference refuses, naming the distribution, and so
 does a recorded Python other than this one, or a distribution the index does not have
 (an editable or local install). A distribution found anywhere but in the overlay that
@@ -54,12 +54,12 @@ from pathlib import Path
 
 from launcher import proc
 from launcher.errors import RebuildError
-from launcher.record import usage
+from launcher.record import distributions, layout
 
 LAUNCHER_DISTRIBUTION = "tf-repro-launcher"  # the launcher itself: the replay runs this one's code
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])  # put on the job's PYTHONPATH (job.LAUNCHER_ROOT)
 SHARED_PTH = "_launch_shared.pth"
-INFO = "rebuild.json"  # what was built, for reading
+INFO = layout.REBUILD  # what was built, for reading
 LAYOUT = 2  # how an overlay is made (2: its .pth moves shared directories behind it); in the cache key
 CHUNK = 1 << 20  # bytes hashed at a time: a wheel (TensorFlow's: 0.5-1 GB) is never read whole
 
@@ -257,7 +257,7 @@ def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool =
     verified; raises ``RebuildError``."""
     root = cache_root or default_cache_root()
     used_names = list((stored_fp.get("software") or {}).get("distributions") or {})
-    p = plan(stored_fp, here_versions(), {n: usage.distribution_identity(n) for n in used_names},
+    p = plan(stored_fp, here_versions(), {n: distributions.distribution_identity(n) for n in used_names},
              platform.python_version())  # fmt: skip
     shared = shared_site_dirs()
     final = root / cache_key(p, os.path.realpath(sys.executable) + " " + sys.version, shared)
@@ -327,11 +327,11 @@ def where(name):
     return {"site": site, "shadowed": shadowed}
 
 try:
-    import launcher, launcher.run.bootstrap, launcher.run.determinism, launcher.run.tasks, omegaconf
-    from launcher.record import fingerprint, probes, runs, usage
+    import launcher, launcher.job.bootstrap, launcher.job.determinism, launcher.job.tasks, omegaconf
+    from launcher.record import distributions, fingerprint, probes, runs
     names = sys.argv[1:]
     out = {"software": probes.software(), "launcher": launcher.__file__,
-           "distributions": {name: usage.distribution_identity(name) for name in names},
+           "distributions": {name: distributions.distribution_identity(name) for name in names},
            "where": {name: where(name) for name in names}}
 except Exception as exc:
     out = {"error": f"{type(exc).__name__}: {exc}"}
@@ -350,7 +350,6 @@ def probe(python: Path, names: list[str]) -> dict:
     ``runtime.job_env``); for ``precheck(probed=...)``. ``where`` says, for each, where
     its metadata lies and which of its top-level modules import from elsewhere."""
     from launcher.run import runtime
-
     out = _capture(probe_argv(python, names), runtime.job_env(dict(os.environ), {}, LAUNCHER_ROOT))
     try:
         probed = json.loads(out or "")

@@ -1,7 +1,7 @@
 """``launch resume RUN``: continue an interrupted run from its newest complete checkpoint.
 
 The run continues in its own directory with its stored config and seed; user code
-runs again with the code the run kept in the store (``launcher.run.keep``), laid out
+runs again with the code the run kept in the store (``launcher.record.keep``), laid out
 afresh, in its launch directory (``_where``). Metrics of
 epochs after the checkpoint (written before the interruption) are dropped and
 appended again as the resumed epochs end; ``job.json`` and ``result.json`` record
@@ -25,10 +25,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from launcher.errors import NotComparable, ResumeError, StoreError, UnsafeRun
-from launcher.record import fingerprint, runs, snapshot
-from launcher.run import checkpoints, fitstate, gpus, job, precheck, trace
-from launcher.run.bootstrap import ERROR, JOB, JOB_FACTS, RESULT
-from launcher.run.tasks import METRICS
+from launcher.record import checkpoints, fingerprint, key, runs, snapshot, trace
+from launcher.record.layout import ERROR, JOB, JOB_FACTS, METRICS, RESULT
+from launcher.run import gpus, job, precheck
 
 
 def _alive(pid: object) -> bool:
@@ -58,7 +57,7 @@ def _why_none(run_dir: Path) -> str:
     if _task(run_dir) in USER_CODE:
         return ("the launcher checkpoints the epochs of your code's Keras fit in seeded and strict runs; "
                 "this one had none: determinism=off, train.checkpoint_every=0, it died in its first epoch, "
-                "or it trains without fit (a custom loop: use launcher.run.checkpoints.Checkpointer); "
+                "or it trains without fit (a custom loop: use launcher.job.training.checkpoints.Checkpointer); "
                 "run it again with launch")  # fmt: skip
     return "determinism=off, or it died in epoch 1"
 
@@ -84,7 +83,7 @@ def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
         why = "; ".join(notes) if notes else f"it has no checkpoints ({_why_none(run_dir)})"
         raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
     fit, _ = checkpoints.read_extra(path)
-    if fit is not None and (why := fitstate.why_not_resumable(fit)):
+    if fit is not None and (why := checkpoints.why_not_resumable(fit)):
         raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
     return path, epoch, owner + notes
 
@@ -210,8 +209,7 @@ def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epo
     diffs = precheck.key_differences_now(stored, run_dir, cwd, root=root)
     if diffs and not allow_mismatch:
         raise NotComparable(
-            f"cannot resume {run_dir.name} here: {len(diffs)} comparability field(s) differ "
-            f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to resume anyway",
+            f"cannot resume {run_dir.name} here: {key.differing(diffs)}; use --allow-mismatch to resume anyway",
             diffs,
         )
     resolved = OmegaConf.load(run_dir / job.CONFIG)

@@ -16,9 +16,9 @@ from typing import Protocol
 
 from launcher import proc
 from launcher.errors import ConfigError
-from launcher.record import runs
-from launcher.run import interrupts
-from launcher.run.bootstrap import ERROR
+from launcher.record import layout, runs
+from launcher.record.layout import ERROR
+from launcher.run import signals
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,6 @@ def bootstrap_argv(python: str, run_dir: Path, cpu_model: str | None = None) -> 
     argv = [python, *safe, "-m", "launcher.bootstrap", str(run_dir)]
     if cpu_model:
         from launcher.run import emulation
-
         argv = emulation.wrap(argv, cpu_model)
     return argv
 
@@ -72,14 +71,14 @@ class LocalRuntime:
         ended = proc.run_job(
             proc.place_argv(sys.executable, placed_data(job.run_dir), argv),
             env=job.env,
-            log_path=job.run_dir / "log.txt",
+            log_path=job.run_dir / layout.LOG,
             cwd=job.cwd,
             echo=job.echo,
             preexec_affinity=set(job.cpus) if job.cpus else None,
         )
         if ended.stop is None:
             return ended.returncode
-        interrupts.stopping_launcher()  # a second Ctrl-C has nothing left to stop
+        signals.stopping_launcher()  # a second Ctrl-C has nothing left to stop
         if ended.returncode == 0:
             return 0  # it completed before it could be stopped
         error = job.run_dir / ERROR
@@ -99,7 +98,7 @@ def placed_data(run_dir: Path) -> dict[str, str]:
 
 def stop_reason(ended: proc.Ended) -> str:
     """The error of a run whose job was stopped by a signal but did not end by itself as asked."""
-    reason = interrupts.REASONS.get(ended.stop, "interrupted")
+    reason = signals.REASONS.get(ended.stop, "interrupted")
     if ended.killed:
         return f"{reason}; the job was killed: {ended.killed}"
     if ended.returncode < 0:

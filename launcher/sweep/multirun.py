@@ -80,7 +80,7 @@ def expand(overrides: list[str]) -> tuple[list[list[str]], list[str], list[str]]
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    from launcher.run.config import hydra_message
+    from launcher.run.composition import hydra_message
 
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
@@ -113,7 +113,7 @@ def parse(overrides: list[str]) -> tuple[list, list]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    from launcher.run.config import hydra_message
+    from launcher.run.composition import hydra_message
 
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
@@ -129,15 +129,15 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
     With an optimizing sweeper the jobs are proposed as the sweep runs: its search space
     is validated at its representative values, and its sampler seeded from the sweep's seed.
     """
+    from launcher.job import determinism
     from launcher.record import probes
-    from launcher.run import config, determinism
+    from launcher.run import composition, config
     from launcher.run import gpus as gpu_request
-
     config_dir = os.path.abspath(os.path.expanduser(config_dir)) if config_dir else None
     task, hydra_parsed = parse(overrides)
     hydra_overrides = [o.input_line for o in hydra_parsed]
     fixed = [o.input_line for o in task if not o.is_sweep_override()]
-    hydra_cfg = config.compose_hydra([*fixed, *hydra_overrides], config_dir=config_dir)
+    hydra_cfg = composition.compose_hydra([*fixed, *hydra_overrides], config_dir=config_dir)
     target = str(hydra_cfg.sweeper._target_)
     if _search.kind(target) == _search.BASIC:
         jobs, hydra_overrides, swept = expand(overrides)
@@ -149,7 +149,7 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
     cfgs = []
     for num, job_overrides in enumerate(checked):
         try:
-            cfg = config.compose([*job_overrides, *hydra_overrides], config_dir=config_dir)
+            cfg = composition.compose([*job_overrides, *hydra_overrides], config_dir=config_dir)
             config.validate(cfg)
             config.check_entrypoint(cfg, os.getcwd())
         except ConfigError as exc:
@@ -206,8 +206,7 @@ def _plan_search(hydra_cfg, target: str, cfg) -> _search.Search:
     """The optimizing sweeper's plan; the sweep's seed is the jobs' seed (drawn when there is none)."""
     from omegaconf import OmegaConf
 
-    from launcher.run import determinism
-
+    from launcher.job import determinism
     objective = str(_select(cfg, "sweep.objective") or "")
     if not objective:
         raise ConfigError("an optimizing sweeper needs sweep.objective: the final metric it optimizes")
@@ -281,7 +280,7 @@ def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
         finalize(sweep_dir)  # what finished, and what did not, on record
         raise
     except Exception as exc:  # the launcher plugin broke (a worker died): say so, summarize
-        from launcher.run.config import hydra_message
+        from launcher.run.composition import hydra_message
 
         print(f"launch: error: sweep launcher failed: {hydra_message(exc)}", file=sys.stderr)
     summary = finalize(sweep_dir)
@@ -301,7 +300,7 @@ def _quiet_optuna() -> None:
 
 def _hydra_multirun(argv: list[str]) -> None:
     """Hydra's own ``--multirun`` over ``argv``, raising its errors instead of exiting."""
-    from launcher.run.config import hydra_main
+    from launcher.run.composition import hydra_main
 
     hydra_main(argv, _task)
 
@@ -382,7 +381,7 @@ def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
     record = pending_record(num, overrides, planned_seed(cfg))
     try:
         if meta.get("config_dir"):  # name the user's config files this job was composed from
-            from launcher.run.config import with_config_files
+            from launcher.run.composition import with_config_files
 
             cfg = with_config_files(cfg, overrides, meta["config_dir"])
         for name in WORKER_ENV:  # the job starts with launch's environment, not the worker's
@@ -405,7 +404,6 @@ def requeued_run(sweep_dir: Path, num: int) -> Path | None:
     """The run of job ``num`` that an earlier attempt of it started, when the scheduler requeued
     the job (submitit on Slurm's preemption or time-limit signal) and that run can be resumed."""
     from launcher.run import resume
-
     path = job_path(sweep_dir, num)
     earlier = runs.read_json(path).get("run_dir") if path.exists() else None
     if not earlier:
@@ -420,7 +418,6 @@ def requeued_run(sweep_dir: Path, num: int) -> Path | None:
 def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
     """Hold a slot for the job's whole life; update ``record``; return the job's line."""
     from launcher.run import job
-
     earlier = requeued_run(sweep_dir, record["num"])  # before this attempt's record replaces the earlier one
     slot_list = [_slots.Slot.from_dict(s) for s in meta["slots"]]
     with _slots.hold(slot_list, sweep_dir / SLOTS) as slot:
@@ -434,7 +431,6 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
         root = meta.get("code_root")
         if earlier is not None:  # requeued after a preemption or a time limit: continue its run
             from launcher.run import resume
-
             print(f"[sweep] job {record['num']:03d} was requeued: resuming {earlier}", flush=True)
             record.update(run_dir=str(earlier))
             runs.write_json(job_path(sweep_dir, record["num"]), record)
@@ -574,35 +570,3 @@ def _seeds_set_by_jobs(records: list[dict]) -> list[dict]:
         for call in (fp.get("determinism") or {}).get("seeds_set_by_job") or []:
             found.setdefault(f"{call['call']}@{call['where']}", call)
     return list(found.values())
-
-
-# ---------------------------------------------------------------- verify
-def verify(sweep_dir: Path, allow_mismatch: bool = False) -> int:
-    """Replay every job of a sweep, one after another; 0 when every job reproduced."""
-    from launcher.sweep import report as sweep_report
-    from launcher.verdict import replay
-
-    if not (sweep_dir / SWEEP).is_file():
-        raise ConfigError(f"{str(sweep_dir)!r} is not a sweep directory (no {SWEEP})")
-    results = []
-    for record in read_records(sweep_dir):
-        if record["status"] != "complete" or not record.get("run_dir"):
-            results.append(sweep_report.verdict(record, "NOT RUN", f"job {record['status']}"))
-            continue
-        print(f"[sweep] verify job {record['num']:03d}: replaying {record['run_dir']}", flush=True)
-        try:
-            r = replay.replay(Path(record["run_dir"]), allow_mismatch=allow_mismatch, echo=False)
-            results.append(sweep_report.verdict(record, r.verdict, r.detail, r.new_run))
-        except LauncherError as exc:
-            name = "NOT COMPARABLE" if exc.exit_code == 3 else "FAILED"
-            fields = [d[0] for d in getattr(exc, "differences", None) or []]
-            detail = f"refused, these differ here: {', '.join(fields)}\n{exc}" if fields else str(exc)
-            results.append(sweep_report.verdict(record, name, detail))
-    report = sweep_report.verification(results)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (sweep_dir / "verify").mkdir(exist_ok=True)
-    runs.write_json(sweep_dir / "verify" / f"{stamp}.json", report)
-    print(sweep_report.render_verification(report), flush=True)
-    judged = next((Path(r["original"]) for r in results if r.get("original")), None)
-    tracking.tag_sweep(sweep_dir, judged, {"verify": f"{report['reproduced']} of {report['total']} jobs reproduced"})
-    return report["exit_code"]

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import ConfigError
 from launcher.record import runs
-from launcher.run import config
+from launcher.run import composition, config
 from launcher.verdict import audit_report, compare
 
 USAGE = """usage: launch audit [OVERRIDES...] [audit.repeats=N] [audit.trace_every=N] [audit.knobs=[a,b]]
@@ -153,7 +153,7 @@ def _switch(knob: str, key: str, label: str, unset: str, check: bool):
 
 
 def _level(cfg: DictConfig, cores: int) -> list[Trial]:
-    from launcher.run.determinism import LEVELS
+    from launcher.job.determinism import LEVELS
 
     current = cfg.determinism.level
     # portable is strict with ISA caps: the cpu knob asks what the CPU does to the bits.
@@ -208,17 +208,16 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
     """``launch audit [OVERRIDES...] [audit.KEY=VALUE...]``: run the audit, print and save the report."""
     options = parse_options([a for a in argv if a.startswith("audit.")])
     user = [a for a in argv if not a.startswith("audit.")]
-    base = config.resolve(config.compose(user))
+    base = config.resolve(composition.compose(user))
     fixed = [f"+seed={base.seed}", f"determinism.trace_every={options.trace_every}"]
     plan = trials(base, os.cpu_count() or 1, options)
     # Compose and check every run first: a bad override fails the audit before anything runs.
-    cfgs = [None if t.skip else config.compose(with_overrides(user, [*fixed, *t.overrides])) for t in plan]
+    cfgs = [None if t.skip else composition.compose(with_overrides(user, [*fixed, *t.overrides])) for t in plan]
     for cfg in cfgs:
         if cfg is not None:
             config.resolve(cfg)
     if any(t.cpu for t in plan):  # no qemu, or a model it does not know: refused before anything runs
         from launcher.run import emulation
-
         for model in dict.fromkeys(t.cpu for t in plan if t.cpu):
             emulation.check_model(model)
     audit_dir = runs.create(os.path.join(str(base.store.root), "audits"))
@@ -253,7 +252,6 @@ def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], ech
     """Run the planned trials in order, appending each one's row as it ends. Once the baseline
     repeats differ, stop, with the causes their runs recorded in ``causes``."""
     from launcher.run import job
-
     reference: compare.RunRecord | None = None
     baseline: list[compare.RunRecord] = []
     for i, (t, cfg) in enumerate(zip(plan, cfgs, strict=True)):

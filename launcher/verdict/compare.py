@@ -29,11 +29,12 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from launcher.errors import ConfigError
-from launcher.record import fingerprint, outputs, runs
-from launcher.record import key as comparability
-from launcher.run import config, trace
 
 # With --tolerance, runs may differ only in these key fields (a software migration).
+from launcher.record import fingerprint, outputs, runs, trace
+from launcher.record import key as comparability
+from launcher.run import config
+
 MIGRATION_FIELDS = ("software.", "code.launcher")
 
 
@@ -285,7 +286,7 @@ def read_weights(record: RunRecord) -> dict[str, np.ndarray]:
     name = record.result.get("weights_file")
     if not name or not (record.path / name).is_file():
         return {}
-    if name.endswith(".npz"):  # a script's trained variables (launcher.run.tasks.user.save_weights)
+    if name.endswith(".npz"):  # a script's trained variables (launcher.job.tasks.user.save_weights)
         with np.load(record.path / name) as f:
             return {key.split(" ", 1)[-1]: f[key] for key in sorted(f.files)}
     import h5py
@@ -399,7 +400,9 @@ def report(c: Comparison, a: Path, b: Path) -> str:
         lines.append(c.verdict)
     if c.differences:
         lines += difference_table(c.differences, a.name, b.name)
+    if c.verdict == "REFUSED" and (words := comparability.launcher_modules_changed(c.differences)):
+        lines.append(words)
     if c.verdict == "REFUSED" and not c.notes:
-        lines.append("use --force to compare anyway (labelled NOT COMPARABLE)")
+        lines.append("use --allow-mismatch to compare anyway (labelled NOT COMPARABLE)")
     lines += [f"  {note}" for note in c.notes if c.verdict != "NOT COMPARABLE"]
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from launcher.run import trace
+from launcher.record import trace
 
 INSTALL = "pip install 'tf-repro-launcher[plot]'"
 

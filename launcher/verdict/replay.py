@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 
 from launcher import proc
 from launcher.errors import ConfigError, NotComparable, StoreError
-from launcher.record import runs, snapshot, tracking
+from launcher.record import key, runs, snapshot, tracking
 from launcher.run import job, precheck
 from launcher.verdict import compare
 
@@ -67,7 +67,6 @@ def replay(
     """
     if cpu:  # no qemu here, or a model it does not know: refused before anything else
         from launcher.run import emulation
-
         emulation.check_model(cpu)
     # absolute: the job runs in the laid-out snapshot, not where `launch replay runs/X` was typed
     original = Path(os.path.abspath(runs.verify_seal(run_dir)))
@@ -80,7 +79,6 @@ def replay(
     python, probed = None, None
     if rebuild:
         from launcher.run import rebuild as _rebuild
-
         fp = runs.read_json(original / job.FINGERPRINT)
         python = _rebuild.environment(fp, echo=echo)
         probed = _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
@@ -229,8 +227,7 @@ def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = Fals
     differs, and ``--rebuild`` when only installed distributions differ. A file read by its
     absolute path that differs where no file can be placed (``placing`` says why; ``at_own_path``
     are those files) is named with both hashes, and what to do: put it back."""
-    text = (f"cannot replay {original.name} here: {len(diffs)} comparability field(s) differ "
-            f"({', '.join(d[0] for d in diffs[:4])}); use --allow-mismatch to run anyway")  # fmt: skip
+    text = f"cannot replay {original.name} here: {key.differing(diffs)}; use --allow-mismatch to run anyway"
     if not rebuilt and diffs and all(d[0].startswith(REBUILDABLE) for d in diffs):
         text += "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
     gone = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.") and isinstance(d[1], str)

@@ -26,10 +26,10 @@ def test_the_audit_finds_the_knobs_that_change_the_bits_and_where(launch, store,
     report = json.loads((audit_dir / "audit.json").read_text())
     rows = report["rows"]
     # The runs planned for this machine (its core count decides the thread counts tried), in order.
-    from launcher.run import config
+    from launcher.run import composition, config
     from launcher.verdict import audit
 
-    plan = audit.trials(config.resolve(config.compose(overrides)), report["cores"], audit.Options())
+    plan = audit.trials(config.resolve(composition.compose(overrides)), report["cores"], audit.Options())
     assert [(r["knob"], r["value"]) for r in rows] == [(t.knob, t.value) for t in plan]
     assert [r["status"] for r in rows[:2]] == ["reference", "same"] and "same" in _row(out, "repeat", "run 2")
     # A knob known to change the bits on any machine: unseeded initial weights differ before step 1.

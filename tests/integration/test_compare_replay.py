@@ -77,7 +77,7 @@ def test_compare_identical_refused_forced_and_tolerance(launch, two_threads_runs
     row = next(line for line in refused.stdout.splitlines() if line.strip().startswith("determinism.intra_op"))
     assert row.split()[1:] == ["1", "2"]
 
-    forced = launch("compare", a, c, "--force")
+    forced = launch("compare", a, c, "--allow-mismatch")
     assert forced.returncode == 3 and forced.stdout.startswith("NOT COMPARABLE (forced: results differ)")
     # The divergence locator: same seed, same initial weights; the learning rate moves the first
     # step. The traces (every 10 steps, and each epoch's end) split by step 3, the end of the one

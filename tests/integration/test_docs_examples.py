@@ -256,7 +256,7 @@ SETUP = {
     ("docs/verdicts.md", "launch compare runs/…-75c234 runs/…-99f6d7"): _refused_pair,
     ("docs/verdicts.md", "launch train=script train.script=train.py 'train.args=[digits.npz]'"): _helper_script,
     ("docs/verdicts.md", "launch replay runs/20261124-120044-7d836f"): _too_large,
-    ("docs/verdicts.md", "launch compare runs/20261123-112107-c4e142 runs/20261123-112112-b60b21 --force   "
+    ("docs/verdicts.md", "launch compare runs/20261123-112107-c4e142 runs/20261123-112112-b60b21 --allow-mismatch   "
                          "# intra_op_threads 1 vs 2"): _forced_pair,  # fmt: skip
     ("docs/errors.md", "launch train.data=/etc/passwd"): _bad_data,
     ("docs/fingerprint.md", "launch train=script train.script=hidden_state.py     # writes outputs/.state"):

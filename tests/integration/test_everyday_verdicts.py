@@ -95,7 +95,7 @@ def test_a_script_kept_its_trained_values_and_tolerance_compares_them(launch, tm
     assert json.loads((a / "result.json").read_text())["weights_file"] == "weights.npz"
     with np.load(a / "weights.npz") as f:
         assert len(f.files) == 2  # the Dense layer's kernel and bias
-    done = launch("compare", a, b, "--force", "--tolerance", "1,1")
+    done = launch("compare", a, b, "--allow-mismatch", "--tolerance", "1,1")
     assert done.returncode == 1 and "NOT EQUIVALENT" in done.stdout and "were not kept" in done.stdout, done.stdout
     assert os.path.getsize(a / "weights.npz") > 0
 
@@ -448,8 +448,7 @@ time.sleep(1.0)
 
 
 def _fanotify_here() -> bool:
-    from launcher.run import fswatch
-
+    from launcher.job.observe import fswatch
     try:
         fswatch.Fanotify().close()
     except (OSError, AttributeError):
@@ -460,7 +459,7 @@ def _fanotify_here() -> bool:
 def test_files_read_natively_by_names_from_an_index_are_in_the_key(launch, tmp_path):
     """Images read by ``tf.io.read_file`` inside a ``tf.data`` map, their names from an index
     CSV in a directory outside the project: every image is data, and one changed image is
-    REFUSED by name (the OS-level watch beside the index, ``launcher.run.fswatch``). A file
+    REFUSED by name (the OS-level watch beside the index, ``launcher.job.observe.fswatch``). A file
     another process reads there meanwhile is not the job's."""
     import tensorflow as tf
 

@@ -253,8 +253,7 @@ def test_a_disk_that_fills_during_a_checkpoint_fails_the_run_and_resume_continue
                         f"no space left on the device of {run / 'checkpoints'}"), last
         assert _status(run)["state"] == "failed" and not (run / "manifest.json").exists()
         assert [p.name for p in (run / "checkpoints").iterdir()] == ["epoch-000001"]  # the partial one is gone
-        from launcher.run import checkpoints
-
+        from launcher.job.training import checkpoints
         assert checkpoints.verify(run / "checkpoints" / "epoch-000001") is None  # the complete one is intact
         filler.unlink()  # space is back
         _resumed_to_reference(run, reference)
@@ -278,7 +277,7 @@ def test_a_read_only_store_reads_and_refuses_writes_in_one_line(tmp_path, one_ru
         for args, message in [
             ((*STRICT, f"train.data={mnist_npz}", f"store.root={store}", *QUICK), f"store '{store}' is not writable"),
             (("replay", "--allow-mismatch", run), "is not writable"),
-            (("runs", "--store", store, "--rebuild"), "cannot rebuild the run index"),
+            (("runs", "--store", store, "--reindex"), "cannot rebuild the run index"),
         ]:
             done = run_launch(*args)
             assert done.returncode == 2, (args, done.stdout[-2000:], done.stderr[-2000:])

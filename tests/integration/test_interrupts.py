@@ -229,7 +229,6 @@ def test_stress_interrupts_at_random_moments_always_end_interrupted(mnist_npz, t
     no job left behind, and the resume hint exactly when the run can be resumed."""
     from launcher.errors import LauncherError
     from launcher.run import resume
-
     seed = int(os.environ.get("LAUNCH_STRESS_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     plan = [(i, STRESS_KINDS[i % len(STRESS_KINDS)], rng.uniform(0, STRESS_WINDOW_S)) for i in range(STRESS_LAUNCHES)]

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from launcher.record import probes, usage
+from launcher.record import distributions, probes
 from launcher.run import rebuild
 
 pytestmark = pytest.mark.slow
 
-IDENTITY = "import json, sys; sys.path.insert(0, sys.argv[1]); from launcher.record import usage; " \
-           "print(json.dumps(usage.distribution_identity(sys.argv[2])))"  # fmt: skip
+IDENTITY = "import json, sys; sys.path.insert(0, sys.argv[1]); from launcher.record import distributions; " \
+           "print(json.dumps(distributions.distribution_identity(sys.argv[2])))"  # fmt: skip
 
 
 def _wheel(directory: Path, source: str = "def main():\n    print('tiny')\n") -> Path:
@@ -82,7 +82,7 @@ def test_the_same_wheel_in_venvs_at_other_paths_has_one_identity(tmp_path):
     assert a["record_sha256"] != b["record_sha256"]  # what the key held before: the same wheels refused
     with zipfile.ZipFile(wheel) as z:  # and the wheel's own RECORD says it, before any install
         record = z.read("tinypkg-1.0.dist-info/RECORD").decode()
-    assert usage.files_sha256(usage.parse_record(record)) == a["files_sha256"]
+    assert distributions.files_sha256(distributions.parse_record(record)) == a["files_sha256"]
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def other_termcolor(tmp_path) -> tuple[str, dict]:
     (wheel,) = (tmp_path / "w").glob("*.whl")
     with zipfile.ZipFile(wheel) as z:
         record = z.read(f"termcolor-{version}.dist-info/RECORD").decode()
-    return version, {"version": version, "files_sha256": usage.files_sha256(usage.parse_record(record))}
+    return version, {"version": version, "files_sha256": distributions.files_sha256(distributions.parse_record(record))}
 
 
 def test_a_rebuilt_environment_has_the_recorded_version_and_shares_tensorflow(tmp_path, other_termcolor):
@@ -107,8 +107,8 @@ def test_a_rebuilt_environment_has_the_recorded_version_and_shares_tensorflow(tm
     software = probes.software()
     software["packages"] = [f"termcolor=={version}" if p.startswith("termcolor==") else p for p in software["packages"]]
     tf_name = "tensorflow-cpu" if "tensorflow-cpu" in rebuild.here_versions() else "tensorflow"
-    software["distributions"] = {"termcolor": identity, tf_name: usage.distribution_identity(tf_name),
-                                 "numpy": usage.distribution_identity("numpy")}  # fmt: skip
+    software["distributions"] = {"termcolor": identity, tf_name: distributions.distribution_identity(tf_name),
+                                 "numpy": distributions.distribution_identity("numpy")}  # fmt: skip
     fp = {"schema": 2, "software": software}
 
     started = time.monotonic()

@@ -149,11 +149,11 @@ def test_a_launcher_that_differs_outside_the_job_replays_an_old_run(project_run,
     assert _fp(replayed)["code"]["launcher_version"] != _fp(run)["code"]["launcher_version"]
 
     # A change in a launcher file the job imports is a change of the code that ran: refused, by file.
-    observe = other / "launcher" / "run" / "observe.py"
+    observe = other / "launcher" / "job" / "training" / "observer.py"
     observe.write_text(observe.read_text() + "\n# a comment in the job's own code\n")
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
-    assert done.returncode == 3 and "code.launcher.run/observe.py" in done.stdout, done.stdout[-3000:]
+    assert done.returncode == 3 and "code.launcher.launcher.job.training.observer" in done.stdout, done.stdout[-3000:]
 
 
 def test_the_job_runs_the_installed_launcher_not_one_in_the_launch_directory(launch, project, tmp_path):
@@ -171,6 +171,32 @@ def test_the_job_runs_the_installed_launcher_not_one_in_the_launch_directory(lau
                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
     run = run_dir_of(done)
     assert "decoy" not in (run / "log.txt").read_text()
+
+
+def test_a_run_recorded_before_the_house_moved_names_the_in_job_modules_that_changed(launch, tmp_path):
+    """A sealed run of a tiny Keras script written by the launcher at b591ce5 (fingerprint schema 3,
+    the in-job code under launcher/run/, keyed by file path): refused in words naming the in-job
+    modules whose content changed since (not every file that moved), and replayed with
+    --allow-mismatch to the same bits."""
+    store = tmp_path / "store"
+    shutil.copytree(DATA / "runs-b591ce5", store)
+    run = next(filter(is_run, store.iterdir()))
+    done = launch("replay", str(run), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("REFUSED: cannot replay") and "the launcher's in-job code changed: " in first, first
+    assert "--allow-mismatch" in first
+    rows = {line.split()[0] for line in done.stdout.splitlines()[2:] if line.startswith("  ")}
+    named = {row for row in rows if row.startswith("code.launcher.")}
+    assert "code.launcher.launcher.job.observe.reads" in named  # old run/reads.py, by its new module name
+    assert not any(n.startswith("code.launcher.launcher.run.") or n.endswith(".py") for n in named)
+    assert "code.launcher.launcher.version" not in named  # imported, not changed: no refusal for it
+    done = launch("replay", str(run), "--allow-mismatch", cwd=tmp_path)
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
+    if rows == named:  # on the kind of machine that recorded it, nothing but the launcher differs
+        assert "NOT COMPARABLE (forced: results are bitwise equal)" in done.stdout
+    else:
+        assert "NOT COMPARABLE (forced" in done.stdout
 
 
 def test_replay_of_a_run_recorded_by_an_older_launcher(launch, tmp_path):

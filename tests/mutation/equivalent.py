@@ -124,10 +124,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
      'current["software"]["container"] = stored["software"].get("XXcontainerXX")'): _NO_CONTAINER,
     (_PRE,
      'current["software"]["container"] = stored["software"].get("CONTAINER")'): _NO_CONTAINER,
-    ("launcher.run.reads.x_note_child",
+    ("launcher.job.observe.reads.x_note_child",
      'if os.path.basename(args[0] if args else "XXXX") in SHELLS and "-c" in words[:-1]:  # sh -c \'zcat a.gz | ...\''):
         "with no arguments the name tested is '' or 'XXXX': neither is a shell",
-    ("launcher.run.reads.x_note_child",
+    ("launcher.job.observe.reads.x_note_child",
      "info = opened.get(os.path.join(os.getcwd(), path) if (not os.path.isabs(path)) or True else path)"):
         "os.path.join(cwd, path) is path itself when path is absolute",
     ("launcher.verdict.audit.x_trials", "out += _cpus(options.cpus)(None, cores)"): _CPUS,

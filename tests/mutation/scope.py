@@ -9,19 +9,19 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "launcher.record.hashing": ("*",),  # the weights digest
     "launcher.verdict.compare": ("*",),  # compare's verdicts and tolerance
     "launcher.record.runs": ("x_seal", "x_verify_seal", "x__files", "x_file_sha256"),  # the seal
-    "launcher.run.trace": ("x_point", "x_first_divergence", "x__differing_layers", "x_describe"),  # the locator
+    "launcher.record.trace": ("x_point", "x_first_divergence", "x__differing_layers", "x_describe"),  # the locator
     # What enters the key: the job's reads and what they are, and the key checked before a rerun.
     "launcher.record.usage": ("x_classify", "x_parse_maps", "x_tool_caches", "x_data_files", "x_listed_files",
                               "x_display_name", "x_parse_record", "x_content_entries", "x_files_sha256",
                               "x_keyed_distributions", "x_parse_requires"),
-    "launcher.run.reads": ("x_note", "x_note_child", "x__writing", "x_note_listing", "x_observation"),
+    "launcher.job.observe.reads": ("x_note", "x_note_child", "x__writing", "x_note_listing", "x_observation"),
     "launcher.run.precheck": ("*",),
     "launcher.record.probes": ("x_parse_cpuinfo", "x_parse_cpu_caches", "x_parse_meminfo", "x_parse_nvidia_smi_query",
                                "x_parse_cuda_driver_version", "x_parse_nvidia_topology", "x_parse_os_release",
                                "x_parse_git_status"),
     # The bootstrap's plan, what it reads back from TensorFlow, and its check that every setting took
     # effect; the config's hashed part.
-    "launcher.run.determinism": ("x_plan", "x_verify", "x_read_back"),
+    "launcher.job.determinism": ("x_plan", "x_verify", "x_read_back"),
     "launcher.run.config": ("x_hashed_part", "x_config_hash", "x_validate"),
     # Replay's refusal and verdict; the audit's trials and judgment.
     "launcher.verdict.replay": ("x_refusal", "x_verdict"),
@@ -34,7 +34,7 @@ SCOPE: dict[str, tuple[str, ...]] = {
 # tests that start the launcher in a subprocess in another directory (mutmut's trampolines would look for
 # their config there), two whose fake replay module only works when launcher.verdict.replay was not
 # imported before them (mutmut orders tests by duration), and three that tell the job's code from a
-# library's or the import system's by its stack frames (launcher.run.reads._started_by_the_job, _hook),
+# library's or the import system's by its stack frames (launcher.job.observe.reads._started_by_the_job, _hook),
 # which mutmut's trampolines add to. Each passes in the plain test suite.
 DESELECT = (
     "tests/unit/test_index.py::test_launch_runs_shows_abandoned_and_rebuilds_on_demand",
@@ -60,10 +60,10 @@ UNIT_TESTS: dict[str, tuple[str, ...]] = {
     "launcher.record.runs": ("test_runs.py",),
     "launcher.record.usage": ("test_usage.py", "test_fswatch.py", "test_key_fields.py"),
     "launcher.record.probes": ("test_fingerprint.py", "test_portable.py", "test_gpu.py"),
-    "launcher.run.trace": ("test_trace.py", "test_hashing.py"),
-    "launcher.run.reads": ("test_reads.py", "test_fswatch.py", "test_usage.py"),
+    "launcher.record.trace": ("test_trace.py", "test_hashing.py"),
+    "launcher.job.observe.reads": ("test_reads.py", "test_fswatch.py", "test_usage.py"),
     "launcher.run.precheck": ("test_precheck.py", "test_rebuild.py"),
-    "launcher.run.determinism": ("test_determinism.py", "test_portable.py"),
+    "launcher.job.determinism": ("test_determinism.py", "test_portable.py"),
     "launcher.run.config": ("test_config.py", "test_config_hash_keys.py"),
     "launcher.verdict.compare": ("test_compare.py", "test_compare_report.py"),
     "launcher.verdict.replay": ("test_replay.py",),

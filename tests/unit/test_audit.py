@@ -6,7 +6,7 @@ import pytest
 
 from launcher.errors import ConfigError
 from launcher.run import config
-from launcher.run.config import compose
+from launcher.run.composition import compose
 from launcher.verdict import audit, audit_report
 
 

@@ -13,8 +13,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from launcher.job import bootstrap, determinism, tasks
+from launcher.job.observe import reads
 from launcher.record import fingerprint, runs
-from launcher.run import bootstrap, config, determinism, reads, tasks
+from launcher.run import composition, config
 
 
 class PastVerification(Exception):
@@ -26,7 +28,7 @@ def job(tmp_path, monkeypatch):
     """A prepared run directory with a strict plan; the job's outside effects faked."""
     plan = determinism.plan("strict", 7, 1, 1, False)
     runs.write_json(tmp_path / bootstrap.JOB, {"plan": plan.to_dict(), "progress": False, "launch_dir": str(tmp_path)})
-    resolved = config.resolve(config.compose(["+seed=7", "determinism.intra_op_threads=1",
+    resolved = config.resolve(composition.compose(["+seed=7", "determinism.intra_op_threads=1",
                                               "determinism.inter_op_threads=1"]))  # fmt: skip
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     for name in ("LAUNCH_RUN_DIR", "LAUNCH_OUTPUT_DIR", "LAUNCH_SEED", "LAUNCH_TRACE_EVERY"):

@@ -2,8 +2,7 @@
 
 import json
 
-from launcher.record import runs
-from launcher.run import checkpoints
+from launcher.record import checkpoints, runs
 from launcher.run.resume import keep_metrics_through
 
 

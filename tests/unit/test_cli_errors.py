@@ -71,7 +71,7 @@ def test_a_missing_argument_shows_the_usage_line_not_argparse_field_names(capsys
     code, err = _launch(capsys, "compare", "runs/a")
     assert code == 2
     assert err[0] == "launch: error: launch compare: the following arguments are required: RUN_B"
-    assert err[1].startswith("usage: launch compare [-h] [--force]") and err[1].endswith(" RUN_A RUN_B")
+    assert err[1].startswith("usage: launch compare [-h] [--allow-mismatch]") and err[1].endswith(" RUN_A RUN_B")
     assert len(err) == 2
     for args in (["replay"], ["resume"], ["sweep", "verify"]):
         _, err = _launch(capsys, *args)
@@ -154,3 +154,19 @@ def test_a_key_of_another_group_option_is_refused_with_the_corrected_command(cap
     key, _, value = args[0].partition("=")
     assert f"it belongs to {group}: launch {group} store.root={tmp_path}" in err[0]
     assert err[0].endswith(f"{key}={value}") and "use +" not in err[0]
+
+
+@pytest.mark.parametrize("old, new", [("--rebuild", "--reindex")])
+def test_an_old_spelling_still_works_for_a_release_and_names_its_new_one(capsys, tmp_path, old, new):
+    (tmp_path / "runs").mkdir()
+    assert cli.main(["runs", "--store", str(tmp_path / "runs"), old]) == 0
+    err = capsys.readouterr().err
+    assert f"[launch] note: {old} is now {new} (the old spelling goes in the next release)" in err
+    assert "recreated" in err or "rebuilt" in err or "index" in err  # it did reindex
+
+
+def test_one_word_one_meaning_in_the_usage():
+    lines = {line.split()[1]: line for line in cli.usage().splitlines() if line.startswith("       launch ")}
+    assert "[--allow-mismatch]" in lines["compare"] and "[--allow-mismatch]" in lines["replay"]
+    assert "[--reindex]" in lines["runs"] and "--rebuild" not in lines["runs"]
+    assert "--force" not in lines["compare"] + lines["replay"] + lines["resume"]

@@ -323,11 +323,11 @@ def test_tolerance_compares_every_epoch_and_every_metric():
 def test_tolerance_admits_the_launcher_version_and_software_but_not_code_or_config():
     b = _record()
     b.fingerprint = copy.deepcopy(b.fingerprint)
-    b.fingerprint["code"]["launcher_modules"] = {"__init__.py": "b2"}
+    b.fingerprint["code"]["launcher_modules"] = {"launcher.job.bootstrap": "b2"}
     b.fingerprint["software"]["numpy"] = "2.5.0"
     c = compare.decide_equivalent(_record(), b, rtol=0, atol=0)
     assert c.verdict == "EQUIVALENT"
-    assert [d[0] for d in c.differences] == ["software.numpy", "code.launcher.__init__.py"]
+    assert [d[0] for d in c.differences] == ["software.numpy", "code.launcher.launcher.job.bootstrap"]
     b.fingerprint["code"]["modules"]["helper"]["sha256"] = "h2"
     c = compare.decide_equivalent(_record(), b, rtol=0, atol=0)
     assert c.verdict == "REFUSED" and [d[0] for d in c.differences] == ["code.modules.helper"]
@@ -389,7 +389,7 @@ def test_runs_that_trained_alike_and_differ_only_in_output_files_say_so():
 
 
 def test_trained_alike_needs_every_training_record_bitwise_equal():
-    from launcher.run.trace import Divergence
+    from launcher.record.trace import Divergence
 
     a, b = _record(), _record()
     assert compare.trained_alike(a, b, None, [], None)

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ConfigError, SchemaError, SealError
-from launcher.record import key, runs
-from launcher.run import trace
+from launcher.record import key, runs, trace
 from launcher.verdict import compare
 from tests.unit.test_compare import _record, _steps
 from tests.unit.test_fingerprint import _fp
@@ -44,7 +43,7 @@ def test_refused_report():
     assert compare.report(c, Path("/x/a"), Path("/y/b")).splitlines() == [
         "REFUSED: the runs differ in 2 field(s) that decide comparability; a bitwise comparison would mean nothing",
         *TABLE,
-        "use --force to compare anyway (labelled NOT COMPARABLE)",
+        "use --allow-mismatch to compare anyway (labelled NOT COMPARABLE)",
     ]
 
 
@@ -129,8 +128,8 @@ def test_tolerance_reports():
     c = compare.decide_equivalent(_record(), b, rtol=0, atol=0)
     assert (c.verdict, c.exit_code) == ("REFUSED", 3)
     assert compare.report(c, Path("a"), Path("b")).splitlines()[-1] == (
-        "  --tolerance admits differences in software only")  # and no --force hint: it has notes
-    assert not any("use --force" in line for line in compare.report(c, Path("a"), Path("b")).splitlines())
+        "  --tolerance admits differences in software only")  # and no --allow-mismatch hint: it has notes
+    assert not any("use --allow-mismatch" in line for line in compare.report(c, Path("a"), Path("b")).splitlines())
 
 
 def test_tolerance_lists_at_most_ten_problems():
@@ -299,7 +298,7 @@ def test_compare_runs_checks_seals_and_schemas_first(tmp_path):
     future_run = _sealed(tmp_path, "c", fp=future)
     with pytest.raises(SchemaError) as info:
         compare.compare_runs(a, future_run)
-    assert str(info.value) == f"{future_run}: fingerprint schema 99 is not readable by this launcher (reads 1, 2, 3)"
+    assert str(info.value) == f"{future_run}: fingerprint schema 99 is not readable by this launcher (reads 1, 2, 3, 4)"
     with pytest.raises(SealError, match="not complete"):
         compare.load(_sealed(tmp_path, "d", seal=False))
 

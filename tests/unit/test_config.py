@@ -5,7 +5,7 @@ from omegaconf import OmegaConf, open_dict
 
 from launcher.errors import ConfigError
 from launcher.run import config
-from launcher.run.config import compose
+from launcher.run.composition import compose
 
 
 def test_default_composition_is_strict_mnist_on_the_sample():
@@ -255,8 +255,7 @@ def test_train_data_full_is_checked_where_the_job_will_download_it(runtime, refu
     """``full`` is a name, not a path: downloaded by the job, which a local job can do (the server
     answers here) and a container, without network, cannot."""
     from launcher.errors import DataError
-    from launcher.run import data
-
+    from launcher.job import data
     monkeypatch.setattr(data, "keras_cache", lambda: [tmp_path / "mnist.npz"])
     monkeypatch.setattr(data, "_unreachable", lambda url: None)
     data._check_full.cache_clear()

@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import launcher
-from launcher.run import config
+from launcher.run import composition, config
 
 GROUPS = sorted(Path(launcher.__file__).parent.glob("configs/train/*.yaml"))
 
@@ -58,7 +58,7 @@ def _other(value):
 def _composed(group: Path) -> dict:
     raw = OmegaConf.load(group)
     fills = [f"train.{k}={v}" for k, v in REQUIRED.items() if k in raw and OmegaConf.is_missing(raw, k)]
-    return OmegaConf.to_container(config.compose([f"train={group.stem}", *fills]), resolve=False)
+    return OmegaConf.to_container(composition.compose([f"train={group.stem}", *fills]), resolve=False)
 
 
 def _cases() -> list[tuple[str, str]]:
@@ -109,7 +109,7 @@ IMAGE_VALUES = {"image.ca_bundle": "/etc/ssl/corp.pem", "image.index_url": "http
 
 
 def _docker() -> dict:
-    return OmegaConf.to_container(config.compose(["runtime=docker"]), resolve=False)
+    return OmegaConf.to_container(composition.compose(["runtime=docker"]), resolve=False)
 
 
 @pytest.mark.parametrize("key", list(DOCKER_NOT_RESULT_CHANGING))
@@ -124,7 +124,7 @@ def test_where_a_docker_job_gets_its_wheels_and_how_it_is_stopped_leave_the_hash
 @pytest.mark.parametrize("leaf", ["name", "lockfile", "base", "allow_unpinned", "gpus"])
 def test_the_image_a_docker_job_runs_in_is_hashed_and_a_local_jobs_image_settings_are_not(leaf):
     docker = _docker()
-    local = OmegaConf.to_container(config.compose([]), resolve=False)
+    local = OmegaConf.to_container(composition.compose([]), resolve=False)
     hashes = config.config_hash(docker), config.config_hash(local)
     docker["image"][leaf] = local["image"][leaf] = _other(docker["image"][leaf])
     assert config.config_hash(docker) != hashes[0]
@@ -137,7 +137,7 @@ def test_the_image_a_docker_job_runs_in_is_hashed_and_a_local_jobs_image_setting
     ("tracking", {"name": "mlflow", "uri": "http://mlflow:5000"}),  # logs the sealed run
 ])  # fmt: skip
 def test_what_a_run_cannot_compute_differently_by_leaves_the_hash_alone(key, value):
-    data = OmegaConf.to_container(config.compose([]), resolve=False)
+    data = OmegaConf.to_container(composition.compose([]), resolve=False)
     before = config.config_hash(data)
     data[key] = value
     assert config.config_hash(data) == before
@@ -148,4 +148,4 @@ def test_what_a_run_cannot_compute_differently_by_leaves_the_hash_alone(key, val
 def test_each_task_runtime_and_tracker_the_launcher_offers_validates(overrides, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "n.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
-    config.validate(config.compose(overrides))
+    config.validate(composition.compose(overrides))

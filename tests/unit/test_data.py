@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from launcher.errors import DataError
-from launcher.run import data
+from launcher.job import data
 
 
 def test_packaged_sample_is_real_mnist_and_says_so():

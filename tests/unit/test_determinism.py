@@ -1,7 +1,7 @@
 import pytest
 
 from launcher.errors import DeterminismError
-from launcher.run import determinism
+from launcher.job import determinism
 
 
 def test_off_sets_nothing_but_records_the_seed():
@@ -128,8 +128,7 @@ READ_BACK = """
 import json
 import tensorflow as tf
 from launcher.errors import DeterminismError
-from launcher.run import determinism
-
+from launcher.job import determinism
 out = {}
 p = determinism.plan("strict", 0, 1, 1, False, deterministic_data=False)
 determinism.apply(p)

@@ -1,4 +1,4 @@
-"""Which environment variables the job's own code reads (``launcher.run.envreads``), in this process."""
+"""Which environment variables the job's own code reads (``launcher.job.observe.envreads``), in this process."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from launcher.run import envreads
+from launcher.job.observe import envreads
 
 
 @pytest.fixture

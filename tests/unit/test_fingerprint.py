@@ -128,7 +128,7 @@ def test_environment_is_recorded_by_allowlist_only_and_never_secrets():
 
 def _fp():
     return {
-        "schema": 2,
+        "schema": 4,
         "hardware": {"cpu": {"vendor": "GenuineIntel", "model": "Xeon", "isa": ["avx2"], "logical_cores": 2,
                              "family": "6", "model_number": "85", "stepping": "7", "cache_size": "36608 KB",
                              "caches": {"L1d": "32K", "L2": "1024K"}, "microcode": "0x5003"},
@@ -144,7 +144,7 @@ def _fp():
         "determinism": {"level": "strict", "intra_op_threads": 1, "op_determinism": True},
         "config_sha256": "c",
         "code": {"git_commit": "g", "diff_sha256": None, "launcher_version": "0.1.0+src.abc",
-                 "launcher_modules": {"__init__.py": "b1"},
+                 "launcher_modules": {"launcher.job.bootstrap": "b1"},
                  "modules": {"helper": {"path": "/w/helper.py", "sha256": "h1"}}},
         "data": {"data/mnist.npz": "d1"},
         "host": {"hostname": "a"},

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from launcher.errors import ResumeError
+from launcher.job.training import checkpoints, fitstate
+from launcher.record import checkpoints as stored
 from launcher.record import runs
-from launcher.run import checkpoints, fitstate, resume
+from launcher.run import resume
 
 
 def _roundtrip(value):
@@ -94,27 +96,27 @@ def test_what_feeds_a_fit_is_classified():
 
 def test_what_cannot_be_resumed_is_named():
     ok = {"fit": 1, "input": "tf.data", "steps_per_epoch": None}
-    assert fitstate.why_not_resumable(ok) is None
-    assert fitstate.why_not_resumable({**ok, "input": "arrays"}) is None
-    assert "a Python generator cannot be rewound" in fitstate.why_not_resumable({**ok, "input": "generator"})
-    assert "PyDataset keeps its own state" in fitstate.why_not_resumable({**ok, "input": "PyDataset"})
-    assert "reads dict, not a tf.data.Dataset or arrays" in fitstate.why_not_resumable({**ok, "input": "dict"})
-    assert "steps_per_epoch" in fitstate.why_not_resumable({**ok, "steps_per_epoch": 10})
-    assert fitstate.why_not_resumable({**ok, "built": True}) is None
-    assert "its model had no variables when the fit began" in fitstate.why_not_resumable({**ok, "built": False})
-    assert all(fitstate.why_not_resumable({**ok, "input": kind}).endswith("; run it again with launch")
+    assert stored.why_not_resumable(ok) is None
+    assert stored.why_not_resumable({**ok, "input": "arrays"}) is None
+    assert "a Python generator cannot be rewound" in stored.why_not_resumable({**ok, "input": "generator"})
+    assert "PyDataset keeps its own state" in stored.why_not_resumable({**ok, "input": "PyDataset"})
+    assert "reads dict, not a tf.data.Dataset or arrays" in stored.why_not_resumable({**ok, "input": "dict"})
+    assert "steps_per_epoch" in stored.why_not_resumable({**ok, "steps_per_epoch": 10})
+    assert stored.why_not_resumable({**ok, "built": True}) is None
+    assert "its model had no variables when the fit began" in stored.why_not_resumable({**ok, "built": False})
+    assert all(stored.why_not_resumable({**ok, "input": kind}).endswith("; run it again with launch")
                for kind in ("generator", "PyDataset", "dict"))  # fmt: skip
 
 
 def test_a_later_fit_is_resumed_when_every_earlier_one_can_be_fast_forwarded():
     first = {"fit": 1, "input": "arrays", "steps_per_epoch": None, "checkpoint": "epoch-000002"}
     second = {"fit": 2, "input": "tf.data", "steps_per_epoch": None, "before": [first]}
-    assert fitstate.why_not_resumable(second) is None
+    assert stored.why_not_resumable(second) is None
     assert "after call 1, which a resume must fast-forward and cannot: a Python generator" in \
-        fitstate.why_not_resumable({**second, "before": [{**first, "input": "generator"}]})  # fmt: skip
+        stored.why_not_resumable({**second, "before": [{**first, "input": "generator"}]})  # fmt: skip
     assert "after call 1, whose last epoch has no checkpoint" in \
-        fitstate.why_not_resumable({**second, "before": [{**first, "checkpoint": None}]})  # fmt: skip
-    assert "does not keep the earlier fits' ends" in fitstate.why_not_resumable({**second, "before": None})
+        stored.why_not_resumable({**second, "before": [{**first, "checkpoint": None}]})  # fmt: skip
+    assert "does not keep the earlier fits' ends" in stored.why_not_resumable({**second, "before": None})
 
 
 def test_a_fits_last_epoch_is_its_end_and_named_for_later_fits():
@@ -131,11 +133,11 @@ def test_a_fits_last_epoch_is_its_end_and_named_for_later_fits():
 
 
 def _checkpoint(run_dir, epoch: int, extra: dict) -> None:
-    path = run_dir / checkpoints.DIRNAME / checkpoints.name(epoch)
+    path = run_dir / stored.DIRNAME / stored.name(epoch)
     path.mkdir(parents=True)
-    runs.write_json(path / checkpoints.EXTRA, extra)
-    runs.write_json(path / checkpoints.MANIFEST, {"epoch": epoch, "files": {
-        checkpoints.EXTRA: runs.file_sha256(path / checkpoints.EXTRA)}})
+    runs.write_json(path / stored.EXTRA, extra)
+    runs.write_json(path / stored.MANIFEST, {"epoch": epoch, "files": {
+        stored.EXTRA: runs.file_sha256(path / stored.EXTRA)}})
 
 
 def test_resume_refuses_a_checkpoint_in_a_fit_after_a_generator_in_one_line(tmp_path):
@@ -155,12 +157,12 @@ def test_a_later_fits_checkpoint_needs_the_earlier_fits_end(tmp_path):
     first = {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "checkpoint": "epoch-000002"}
     _checkpoint(run_dir, 1, {**first, "final": False})
     _checkpoint(run_dir, 3, {"fit": 2, "fit_epoch": 1, "input": "tf.data", "steps_per_epoch": None, "before": [first]})
-    path, epoch, notes = checkpoints.latest_complete(run_dir)
+    path, epoch, notes = stored.latest_complete(run_dir)
     assert (path.name, epoch) == ("epoch-000001", 1)  # not epoch 3: fit 1's end is gone
     assert notes == ["checkpoint epoch-000003 is incomplete (it needs epoch-000002, the end of an earlier fit, and "
                      "that one has no checkpoint.json); falling back to an earlier one"]  # fmt: skip
     _checkpoint(run_dir, 2, {**first, "final": True})
-    assert checkpoints.latest_complete(run_dir)[:2] == (run_dir / "checkpoints" / "epoch-000003", 3)
+    assert stored.latest_complete(run_dir)[:2] == (run_dir / "checkpoints" / "epoch-000003", 3)
 
 
 def test_pruning_keeps_the_newest_and_every_fits_end(tmp_path):
@@ -168,7 +170,7 @@ def test_pruning_keeps_the_newest_and_every_fits_end(tmp_path):
     for epoch, final in ((1, False), (2, True), (3, False), (4, True), (5, False), (6, False)):
         _checkpoint(run_dir, epoch, {"fit": 1 + (epoch > 2), "final": final})
     checkpointer = object.__new__(checkpoints.Checkpointer)  # no model: pruning only
-    checkpointer.root, checkpointer.keep = run_dir / checkpoints.DIRNAME, 2
+    checkpointer.root, checkpointer.keep = run_dir / stored.DIRNAME, 2
     checkpointer._prune()
     assert sorted(p.name for p in checkpointer.root.iterdir()) == ["epoch-000002", "epoch-000004", "epoch-000005",
                                                                     "epoch-000006"]  # fmt: skip

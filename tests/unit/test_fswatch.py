@@ -1,5 +1,5 @@
-"""The OS-level watch of native file opens (launcher.run.fswatch) and the programs a job starts
-(launcher.run.reads.note_child): real inotify, real files."""
+"""The OS-level watch of native file opens (launcher.job.observe.fswatch) and the programs a job starts
+(launcher.job.observe.reads.note_child): real inotify, real files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from launcher.run import fswatch, reads
+from launcher.job.observe import fswatch, reads
 
 
 def _dirs(root, *names):

@@ -189,7 +189,7 @@ def test_the_launchers_source_version_follows_every_file_of_its_package_and_noth
     (copy / "launcher" / "__pycache__" / "stale.cpython-311.pyc").write_bytes(b"cache")
     assert _source_version_of(copy) == here
     seen = {here}
-    for rel in ("run/tasks/mnist.py", "configs/train/mnist.yaml", "run/bootstrap.py"):
+    for rel in ("job/tasks/mnist.py", "configs/train/mnist.yaml", "job/bootstrap.py"):
         with open(copy / "launcher" / rel, "a") as f:
             f.write("\n# changed\n")
         seen.add(_source_version_of(copy))
@@ -198,8 +198,7 @@ def test_the_launchers_source_version_follows_every_file_of_its_package_and_noth
 
 @pytest.mark.parametrize("layer", ["dense", "out"])
 def test_trace_points_carry_the_same_digests(layer):
-    from launcher.run import trace
-
+    from launcher.record import trace
     p = trace.point(3, 1, 0.25, WEIGHTS)
     total, per_layer = hashing.weights_digest(WEIGHTS)
     assert p["weights"] == "30c464de0b14cef7e9064101572ffe4e76116e70ab0988fb40e6133ab8333283" == total

@@ -17,7 +17,7 @@ import yaml
 from launcher.cli import main as cli
 from launcher.errors import ConfigError
 from launcher.record import fingerprint
-from launcher.run import config
+from launcher.run import composition, config
 from launcher.sweep import multirun as sweep
 from launcher.sweep import report as sweep_report
 from launcher.sweep import search
@@ -105,24 +105,24 @@ def test_bad_flags_are_one_line_exit_2_and_nothing_is_written(capsys, workdir, a
 
 # ---------------------------------------------------------------- --config-dir
 def test_config_dir_adds_the_users_options_and_names_the_files_read(conf):
-    cfg = config.compose(["train=tiny"], config_dir=str(conf))
+    cfg = composition.compose(["train=tiny"], config_dir=str(conf))
     assert cfg.train.name == "mnist" and cfg.train.epochs == 1 and cfg.train.max_samples == 300
     assert cfg.config_dir.path == str(conf) and list(cfg.config_dir.files) == ["train/tiny.yaml"]
-    assert "config_dir" not in config.compose([], config_dir=str(conf))  # none of its files read
+    assert "config_dir" not in composition.compose([], config_dir=str(conf))  # none of its files read
 
 
 def test_nested_user_files_are_named_and_launcher_options_are_never_replaced(conf):
     (conf / "train" / "base.yaml").write_text("defaults:\n  - mnist\n  - _self_\n\nbatch_size: 10\n")
     (conf / "train" / "tiny.yaml").write_text("defaults:\n  - base\n  - _self_\n\nepochs: 1\n")
     (conf / "train" / "mnist.yaml").write_text("name: hijacked\n")  # the launcher's mnist wins, as in Hydra
-    cfg = config.compose(["train=tiny"], config_dir=str(conf))
+    cfg = composition.compose(["train=tiny"], config_dir=str(conf))
     assert cfg.train.name == "mnist" and cfg.train.batch_size == 10
     assert list(cfg.config_dir.files) == ["train/base.yaml", "train/tiny.yaml"]
 
 
 def test_a_misspelled_user_option_lists_it_with_the_launchers(conf):
     with pytest.raises(ConfigError) as info:
-        config.compose(["train=tinyy"], config_dir=str(conf))
+        composition.compose(["train=tinyy"], config_dir=str(conf))
     assert str(info.value) == ("Could not find 'train/tinyy'. Available options in 'train': "
                                "custom mnist notebook script tiny (did you mean train=tiny?)")  # fmt: skip
 
@@ -130,16 +130,16 @@ def test_a_misspelled_user_option_lists_it_with_the_launchers(conf):
 def test_the_config_dir_is_not_in_the_config_hash(conf, tmp_path):
     other = tmp_path / "elsewhere"
     shutil.copytree(conf, other)
-    a = config.resolve(config.compose(["train=tiny"], config_dir=str(conf)))
-    b = config.resolve(config.compose(["train=tiny"], config_dir=str(other)))
+    a = config.resolve(composition.compose(["train=tiny"], config_dir=str(conf)))
+    b = config.resolve(composition.compose(["train=tiny"], config_dir=str(other)))
     assert a.config_dir.path != b.config_dir.path
     assert config.config_hash(a) == config.config_hash(b)
-    changed = config.resolve(config.compose(["train=tiny", "train.epochs=2"], config_dir=str(conf)))
+    changed = config.resolve(composition.compose(["train=tiny", "train.epochs=2"], config_dir=str(conf)))
     assert config.config_hash(changed) != config.config_hash(a)
 
 
 def test_fingerprint_hashes_the_users_config_files_as_they_are_now(conf):
-    cfg = config.resolve(config.compose(["train=tiny"], config_dir=str(conf)))
+    cfg = config.resolve(composition.compose(["train=tiny"], config_dir=str(conf)))
     digest = hashlib.sha256(TINY.encode()).hexdigest()
     assert fingerprint.config_files(cfg.get("config_dir")) == {"train/tiny.yaml": digest}
     (conf / "train" / "tiny.yaml").write_text(TINY + "# edited\n")

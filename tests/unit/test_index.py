@@ -142,7 +142,7 @@ def test_launch_runs_shows_abandoned_and_rebuilds_on_demand(tmp_path):
     assert "was unreadable; moved it aside" in done.stderr and len(done.stderr.splitlines()) == 1
     line = next(x for x in done.stdout.splitlines() if x.startswith(ghost.name))
     assert " abandoned " in line and "2 run(s)" in done.stdout
-    rebuilt = run_launch("runs", "--store", tmp_path, "--rebuild", "--status", "abandoned")
+    rebuilt = run_launch("runs", "--store", tmp_path, "--reindex", "--status", "abandoned")
     assert rebuilt.returncode == 0 and "rebuilt the run index" in rebuilt.stderr
     assert "1 run(s)" in rebuilt.stdout and len(list(tmp_path.glob("index.sqlite.unreadable-*"))) == 1
 

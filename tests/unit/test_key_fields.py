@@ -67,8 +67,8 @@ IN_KEY = {  # key field -> (change, the differences it must produce as (field, a
     "determinism": (_set("determinism/intra_op_threads", 2), [("determinism.intra_op_threads", 1, 2)]),
     "config_sha256": (_set("config_sha256", "c2"), [("config_sha256", "c", "c2")]),
     "config_files": (_set("config_files", {"conf/train.yaml": "f1"}), [("config_files.conf/train.yaml", None, "f1")]),
-    "code.launcher": (_set("code/launcher_modules/__init__.py", "b2"),
-                      [("code.launcher.__init__.py", "b1", "b2")]),
+    "code.launcher": (_set("code/launcher_modules/launcher.job.bootstrap", "b2"),
+                      [("code.launcher.launcher.job.bootstrap", "b1", "b2")]),
     "code.script_sha256": (_set("code/script_sha256", "s1"), [("code.script_sha256", None, "s1")]),
     "code.notebook_cells": (_set("code/notebook_cells", {"code cell 1": "lr = 0.1  [sha256 ab]"}),
                             [("code.notebook_cells", None, {"code cell 1": "lr = 0.1  [sha256 ab]"})]),
@@ -138,7 +138,9 @@ def test_the_key_is_canonical_json_of_its_fields_in_order():
 
     fp = _fp()
     assert list(key.comparability_key(fp)) == list(key.KEY)
-    canonical = json.dumps(key.comparability_key(fp), sort_keys=True, default=str)
+    # the launcher's code by its contents alone (key.LauncherCode), every other value as JSON or its str
+    canonical = json.dumps(key.comparability_key(fp), sort_keys=True,
+                           default=lambda o: sorted(o.modules.values()) if isinstance(o, key.LauncherCode) else str(o))
     assert key.key_sha256(fp) == hashlib.sha256(canonical.encode()).hexdigest()
     assert key.key_sha256(copy.deepcopy(fp)) == key.key_sha256(fp)
 

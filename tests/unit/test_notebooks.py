@@ -12,7 +12,7 @@ import pytest
 
 from launcher.errors import ConfigError
 from launcher.record import notebooks, outputs
-from launcher.run import config
+from launcher.run import composition, config
 
 
 def _nb() -> dict:
@@ -96,8 +96,9 @@ NOTEBOOK = Path(__file__).parents[1] / "integration" / "notebooks" / "train.ipyn
 
 
 def test_train_params_are_in_the_config_and_its_hash():
-    base = config.resolve(config.compose(["train=notebook", f"train.notebook={NOTEBOOK}"]))
-    lr = config.resolve(config.compose(["train=notebook", f"train.notebook={NOTEBOOK}", "train.params={lr: 0.01}"]))
+    base = config.resolve(composition.compose(["train=notebook", f"train.notebook={NOTEBOOK}"]))
+    lr = config.resolve(composition.compose(["train=notebook", f"train.notebook={NOTEBOOK}",
+                                             "train.params={lr: 0.01}"]))
     assert base.train.params is None and lr.train.params.lr == 0.01
     assert base.train.notebook == str(NOTEBOOK.resolve())
     assert config.config_hash(base) != config.config_hash(lr)
@@ -111,7 +112,7 @@ def test_train_params_are_in_the_config_and_its_hash():
 ])  # fmt: skip
 def test_a_bad_notebook_config_is_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        config.validate(config.compose(overrides))
+        config.validate(composition.compose(overrides))
 
 
 def test_without_the_extra_the_error_names_the_install_command(monkeypatch):
@@ -119,14 +120,13 @@ def test_without_the_extra_the_error_names_the_install_command(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "IPython" else real(name, *a))
     with pytest.raises(ConfigError, match=r"needs IPython: pip install 'tf-repro-launcher\[notebook\]'"):
-        config.validate(config.compose(["train=notebook", f"train.notebook={NOTEBOOK}"]))
+        config.validate(composition.compose(["train=notebook", f"train.notebook={NOTEBOOK}"]))
 
 
 def _execute(tmp_path, monkeypatch, *sources: str, params: dict | None = None) -> tuple[dict, str | None]:
     """Run a notebook of ``sources`` with the real executor, in this process (no bootstrap):
     the executed copy, and the one-line error (None when it ran through)."""
-    from launcher.run import notebook
-
+    from launcher.job import notebook
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setattr(sys, "path", list(sys.path))
     cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": s}

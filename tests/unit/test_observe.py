@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.run import observe
+from launcher.job.training import observer as observe
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ConfigError, DeterminismError
+from launcher.job import determinism
 from launcher.record import cpuid, key, probes
-from launcher.run import determinism, emulation
+from launcher.run import emulation
 from tests.unit.test_fingerprint import _fp
 
 RECORDED = Path(__file__).parent / "recorded"
@@ -222,22 +223,21 @@ def test_an_unknown_cpu_model_is_refused_by_name(tmp_path, launch):
 @pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
                     reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
 def test_a_cpu_below_the_baseline_is_refused_in_one_line_before_a_run_exists():
-    from launcher.run import config, job
-
-    resolved = config.resolve(config.compose(["determinism=portable"]))
+    from launcher.run import composition, config, job
+    resolved = config.resolve(composition.compose(["determinism=portable"]))
     job.check_baseline(resolved, "Haswell")  # x86-64-v3: accepted
     with pytest.raises(DeterminismError) as refused:
         job.check_baseline(resolved, "Nehalem")
     assert str(refused.value) == ("determinism=portable needs a CPU with x86-64-v3; "
                                   "Intel Core i7 9xx (Nehalem Class Core i7) has x86-64-v2")  # fmt: skip
-    job.check_baseline(config.resolve(config.compose([])), "Nehalem")  # strict: no baseline to check
+    job.check_baseline(config.resolve(composition.compose([])), "Nehalem")  # strict: no baseline to check
 
 
 def test_the_audit_cpu_knob_is_opt_in_and_runs_each_model_emulated():
-    from launcher.run import config
+    from launcher.run import composition, config
     from launcher.verdict import audit
 
-    cfg = config.resolve(config.compose([]))
+    cfg = config.resolve(composition.compose([]))
     assert "cpu" not in [t.knob for t in audit.trials(cfg, 2, audit.parse_options([]))]
     options = audit.parse_options(["audit.knobs=[cpu]", "audit.cpus=[Haswell,EPYC]"])
     plan = audit.trials(cfg, 2, options)
@@ -247,17 +247,15 @@ def test_the_audit_cpu_knob_is_opt_in_and_runs_each_model_emulated():
 
 
 def test_isa_baseline_is_validated_with_the_config():
-    from launcher.run import config
-
+    from launcher.run import composition, config
     with pytest.raises(ConfigError, match="determinism.isa_baseline must be one of x86-64-v3, got 'x86-64-v9'"):
-        config.resolve(config.compose(["determinism=portable", "determinism.isa_baseline=x86-64-v9"]))
+        config.resolve(composition.compose(["determinism=portable", "determinism.isa_baseline=x86-64-v9"]))
 
 
 @pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
                     reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
 def test_the_emulated_job_process_itself_runs_under_qemu(tmp_path):
     from launcher.run import runtime
-
     argv = runtime.bootstrap_argv("/venv/bin/python", tmp_path, "Haswell")
     assert argv[1:3] == ["-cpu", "Haswell"] and os.path.basename(argv[0]) == "qemu-x86_64"
     assert argv[3:] == runtime.bootstrap_argv("/venv/bin/python", tmp_path)  # the same job command, wrapped

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SchemaError
-from launcher.record import fingerprint, hashing, probes, runs, usage
+from launcher.record import distributions, fingerprint, hashing, probes, runs
 from launcher.run import job, precheck
 from tests.unit.test_fingerprint import _fp
 
@@ -43,7 +43,7 @@ class Here:
         self.run_dir.mkdir()
         (self.run_dir / job.CONFIG).write_text("seed: 1\n")
         fp = _fp()
-        fp["code"]["launcher_modules"] = hashing.launcher_files(["__init__.py", "run/precheck.py"])
+        fp["code"]["launcher_modules"] = hashing.launcher_modules({"launcher": "", "launcher.run.precheck": ""})
         helper = self.cwd / "helper.py"
         fp["code"]["modules"] = {"helper": {"path": str(helper), "sha256": _sha(helper)}}
         fp["software"]["libraries"] = {str(self.lib): _sha(self.lib)}
@@ -57,7 +57,7 @@ class Here:
         self.launched: list = []
         monkeypatch.setattr(job, "launch_fingerprint", self._launch_fingerprint)
         monkeypatch.setattr(probes, "software", lambda: copy.deepcopy(self.software))
-        monkeypatch.setattr(usage, "distribution_identity", lambda name: self.identities.get(name))
+        monkeypatch.setattr(distributions, "distribution_identity", lambda name: self.identities.get(name))
         monkeypatch.setenv("LR", "0.01")
 
     def _launch_fingerprint(self, resolved, cwd, extra_env=None, root=None, cpu=None, python=None):
@@ -171,10 +171,29 @@ def test_a_secret_the_job_read_is_compared_by_its_hash_never_its_value(here, mon
 
 
 def test_the_launcher_files_the_job_imported_are_held_to_this_launchers(here):
+    here.stored["code"]["launcher_modules"]["launcher.run.precheck"] = "0" * 64
+    here.stored["code"]["launcher_modules"]["launcher.gone"] = "1" * 64
+    assert [d[0] for d in here.differences()] == ["code.launcher.launcher.gone", "code.launcher.launcher.run.precheck"]
+    assert dict((d[0], d[2]) for d in here.differences())["code.launcher.launcher.gone"] == "missing"
+
+
+def test_a_launcher_module_moved_unchanged_refuses_nothing(here):
+    """The key holds the launcher's modules by content: one the run imported under another name,
+    whose content this launcher has, is the same code (a move, a rename)."""
+    content = hashing.launcher_modules({"launcher.run.precheck": ""})["launcher.run.precheck"]
+    del here.stored["code"]["launcher_modules"]["launcher.run.precheck"]
+    here.stored["code"]["launcher_modules"]["launcher.before.the.move"] = content
+    assert here.differences() == []
+
+
+def test_a_schema_3_run_named_the_launchers_files_and_is_held_to_the_same_modules(here):
+    modules = here.stored["code"]["launcher_modules"]
+    here.stored["schema"] = 3
+    here.stored["code"]["launcher_modules"] = {"__init__.py": modules["launcher"],
+                                               "run/precheck.py": modules["launcher.run.precheck"]}
+    assert here.differences() == []
     here.stored["code"]["launcher_modules"]["run/precheck.py"] = "0" * 64
-    here.stored["code"]["launcher_modules"]["gone.py"] = "1" * 64
-    assert [d[0] for d in here.differences()] == ["code.launcher.gone.py", "code.launcher.run/precheck.py"]
-    assert dict((d[0], d[2]) for d in here.differences())["code.launcher.gone.py"] == "missing"
+    assert [d[0] for d in here.differences()] == ["code.launcher.launcher.run.precheck"]
 
 
 def test_a_run_without_the_launcher_files_is_held_to_the_whole_package(here):
@@ -212,7 +231,8 @@ def test_an_unreadable_schema_is_refused_before_anything_is_measured(here):
 def test_the_interpreter_a_rerun_will_use_is_asked_not_this_one(here, monkeypatch):
     """replay --rebuild: the software and distributions of the rebuilt interpreter (probed)."""
     monkeypatch.setattr(probes, "software", lambda: pytest.fail("this interpreter's software asked"))
-    monkeypatch.setattr(usage, "distribution_identity", lambda name: pytest.fail("this interpreter's identity asked"))
+    monkeypatch.setattr(distributions, "distribution_identity",
+                        lambda name: pytest.fail("this interpreter's identity asked"))
     probed = {"software": {**here.software, "python": "3.11.9"},
               "distributions": {"keras": {**KERAS, "files_sha256": "f9"}}, "python": "/venv/bin/python"}  # fmt: skip
     assert here.differences(probed=probed) == [("software.python", "3.11.7", "3.11.9"),

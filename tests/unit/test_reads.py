@@ -1,4 +1,4 @@
-"""What the job opened and listed, as ``launcher.run.reads`` records it from the audit events.
+"""What the job opened and listed, as ``launcher.job.observe.reads`` records it from the audit events.
 
 ``note`` (an ``open`` event), ``note_listing`` (``os.listdir``/``scandir``, a glob) and the
 mode or flags that make an open a write, called directly: which paths are never data (file
@@ -13,8 +13,8 @@ import os
 
 import pytest
 
+from launcher.job.observe import reads
 from launcher.record.filecache import stat_key
-from launcher.run import reads
 
 
 class FakeWatch:

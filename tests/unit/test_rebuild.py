@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import RebuildError
-from launcher.record import usage
+from launcher.record import distributions
 from launcher.run import rebuild
 
 TF = {"version": "2.21.0", "files_sha256": "tf", "record_sha256": "r"}
@@ -143,7 +143,7 @@ class FakeProc:
 def here(monkeypatch):
     """This environment as HERE, used distributions as HERE_USED, and Python 3.11.7."""
     monkeypatch.setattr(rebuild, "here_versions", lambda: dict(HERE))
-    monkeypatch.setattr(usage, "distribution_identity", lambda name: HERE_USED.get(name))
+    monkeypatch.setattr(distributions, "distribution_identity", lambda name: HERE_USED.get(name))
     monkeypatch.setattr(rebuild.platform, "python_version", lambda: "3.11.7")
 
 
@@ -192,7 +192,7 @@ def test_a_built_environment_is_verified_every_time_and_a_mismatch_names_the_dis
 
 def test_the_probe_sees_what_this_interpreter_sees():
     probed = rebuild.probe(Path(sys.executable), ["termcolor", "no-such-distribution"])
-    assert probed["distributions"] == {"termcolor": usage.distribution_identity("termcolor"),
+    assert probed["distributions"] == {"termcolor": distributions.distribution_identity("termcolor"),
                                        "no-such-distribution": None}  # fmt: skip
     assert probed["software"]["python"] == rebuild.platform.python_version()
     assert Path(probed["launcher"]).parent == Path(rebuild.LAUNCHER_ROOT) / "launcher"
@@ -210,9 +210,9 @@ def test_a_launcher_the_environment_cannot_import_is_refused(monkeypatch):
 
 def test_precheck_compares_the_identities_the_rebuilt_interpreter_probed(monkeypatch):
     from launcher.run import precheck
-
-    monkeypatch.setattr(usage, "distribution_identity", lambda name: pytest.fail("this interpreter's identity used"))
+    monkeypatch.setattr(distributions, "distribution_identity",
+                        lambda name: pytest.fail("this interpreter's identity used"))
     stored = {**_fp(), "code": {"modules": {}}}
     probed = {"software": {}, "distributions": {"termcolor": {"version": "3.2.0", "files_sha256": "t32"}}}
-    _, distributions, _ = precheck.current_usage(stored, probed=probed)
-    assert distributions == {"tensorflow-cpu": None, "termcolor": {"version": "3.2.0", "files_sha256": "t32"}}
+    _, used, _ = precheck.current_usage(stored, probed=probed)
+    assert used == {"tensorflow-cpu": None, "termcolor": {"version": "3.2.0", "files_sha256": "t32"}}

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import RebuildError
-from launcher.record import usage
+from launcher.record import distributions
 from launcher.run import rebuild
 
 SEEN = ("import importlib.metadata as m, json, sys, tinydist, extramod; "
@@ -64,7 +64,7 @@ def overlay(tmp_path_factory) -> tuple[Path, Path, dict]:
     (root / "extra" / "extramod.py").write_text("")
     (shared / "extra.pth").write_text(str(root / "extra") + "\n")
     (site / rebuild.SHARED_PTH).write_text(rebuild.pth_text([str(shared), *rebuild.shared_site_dirs()]))
-    identity = {"version": "2.0", "files_sha256": usage.files_sha256(usage.parse_record(record))}
+    identity = {"version": "2.0", "files_sha256": distributions.files_sha256(distributions.parse_record(record))}
     return root / "overlay" / "bin" / "python", shared, identity
 
 
@@ -92,7 +92,7 @@ def test_a_directory_on_pythonpath_that_is_not_shared_stays_first(overlay, tmp_p
 
 def _files(site: Path) -> str:
     record = next(site.glob("tinydist-*.dist-info/RECORD")).read_text()
-    return usage.files_sha256(usage.parse_record(record))
+    return distributions.files_sha256(distributions.parse_record(record))
 
 
 def _plan(identity: dict) -> rebuild.Plan:

@@ -24,7 +24,15 @@ def _diffs(*names: str) -> list[tuple[str, object, object]]:
 def test_a_refusal_names_at_most_four_fields_and_how_many_differ():
     text = replay.refusal(RUN, _diffs("hardware.cpu.model", "software.python", "environment.X", "data.a", "data.b"), [])
     assert text == ("cannot replay 20261125-mnist-1 here: 5 comparability field(s) differ (hardware.cpu.model, "
-                    "software.python, environment.X, data.a); use --allow-mismatch to run anyway")  # fmt: skip
+                    "software.python, environment.X, data.a, …); use --allow-mismatch to run anyway")  # fmt: skip
+
+
+def test_a_refusal_over_the_launchers_own_code_says_so_in_words_first():
+    diffs = [("code.launcher.launcher.job.observe.reads", "a" * 64, "b" * 64), ("data.a", "d1", "d2")]
+    text = replay.refusal(RUN, diffs, [])
+    assert text == ("cannot replay 20261125-mnist-1 here: the launcher's in-job code changed: "
+                    "launcher.job.observe.reads (a launcher upgrade since the run; its bits may or may not change); "
+                    "1 other comparability field(s) differ (data.a); use --allow-mismatch to run anyway")  # fmt: skip
 
 
 @pytest.mark.parametrize(

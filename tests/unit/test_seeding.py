@@ -1,4 +1,4 @@
-"""Generators the job's own code makes without a seed (``launcher.run.seeding``), in this process."""
+"""Generators the job's own code makes without a seed (``launcher.job.observe.seeding``), in this process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from launcher.run import seeding
+from launcher.job.observe import seeding
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The launcher owns Ctrl-C and SIGTERM (issue 27): proc.run_job and launcher.run.interrupts,
+"""The launcher owns Ctrl-C and SIGTERM (issue 27): proc.run_job and launcher.job.interrupts,
 with real signals to small Python children (no TensorFlow). The whole path, with real training
 interrupted at random moments, is tests/integration/test_interrupts.py."""
 
@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from launcher import proc
-from launcher.run import interrupts
+from launcher.job import interrupts
+from launcher.run import signals
 from tests.conftest import REPO
 
 # A job as the bootstrap is one: it installs the stop, says so, and ends 130 on KeyboardInterrupt.
 JOB = """
 import sys, time
-from launcher.run import interrupts
+from launcher.job import interrupts
 print("started", flush=True)
 time.sleep({before})
 try:
@@ -124,7 +125,7 @@ def test_the_job_runs_in_a_session_of_its_own(tmp_path):
 
 # ---------------------------------------------------------------- the job's side, in this process
 def test_no_stop_is_raised_inside_an_import_or_a_finalizer(tmp_path, monkeypatch):
-    (tmp_path / "importing_now.py").write_text("import sys\nfrom launcher.run import interrupts\n"
+    (tmp_path / "importing_now.py").write_text("import sys\nfrom launcher.job import interrupts\n"
                                                "SEEN = interrupts.unsafe(sys._getframe())\n")  # fmt: skip
     monkeypatch.syspath_prepend(str(tmp_path))
     import importing_now  # noqa: F401 (its import records what it saw)
@@ -163,7 +164,7 @@ def test_held_signals_wait_for_the_record_then_reach_their_handler():
     heard = []
     previous = signal.signal(signal.SIGINT, lambda s, f: heard.append(s))
     try:
-        with interrupts.held():
+        with signals.held():
             os.kill(os.getpid(), signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)

@@ -143,8 +143,7 @@ def test_an_unfinished_run_keeps_its_code_only_when_the_job_named_its_modules(tm
     the job cannot write leaves none, without failing the job."""
     from omegaconf import OmegaConf
 
-    from launcher.run import keep
-
+    from launcher.record import keep
     work, store = tmp_path / "w", tmp_path / "store"
     work.mkdir()
     (work / "train.py").write_bytes(b"script")

@@ -211,8 +211,7 @@ def _interrupted_script_run(tmp_path: Path) -> tuple[Path, Path, dict]:
     its fingerprint, the job's facts and ``snapshot.json`` as ``keep.keep_so_far`` wrote it."""
     from omegaconf import OmegaConf
 
-    from launcher.run import keep
-
+    from launcher.record import keep
     work = tmp_path / "w"
     work.mkdir()
     (work / "train.py").write_bytes(b"import helper\n")

@@ -20,6 +20,7 @@ from launcher.run.job import Outcome
 from launcher.sweep import multirun as sweep
 from launcher.sweep import report as sweep_report
 from launcher.sweep import slots
+from launcher.sweep import verify as sweep_verify
 
 CORES2 = [0, 1]
 GPUS = [{"index": 0, "name": "A100"}, {"index": 1, "name": "A100"}, {"index": 5, "name": "A100"}]
@@ -442,10 +443,10 @@ def test_verify_counts_reproduced_jobs(tmp_path, fake_replay, capsys):
 def test_verify_exit_codes(tmp_path, fake_replay):
     d = _verify_sweep(tmp_path, ["complete", "complete", "failed"])
     fake_replay({"run0": "REPRODUCED", "run1": "DIVERGED"})
-    assert sweep.verify(d) == 1
+    assert sweep_verify.verify(d) == 1
     d2 = _verify_sweep(tmp_path / "b", ["complete", "complete"])
     fake_replay({"run0": "REPRODUCED", "run1": "RAISE"})
-    assert sweep.verify(d2) == 3
+    assert sweep_verify.verify(d2) == 3
     report = json.loads(next((d2 / "verify").iterdir()).read_text())
     assert [j["verdict"] for j in report["jobs"]] == ["REPRODUCED", "NOT COMPARABLE"]
 
@@ -471,8 +472,7 @@ def test_a_sweep_whose_jobs_seed_themselves_says_the_seed_did_not_reach_them():
 
 
 def test_a_requeued_job_finds_the_run_its_earlier_attempt_started(tmp_path):
-    from launcher.run import checkpoints
-
+    from launcher.job.training import checkpoints
     d = _sweep_dir(tmp_path, [])
     assert sweep.requeued_run(d, 0) is None  # a first attempt
     run_dir = runs.create(tmp_path / "store")

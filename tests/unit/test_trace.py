@@ -4,8 +4,9 @@ import json
 
 import numpy as np
 
+from launcher.job.training import trace as recording
+from launcher.record import trace
 from launcher.record.hashing import weights_digest
-from launcher.run import trace
 
 
 def _weights(conv1=0.0, logits=0.0):
@@ -98,9 +99,9 @@ def test_keep_through_drops_later_epochs_atomically(tmp_path):
 def test_the_callback_is_a_no_op_outside_a_run_or_at_zero(tmp_path):
     import keras
 
-    assert type(trace.keras_callback(None, 10)) is keras.callbacks.Callback
-    assert type(trace.keras_callback(tmp_path, 0)) is keras.callbacks.Callback
-    assert type(trace.keras_callback(tmp_path, 5)) is not keras.callbacks.Callback
+    assert type(recording.keras_callback(None, 10)) is keras.callbacks.Callback
+    assert type(recording.keras_callback(tmp_path, 0)) is keras.callbacks.Callback
+    assert type(recording.keras_callback(tmp_path, 5)) is not keras.callbacks.Callback
 
 
 def test_bitwise_means_bitwise_for_nan_and_signed_zero():
@@ -140,7 +141,7 @@ class _Model:
 
 
 def _recorder(path, every):
-    recorder = trace.keras_callback(path, every)
+    recorder = recording.keras_callback(path, every)
     recorder.set_model(_Model())
     return recorder
 

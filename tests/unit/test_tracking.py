@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from launcher.record import fingerprint, key, runs, tracking
-from launcher.run import config
+from launcher.run import composition, config
 
 CFG = {
     "train": {"name": "mnist", "epochs": 2, "data": "sample"},
@@ -102,10 +102,10 @@ def test_tracking_settings_stay_out_of_the_config_hash():
 
 
 def test_the_tracking_group_composes_and_an_unknown_tracker_is_refused():
-    assert config.compose([]).tracking.name == "none"
-    composed = config.compose(["tracking=mlflow", "tracking.experiment=cnn"])
+    assert composition.compose([]).tracking.name == "none"
+    composed = composition.compose(["tracking=mlflow", "tracking.experiment=cnn"])
     assert composed.tracking.name == "mlflow" and composed.tracking.experiment == "cnn"
-    cfg = config.compose(["tracking=mlflow", "tracking.name=wandb"])
+    cfg = composition.compose(["tracking=mlflow", "tracking.name=wandb"])
     with pytest.raises(Exception, match="tracking='wandb' is unknown; choose one of none, mlflow"):
         config.validate(cfg)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.record import usage
-from launcher.run import reads
+from launcher.job.observe import reads
+from launcher.record import distributions, places, usage
 
-ROOTS = usage.Roots(
+ROOTS = places.Roots(
     site=("/py/lib/python3.11/site-packages",),
     python=("/py",),
     launcher="/src/launcher",
@@ -35,7 +35,7 @@ ROOTS = usage.Roots(
     ],
 )
 def test_classify(path, kind):
-    assert usage.classify(path, ROOTS) == kind
+    assert places.classify(path, ROOTS) == kind
 
 
 def test_parse_maps_keeps_shared_libraries_in_first_mapped_order():
@@ -321,7 +321,7 @@ def _install(site, record: list[tuple[str, str]], version: str = "1.0"):
 def _identity(site, monkeypatch, name="demo"):
     with monkeypatch.context() as m:
         m.setattr(sys, "path", [str(site)])
-        return usage.distribution_identity(name)
+        return distributions.distribution_identity(name)
 
 
 def test_the_same_wheel_installed_elsewhere_or_otherwise_has_the_same_identity(tmp_path, monkeypatch):
@@ -353,15 +353,16 @@ def test_a_changed_module_or_metadata_changes_the_identity(tmp_path, monkeypatch
 
 def test_content_entries_keep_only_what_the_distribution_contains():
     text = '"demo/a,b.py",sha256=comma,3\r\n"demo/q""uote.py",sha256=q,1\r\n../../../bin/demo,sha256=s,9\r\n'
-    assert usage.parse_record(text) == [("demo/a,b.py", "sha256=comma"), ('demo/q"uote.py', "sha256=q"),
+    assert distributions.parse_record(text) == [("demo/a,b.py", "sha256=comma"), ('demo/q"uote.py', "sha256=q"),
                                         ("../../../bin/demo", "sha256=s")]  # fmt: skip
-    kept = usage.content_entries([*_RECORD, ("/usr/share/demo/data.txt", "sha256=abs"), ("demo/legacy.pyc", "sha256=p"),
-                                  ("demo/none.py", ""), ("demo/__init__.py", "sha256=module-a")])  # fmt: skip
+    kept = distributions.content_entries([*_RECORD, ("/usr/share/demo/data.txt", "sha256=abs"),
+                                          ("demo/legacy.pyc", "sha256=p"), ("demo/none.py", ""),
+                                          ("demo/__init__.py", "sha256=module-a")])  # fmt: skip
     assert kept == [("demo-1.0.dist-info/METADATA", "sha256=metadata"),
                     ("demo-1.0.dist-info/entry_points.txt", "sha256=entry-points"),
                     ("demo/__init__.py", "sha256=module-a"),
                     ("demo/legacy.pyc", "sha256=p")]  # a sourceless distribution's bytecode is its content
-    assert usage.files_sha256([("../../../bin/demo", "sha256=s")]) is None
+    assert distributions.files_sha256([("../../../bin/demo", "sha256=s")]) is None
 
 
 def test_a_distribution_without_a_record_is_hashed_by_the_files_it_lists(tmp_path, monkeypatch):
@@ -409,23 +410,23 @@ def test_only_what_the_job_imported_itself_and_what_that_requires_is_keyed():
                 "scipy": {"scipy"}, "pytz": {"pytz"}}  # nvidia-*: loaded as a library, never imported
     requires = {"tensorflow-cpu": ["keras", "numpy"], "keras": ["numpy"], "pandas": ["numpy", "pytz"],
                 "scipy": ["numpy"]}  # fmt: skip
-    probed = usage.keyed_distributions(used, imported, {"tensorflow"}, requires)
+    probed = distributions.keyed_distributions(used, imported, {"tensorflow"}, requires)
     assert probed == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12"}
-    mine = usage.keyed_distributions(used, imported, {"tensorflow", "pandas"}, requires)
+    mine = distributions.keyed_distributions(used, imported, {"tensorflow", "pandas"}, requires)
     assert mine == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12", "pandas", "pytz"}
     # Requirements are followed to any depth, and only to what the job used: a requirement that is
     # not installed, or was never loaded, is not keyed.
     chain = {"app": ["lib", "absent"], "lib": ["core"], "core": ["optional-never-loaded"]}
     used_chain = ["app", "lib", "core", "unrelated"]
     imported_chain = {"app": {"app"}, "lib": {"lib"}, "core": {"core"}, "unrelated": {"unrelated"}}
-    assert usage.keyed_distributions(used_chain, imported_chain, {"app"}, chain) == {"app", "lib", "core"}
-    assert usage.parse_requires(["numpy>=1.26", "pandas ; extra == 'pandas'", "rich", "ml-dtypes (>=0.5)",
+    assert distributions.keyed_distributions(used_chain, imported_chain, {"app"}, chain) == {"app", "lib", "core"}
+    assert distributions.parse_requires(["numpy>=1.26", "pandas ; extra == 'pandas'", "rich", "ml-dtypes (>=0.5)",
                                  "Typing_Extensions; python_version < '3.12'"]) == [
         "numpy", "rich", "ml-dtypes", "typing-extensions"]  # fmt: skip
 
 
 def test_record_lines_with_and_without_a_hash():
-    assert usage.parse_record("a.py,sha256=x,10\nb\n\nc/d.txt,,3\n") == [("a.py", "sha256=x"), ("b", ""),
+    assert distributions.parse_record("a.py,sha256=x,10\nb\n\nc/d.txt,,3\n") == [("a.py", "sha256=x"), ("b", ""),
                                                                         ("c/d.txt", "")]  # fmt: skip
 
 
@@ -433,17 +434,17 @@ def test_content_entries_are_the_distributions_own_files_by_forward_slash_paths(
     entries = [("pkg\\mod.py", "h1"), ("pkg/data.bin", "h2"), ("..", "h3"), ("../bin/tool", "h4"), ("/abs", "h5"),
                ("pkg/__pycache__/mod.cpython-311.pyc", "h6"), ("pkg-1.0.dist-info/RECORD", "h7"),
                ("pkg-1.0.dist-info/METADATA", "h8"), ("x.dist-info/sub/INSTALLER", "h9"), ("nohash.py", "")]
-    assert usage.content_entries(entries) == [("pkg-1.0.dist-info/METADATA", "h8"), ("pkg/data.bin", "h2"),
+    assert distributions.content_entries(entries) == [("pkg-1.0.dist-info/METADATA", "h8"), ("pkg/data.bin", "h2"),
                                               ("pkg/mod.py", "h1"), ("x.dist-info/sub/INSTALLER", "h9")]  # fmt: skip
-    assert usage.content_entries([("...", "h")]) == [("...", "h")]
+    assert distributions.content_entries([("...", "h")]) == [("...", "h")]
 
 
 def test_files_sha256_hashes_each_entry_as_a_line():
     import hashlib
 
     entries = [("b.py", "h2"), ("a.py", "h1")]
-    assert usage.files_sha256(entries) == hashlib.sha256(b"a.py\th1\nb.py\th2\n").hexdigest()
-    assert usage.files_sha256([("RECORD-less.py", "")]) is None
+    assert distributions.files_sha256(entries) == hashlib.sha256(b"a.py\th1\nb.py\th2\n").hexdigest()
+    assert distributions.files_sha256([("RECORD-less.py", "")]) is None
 
 
 def test_files_the_system_and_tools_read_for_themselves_are_not_data(tmp_path):
@@ -512,14 +513,14 @@ def test_run_is_the_systems_but_a_users_run_directory_holds_data(tmp_path):
 def test_the_systems_files_are_never_data_on_any_layout_of_the_root(path):
     """Judged by the path: on a machine without a merged /usr, /lib, /bin and /sbin are directories of
     their own (here they are links into /usr, which realpath would hide), and /lib32 and /snap exist."""
-    assert usage.system_path(path)
+    assert places.system_path(path)
 
 
 @pytest.mark.parametrize("path", ["/run/user/1000/digits.npz", "/dev/shm/batch.npy", "/home/me/data/a.npz",
                                   "/tmp/x.npz", "/var/tmp/x.npz", "/srv/data/a.npz", "/usrdata/a.npz",
                                   "/libraries/a.npz", "/opt/data/a.npz"])
 def test_ram_disks_and_everything_outside_the_system_may_be_data(path):
-    assert not usage.system_path(path)
+    assert not places.system_path(path)
 
 
 def test_gather_keys_the_source_files_the_job_ran_with_exec(tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 import launcher
+from launcher.job.observe import reads
 from launcher.record import usage
-from launcher.run import reads
 
 
 def _sha(data: bytes) -> str:

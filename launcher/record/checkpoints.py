@@ -1,0 +1,142 @@
+"""A run's epoch checkpoints as stored: their layout, their verification, and whether one can be resumed.
+
+The job writes them (``launcher.job.training.checkpoints``, ``launcher.job.training.fitstate``);
+``launch resume`` reads them here: the newest complete one (each file checked against its
+``checkpoint.json``), what it needs of earlier fits, and why a fit's checkpoint cannot be
+resumed bitwise, said in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from launcher.record import layout, runs
+
+DIRNAME = layout.CHECKPOINTS
+MANIFEST = "checkpoint.json"
+PREFIX = "state"  # TensorFlow writes state.index and state.data-00000-of-00001
+EXTRA = "extra.json"  # what a caller keeps beside the variables (an observed fit's state)
+ARRAYS = "arrays.npz"  # and its arrays (EarlyStopping's best weights)
+INPUTS = ("tf.data", "arrays")  # the fit inputs whose later epochs a resume is measured to reproduce
+# Why the other inputs are refused (Keras 3.15's TF backend, read in its source).
+REFUSED_INPUTS = {
+    "generator": ("a Python generator cannot be rewound: the resumed job's generator starts at its beginning where "
+                  "the uninterrupted run's had moved on"),
+    "PyDataset": ("a keras.utils.PyDataset keeps its own state (what its on_epoch_end changes, its own RNG), which "
+                  "is not checkpointed, and Keras shuffles its batches with Python's random in tf.data's prefetch "
+                  "thread, at no fixed moment relative to a checkpoint"),
+}
+
+
+def name(epoch: int) -> str:
+    return f"epoch-{epoch:06d}"
+
+
+def verify(path: Path) -> str | None:
+    """None when the checkpoint at ``path`` is complete, else what is wrong with it."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        return f"no {MANIFEST}"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files = manifest["files"]
+    except (ValueError, KeyError, OSError):
+        return f"{MANIFEST} is unreadable"
+    for file, digest in files.items():
+        if not (path / file).is_file():
+            return f"{file} is missing"
+        if runs.file_sha256(path / file) != digest:
+            return f"{file} does not match its hash (torn write?)"
+    return None
+
+
+def latest_complete(run_dir: Path) -> tuple[Path | None, int, list[str]]:
+    """The newest complete checkpoint, its epoch, and a note for each newer one skipped."""
+    root = run_dir / DIRNAME
+    candidates = sorted(root.glob("epoch-*"), reverse=True) if root.is_dir() else []
+    notes: list[str] = []
+    for path in candidates:
+        problem = verify(path)
+        if problem is None:
+            problem = _earlier_missing(path)
+        if problem is None:
+            return path, int(path.name.split("-")[1]), notes
+        notes.append(f"checkpoint {path.name} is incomplete ({problem}); falling back to an earlier one")
+    return None, 0, notes
+
+
+def needs(extra: dict | None) -> list[str]:
+    """The other checkpoints a resume from a checkpoint with ``extra`` needs: the last epoch's of each
+    earlier ``fit`` of the job, which the resumed job fast-forwards (``launcher.job.training.fitstate``)."""
+    return [e["checkpoint"] for e in (extra or {}).get("before") or [] if e.get("checkpoint")]
+
+
+def _earlier_missing(path: Path) -> str | None:
+    """What is wrong with the earlier fits' checkpoints that the checkpoint at ``path`` needs, or None."""
+    try:
+        extra = json.loads((path / EXTRA).read_text()) if (path / EXTRA).is_file() else None
+    except ValueError:
+        return f"{EXTRA} is unreadable"
+    for needed in needs(extra):
+        problem = verify(path.parent / needed)
+        if problem is not None:
+            return f"it needs {needed}, the end of an earlier fit, and that one has {problem}"
+    return None
+
+
+def is_fit_end(path: Path) -> bool:
+    """Is the checkpoint at ``path`` the last epoch of an observed fit (kept for later fits' resume)?"""
+    try:
+        return bool(json.loads((path / EXTRA).read_text()).get("final"))
+    except (OSError, ValueError):
+        return False
+
+
+def read_extra(path: Path) -> tuple[dict | None, dict]:
+    """The ``extra`` JSON and the arrays a checkpoint was saved with (None and {} when none)."""
+    import numpy as np
+
+    extra = json.loads((path / EXTRA).read_text()) if (path / EXTRA).is_file() else None
+    arrays: dict = {}
+    if (path / ARRAYS).is_file():
+        with np.load(path / ARRAYS) as loaded:
+            arrays = {k: loaded[k] for k in loaded.files}
+    return extra, arrays
+
+
+def _why_not_kind(fit: dict) -> str | None:
+    """Why a fit's input or steps cannot be reproduced by a resume, or None."""
+    kind = fit.get("input")
+    if kind in REFUSED_INPUTS:
+        return REFUSED_INPUTS[kind]
+    if kind not in INPUTS:
+        return (f"it reads {kind}, not a tf.data.Dataset or arrays; a resumed fit is measured to reproduce "
+                "the later epochs of those only")
+    if fit.get("steps_per_epoch") is not None:
+        return "it sets steps_per_epoch (its iterator runs on across epochs, and is not checkpointed)"
+    if fit.get("built") is False:
+        return ("its model had no variables when the fit began (a subclassed keras.Model, or a Sequential "
+                "without keras.Input, makes them in its first batch, after the moment a resume restores the "
+                "checkpoint); call the model once on a batch before fit (model(x[:1])) and its runs resume")
+    return None
+
+
+def why_not_resumable(fit: dict) -> str | None:
+    """Why the fit a checkpoint is in cannot be resumed bitwise, or None when it can. A checkpoint
+    in a later fit needs every earlier fit fast-forwarded from its last epoch's checkpoint (``before``)."""
+    again = "; run it again with launch"
+    if (why := _why_not_kind(fit)) is not None:
+        return f"its fit (call {fit.get('fit', 1)} of Keras fit) cannot be resumed: {why}{again}"
+    before = fit.get("before")
+    if fit.get("fit", 1) != 1 and before is None:
+        return (f"its checkpoint is in call {fit['fit']} of Keras fit and was written by a launcher that does not "
+                f"keep the earlier fits' ends{again}")  # fmt: skip
+    for earlier in before or []:
+        if (why := _why_not_kind(earlier)) is not None:
+            return (f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, which a "
+                    f"resume must fast-forward and cannot: {why}{again}")  # fmt: skip
+        if earlier.get("checkpoint") is None:
+            return (f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, whose last "
+                    f"epoch has no checkpoint to fast-forward it from (it ran no epoch){again}")
+    return None

@@ -1,0 +1,28 @@
+"""The names of the files and folders in a run directory: one owner, as submitit's ``JobPaths``.
+
+The launcher writes some of them, the job process others; both, and every reader
+(verdicts, resume, the index, a sweep), take the names from here.
+"""
+
+from __future__ import annotations
+
+# Written by the launcher before the job starts
+CONFIG = "config.yaml"  # the resolved config
+FINGERPRINT = "fingerprint.json"  # the launcher side, then the job's facts merged in
+JOB = "job.json"  # the determinism plan and what the job process needs to start
+STATUS = "status.json"  # running | complete | failed | interrupted
+# Written by the job process
+JOB_FACTS = "job-facts.json"  # merged into fingerprint.json by the launcher, then removed
+RESULT = "result.json"  # final metrics, weights_sha256
+ERROR = "error.json"  # why the job failed or stopped
+METRICS = "metrics.jsonl"  # one line per epoch
+TRACE = "trace.jsonl"  # the step trace: loss and weight hashes every N steps
+OUTPUT_DIR = "outputs"  # the job's own output files
+CHECKPOINTS = "checkpoints"  # epoch checkpoints of the whole training state
+LOG = "log.txt"  # the job's output, whole
+# Written by the launcher when the job has ended, or by a runtime
+CONTAINER = "container.json"  # a container runtime's image id, tag, uid, network
+SNAPSHOT = "snapshot.json"  # the code and small data the run keeps, by content, in <store>/objects
+MANIFEST = "manifest.json"  # the seal: every file's sha256, written last
+TENSORBOARD = "tensorboard"  # event files written from metrics.jsonl and trace.jsonl
+REBUILD = "rebuild.json"  # replay --rebuild: what was built, for reading
