@@ -8,10 +8,13 @@ imported, loaded and read; ``environment`` is the allowlist that keeps secrets o
 files by what they mean, not their bytes), the code and small
 data each run keeps in its store so it can be replayed from itself alone (``snapshot``),
 the SQLite index
-of a store (``index``, derived from the run directories), and where runs are shown:
+of a store (``index``, derived from the run directories), the names of a run directory's
+files (``layout``), checkpoints and the step trace as stored (``checkpoints``, ``trace``),
+where a path belongs (``places``) and a distribution's identity (``distributions``), the
+store's garbage collection (``gc``), and where runs are shown:
 TensorBoard event files (``tbevents``) and MLflow (``tracking``, the one module that
 imports mlflow).
 
-The bottom layer: imports only ``launcher.errors``, ``launcher.proc`` and
-``launcher.version``.
+Used by both processes, the launcher and the job. The bottom layer: imports only
+``launcher.errors``, ``launcher.proc`` and ``launcher.version``.
 """

@@ -1,4 +1,10 @@
-"""What the job trained, and its state: every Keras ``fit`` and optimizer step of unmodified code
-(``observer``), the resumable state of a fit (``fitstate``), epoch checkpoints
-(``checkpoints``), TF1 graphs and sessions (``tf1``), and the step trace's recorders (``trace``).
+"""What the job trained, and its state.
+
+Owns the observation of every Keras ``fit`` and optimizer step of unmodified code
+(``observer``), the resumable state of a fit (``fitstate``), writing epoch checkpoints
+(``checkpoints``), TF1 graphs and sessions (``tf1``), and the step trace's recorders
+(``trace``).
+
+Runs in the job process: imports only ``launcher.record``, ``launcher.errors`` and the
+job's own ``interrupts``.
 """
