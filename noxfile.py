@@ -70,5 +70,5 @@ def gpu_acceptance(session: nox.Session) -> None:
     # TensorFlow with CUDA exactly as the tf-gpu image has it, then the launcher on top.
     session.install("-r", "lockfiles/tf-gpu.txt")
     session.install("-e", ".", "--no-deps")
-    session.install("docker>=7.0", "hydra-joblib-launcher>=1.2")
+    session.install("docker>=7.0", "hydra-joblib-launcher>=1.2", "nvidia-ml-py>=12")
     session.run("python", "benchmarks/gpu_acceptance.py", *session.posargs)
