@@ -216,3 +216,24 @@ def test_a_field_is_unknown_on_both_only_when_neither_run_recorded_it():
     assert key.unknown_on_both(old, _fp()) == [] and key.unknown_on_both(_fp(), old) == []
     assert key.unknown_on_both(old, copy.deepcopy(old)) == ["software.distributions", "software.libraries",
                                                             "code.modules", "data"]  # fmt: skip
+
+
+def test_the_launchers_code_is_compared_by_content_and_a_change_named_by_module():
+    """code.launcher: a module moved unchanged is the same code; a changed one is named, with both hashes."""
+    a = key.LauncherCode({"launcher.run.reads": "r1", "launcher.job.bootstrap": "b1"})
+    moved = key.LauncherCode({"launcher.job.observe.reads": "r1", "launcher.job.bootstrap": "b1"})
+    changed = key.LauncherCode({"launcher.job.observe.reads": "r1", "launcher.job.bootstrap": "b2"})
+    assert a == moved and key.launcher_differences("code.launcher", a, moved) == []
+    assert a != changed
+    assert key.launcher_differences("code.launcher", a, changed) == [("code.launcher.launcher.job.bootstrap", "b1", "b2")]
+    added = key.LauncherCode({**a.modules, "launcher.record.places": "p1"})
+    assert key.launcher_differences("code.launcher", a, added) == [
+        ("code.launcher.launcher.record.places", "not imported", "p1")]
+
+
+def test_a_schema_3_fingerprint_names_the_launchers_files_as_todays_modules():
+    fp = _fp()
+    fp["schema"] = 3
+    fp["code"]["launcher_modules"] = {"run/reads.py": "r1", "__init__.py": "i1", "record/key.py": "k1"}
+    code = key.comparability_key(fp)["code.launcher"]
+    assert code.modules == {"launcher.job.observe.reads": "r1", "launcher": "i1", "launcher.record.key": "k1"}
