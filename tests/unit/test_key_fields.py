@@ -225,7 +225,8 @@ def test_the_launchers_code_is_compared_by_content_and_a_change_named_by_module(
     changed = key.LauncherCode({"launcher.job.observe.reads": "r1", "launcher.job.bootstrap": "b2"})
     assert a == moved and key.launcher_differences("code.launcher", a, moved) == []
     assert a != changed
-    assert key.launcher_differences("code.launcher", a, changed) == [("code.launcher.launcher.job.bootstrap", "b1", "b2")]
+    assert key.launcher_differences("code.launcher", a, changed) == [
+        ("code.launcher.launcher.job.bootstrap", "b1", "b2")]
     added = key.LauncherCode({**a.modules, "launcher.record.places": "p1"})
     assert key.launcher_differences("code.launcher", a, added) == [
         ("code.launcher.launcher.record.places", "not imported", "p1")]
