@@ -335,3 +335,20 @@ def test_an_existing_tf_data_cache_file_is_read(tf_readers, fresh):
     assert reads.opened == {}  # made by this run: its output
     list(tf.data.Dataset.range(4).cache(prefix))
     assert set(reads.opened) == {prefix + ".index", prefix + ".data-00000-of-00001"}
+
+
+def test_a_read_the_hook_failed_to_note_is_a_gap_never_nothing(fresh, no_children, monkeypatch):
+    """The audit hook never breaks the job; an error inside it (here, noting an open) leaves a gap,
+    so the run is never called comparable on a key that silently lacks that read."""
+    monkeypatch.setattr(reads, "_recording", True)
+    monkeypatch.setattr(reads, "hook_failures", {})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in note")
+
+    monkeypatch.setattr(reads, "note", broken)
+    (fresh / "data.csv").write_text("1\n")
+    reads._hook("open", (str(fresh / "data.csv"), "r", 0))  # the job's open goes on: nothing raised
+    gaps = reads.observation()["gaps"]
+    assert gaps == ["the launcher failed to note the job's 'open' event (RuntimeError: a bug in note): "
+                    "what the job read then is not in the key"]

@@ -250,8 +250,18 @@ def _hook(event: str, args: tuple) -> None:
         elif event in ("glob.glob", "glob.glob/2") and _listings and args:
             root = args[2] if len(args) > 2 and args[2] is not None else None
             note_listing(os.path.join(os.fsdecode(root), os.fsdecode(args[0])) if root else args[0], pattern=True)
-    except Exception:  # an audit hook must never break the job
-        pass
+    except Exception as exc:  # an audit hook must never break the job, and a read it missed is a gap, never nothing
+        _hook_failed(event, exc)
+
+
+hook_failures: dict[str, str] = {}  # event -> the first error the hook met noting it: each a gap in what was seen
+
+
+def _hook_failed(event: str, exc: Exception) -> None:
+    try:
+        hook_failures.setdefault(event, f"{type(exc).__name__}: {exc}"[:200])
+    except Exception:  # noqa: BLE001 - even formatting the error may fail (a broken __str__): still a gap
+        hook_failures.setdefault(event, type(exc).__name__)
 
 
 def install() -> None:
@@ -298,6 +308,9 @@ def observation() -> dict:
     if unnamed_readers:
         gaps.append(f"{', '.join(unnamed_readers)} opened files whose names were computed inside the graph, "
                     "from names the launcher did not see: only those in watched directories are in the key")
+    for event, error in hook_failures.items():
+        gaps.append(f"the launcher failed to note the job's {event!r} event ({error}): what the job read then "
+                    "is not in the key")
     watch = None
     if _watch is not None:
         watch = {"directories": _watch.watched, "truncated": _watch.truncated, "attributed": _watch.attributed,
