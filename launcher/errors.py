@@ -133,3 +133,24 @@ class UnsafeRun(LauncherError):
     def __init__(self, message: str, entry: str | None = None) -> None:
         super().__init__(message)
         self.entry = entry
+
+
+class ArchiveError(LauncherError):
+    """An archive (``launch pack``'s file) cannot be read or holds what it must not: truncated or
+    corrupted, a member outside its place, an object unlike its name, a manifest naming what is
+    missing. Refused in one line before anything lands outside the destination (exit 2)."""
+
+    def __init__(self, message: str, member: str | None = None) -> None:
+        super().__init__(message)
+        self.member = member
+
+
+class SignatureError(LauncherError):
+    """A run's seal is signed and the signature does not verify, or a signature is required and the
+    run has none a trusted key made (``store.require_signed``): refused, naming the run (exit 3)."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, run: str | None = None) -> None:
+        super().__init__(message)
+        self.run = run

@@ -264,6 +264,29 @@ def capture(argv: Sequence[str], cwd: str | None = None, timeout: float = 10, *,
     return done.stdout if done.returncode == 0 or any_status else None
 
 
+@dataclass(frozen=True)
+class Finished:
+    """What a program run by ``run_piped`` said, and how it ended."""
+
+    returncode: int  # -1: it could not be started, or ran past its timeout
+    stdout: bytes
+    stderr: str
+
+
+def run_piped(argv: Sequence[str], data: bytes = b"", timeout: float = 60) -> Finished:
+    """Run ``argv`` with ``data`` on its stdin, in a session of its own (no terminal: a program that
+    would ask for a passphrase fails instead of waiting), and return what it printed. For tools
+    such as ``ssh-keygen -Y sign|verify`` that read the message on stdin."""
+    try:
+        done = subprocess.run(list(argv), input=data, capture_output=True, timeout=timeout, check=False,
+                              start_new_session=True)  # fmt: skip
+    except OSError as exc:
+        return Finished(-1, b"", f"{argv[0]} could not be started: {exc.strerror}")
+    except subprocess.TimeoutExpired:
+        return Finished(-1, b"", f"{argv[0]} did not end within {timeout:.0f} s")
+    return Finished(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
+
+
 def spawn_detached(argv: Sequence[str]) -> subprocess.Popen:
     """Start a helper in its own session: Ctrl-C in our terminal does not reach it.
 

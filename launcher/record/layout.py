@@ -24,5 +24,6 @@ LOG = "log.txt"  # the job's output, whole
 CONTAINER = "container.json"  # a container runtime's image id, tag, uid, network
 SNAPSHOT = "snapshot.json"  # the code and small data the run keeps, by content, in <store>/objects
 MANIFEST = "manifest.json"  # the seal: every file's sha256, written last
+SIGNATURE = "manifest.json.sig"  # the seal signed (ssh-keygen -Y sign), when a signing key is configured
 TENSORBOARD = "tensorboard"  # event files written from metrics.jsonl and trace.jsonl
 REBUILD = "rebuild.json"  # replay --rebuild: what was built, for reading
