@@ -103,7 +103,43 @@ def _stop() -> None:
     global _raised
     if _requested is not None and not _raised:
         _raised = True
+        _note_stopped()
         raise KeyboardInterrupt
+
+
+def _note_stopped() -> None:
+    """On record before the stop is raised: the job was stopped. A script that catches the
+    ``KeyboardInterrupt`` (``except KeyboardInterrupt: model.save(...)``) and then ends with
+    status 0 has still not completed; the launcher reads this (``was_stopped``) and ends the run
+    interrupted, resumable, whatever the exit code. Never fails the stop."""
+    run_dir = os.environ.get("LAUNCH_RUN_DIR")
+    if not run_dir:
+        return
+    try:
+        from launcher.job.observe import reads
+        from launcher.record import layout, runs
+
+        with reads.paused():  # the launcher's own file, not a write of the job's
+            runs.write_json(os.path.join(run_dir, layout.ERROR),
+                            {"type": "KeyboardInterrupt", "message": REASONS.get(_requested, "Ctrl-C")})
+    except Exception:  # noqa: BLE001 - the stop must happen; the exit code then decides, as before
+        pass
+
+
+def was_stopped(run_dir) -> str | None:
+    """The reason, when the job in ``run_dir`` was stopped by a stop signal it received (it
+    raised the ``KeyboardInterrupt``), whatever its exit code; None otherwise. Read by the launcher."""
+    from launcher.errors import LauncherError
+    from launcher.record import layout, runs
+
+    path = os.path.join(str(run_dir), layout.ERROR)
+    try:
+        error = runs.read_json(path) if os.path.exists(path) else None
+    except LauncherError:  # unreadable: not a stop on record
+        return None
+    if isinstance(error, dict) and error.get("type") == "KeyboardInterrupt":
+        return str(error.get("message") or "Ctrl-C")
+    return None
 
 
 def safe_point() -> None:

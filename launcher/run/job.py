@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import DeterminismError, LauncherError
-from launcher.job import determinism
+from launcher.job import determinism, interrupts
 from launcher.record import fingerprint, index, key, layout, probes, runs, snapshot, tbevents, tracking
 from launcher.record.keep import keep_snapshot, keep_so_far
 from launcher.record.layout import ERROR, JOB, JOB_FACTS, RESULT
@@ -188,6 +188,8 @@ def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: 
 def _finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row,
             launch_dir: str | None, root: str | None) -> Outcome:
     seed = int(resolved.seed)
+    if returncode == 0 and interrupts.was_stopped(run_dir) is not None:
+        returncode = 130  # stopped, its code caught the stop and ended by itself: a stop is never a completion
     if returncode == 0 and (run_dir / RESULT).exists() and (run_dir / JOB_FACTS).exists():
         container = runs.read_json(run_dir / CONTAINER) if (run_dir / CONTAINER).exists() else None
         fp = fingerprint.merge_job_facts(fp, runs.read_json(run_dir / JOB_FACTS), container)

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from launcher import proc
 from launcher.errors import ConfigError
+from launcher.job import interrupts
 from launcher.record import layout, runs
 from launcher.record.layout import ERROR
 from launcher.run import signals
@@ -66,7 +67,8 @@ class LocalRuntime:
         """Nothing to check: the job runs here, as ``launch`` does."""
 
     def run(self, job: Job) -> int:
-        """The job's exit code; 130 whenever a SIGINT or SIGTERM stopped it (its error says why)."""
+        """The job's exit code; 130 whenever a SIGINT or SIGTERM stopped it (its error says why),
+        also when the job's code caught the stop and ended with status 0: a stop is never a completion."""
         argv = bootstrap_argv(job.python or sys.executable, job.run_dir, job.cpu_model)
         ended = proc.run_job(
             proc.place_argv(sys.executable, placed_data(job.run_dir), argv),
@@ -79,9 +81,12 @@ class LocalRuntime:
         if ended.stop is None:
             return ended.returncode
         signals.stopping_launcher()  # a second Ctrl-C has nothing left to stop
-        if ended.returncode == 0:
-            return 0  # it completed before it could be stopped
+        if ended.returncode == 0 and interrupts.was_stopped(job.run_dir) is None:
+            return 0  # it completed before the stop reached a place where it could stop
         error = job.run_dir / ERROR
+        if ended.returncode == 0:  # its code caught the stop (except KeyboardInterrupt: save) and ended
+            runs.write_json(error, {"type": "KeyboardInterrupt", "message": stop_reason(ended)})
+            return 130
         if ended.returncode != 130 or not error.exists():  # killed, or ended otherwise: say what stopped it
             runs.write_json(error, {"type": "KeyboardInterrupt", "message": stop_reason(ended)})
         return 130
@@ -103,6 +108,8 @@ def stop_reason(ended: proc.Ended) -> str:
         return f"{reason}; the job was killed: {ended.killed}"
     if ended.returncode < 0:
         return f"{reason}; the job died of signal {-ended.returncode} while stopping"
+    if ended.returncode == 0:
+        return f"{reason}; the job's code caught the stop and ended by itself before its planned end"
     return f"{reason}; the job ended with status {ended.returncode} while stopping"
 
 

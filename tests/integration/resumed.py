@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -34,9 +35,24 @@ def run_of(store: Path) -> Path:
 
 def record(run: Path, work: Path) -> dict:
     """What must be bitwise equal: weights, layers, outputs by meaning, every epoch's metrics, the
-    trace, the final metrics, and the history the script wrote into its launch directory."""
+    trace, the final metrics, the history the script wrote into its launch directory, and every
+    file it wrote there by meaning (a saved ``.keras`` model: its weights and config)."""
+    from launcher.record import outputs
+
     result = json.loads((run / "result.json").read_text())
     return {"weights": result["weights_sha256"], "layers": result["layer_sha256"],
             "outputs": result["outputs_content"], "metrics": (run / "metrics.jsonl").read_text(),
             "trace": (run / "trace.jsonl").read_text(), "final": result["final_metrics"],
-            "history": (work / "outputs" / "history.json").read_text()}  # fmt: skip
+            "history": (work / "outputs" / "history.json").read_text(),
+            "saved": outputs.digests(work / "outputs")}  # fmt: skip
+
+
+def epoch_lines(output: str) -> list[str]:
+    """Keras' ``Epoch N/M`` lines in a job's output, in order: which epochs the process trained."""
+    return [line.strip() for line in output.splitlines() if re.fullmatch(r"Epoch \d+/\d+", line.strip())]
+
+
+def trained_only_after(output: str, epoch: int, epochs: int) -> None:
+    """The resumed process trained epochs ``epoch + 1`` to ``epochs`` only, not from the start: a
+    "resume" that restored nothing and trained again from epoch 1 would end with the same bits."""
+    assert epoch_lines(output) == [f"Epoch {e}/{epochs}" for e in range(epoch + 1, epochs + 1)], epoch_lines(output)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import is_run
-from tests.integration.resumed import env, record, run_of, work_dir
+from tests.integration.resumed import env, record, run_of, trained_only_after, work_dir
 
 pytestmark = pytest.mark.slow
 
@@ -94,26 +94,37 @@ def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, uninterr
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "resumed from checkpoints/epoch-00000" in done.stdout
     resumed = record(run, work)
-    for key in ("weights", "layers", "metrics", "trace", "history", "outputs"):
+    for key in ("weights", "layers", "metrics", "trace", "history", "outputs", "saved"):
         assert resumed[key] == uninterrupted[key], key
     result = json.loads((run / "result.json").read_text())
     assert result["resumed_from_epoch"] >= 2
+    trained_only_after(done.stdout, result["resumed_from_epoch"], EPOCHS)
     compared = launch("compare", uninterrupted["run"], run)
     assert compared.returncode == 0 and "IDENTICAL" in compared.stdout, compared.stdout[-2000:]
 
 
-def test_sigterm_stops_a_script_run_resumably_and_resume_continues_it(launch, tmp_path, uninterrupted):
+def test_a_script_that_catches_the_stop_and_saves_ends_interrupted_and_resumes(launch, tmp_path, uninterrupted):
+    """SIGTERM after epoch 2: the script catches the KeyboardInterrupt, saves its model and ends
+    with status 0. A stop is never a completion: the run ends INTERRUPTED and resumable, and the
+    resume trains epochs 3-6 only, to the uninterrupted run's bits and the model file it saved."""
     work = work_dir(tmp_path, "work")
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 3, signal.SIGTERM)
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "stopped: saving the model as it is" in out  # the script's own handler ran
+    assert (work / "outputs" / "model.keras").is_file()  # and saved what it had
     last = out.strip().splitlines()[-1]
-    assert last == f"[launch] run {run} INTERRUPTED: SIGTERM; continue it with: launch resume {run}", last
+    assert last == f"[launch] run {run} INTERRUPTED: SIGTERM; the job's code caught the stop and ended by itself " \
+                   f"before its planned end; continue it with: launch resume {run}", last  # fmt: skip
     assert "Traceback" not in err + out
     assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
+    assert not (run / "manifest.json").exists()  # not sealed as complete
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert record(run, work)["weights"] == uninterrupted["weights"]
+    trained_only_after(done.stdout, 2, EPOCHS)
+    resumed = record(run, work)
+    for key in ("weights", "metrics", "history", "saved"):
+        assert resumed[key] == uninterrupted[key], key  # "saved": outputs/model.keras, by its weights and config
 
 
 def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path):

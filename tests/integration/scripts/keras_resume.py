@@ -1,6 +1,8 @@
 """A Keras script written without the launcher in mind: a tf.data pipeline reshuffled every
-epoch with a random augmentation map, Dropout, ReduceLROnPlateau and EarlyStopping; it
-writes its history to a file when it ends. Args: DATA.npz EPOCHS OUT_DIR [PATIENCE MIN_DELTA]
+epoch with a random augmentation map, Dropout, ReduceLROnPlateau and EarlyStopping; stopped by
+hand (Ctrl-C, or SIGTERM turned into one), it saves the model it has, as Keras' own examples do,
+and ends with status 0; it saves the model and writes its history when it ends.
+Args: DATA.npz EPOCHS OUT_DIR [PATIENCE MIN_DELTA]
 (EarlyStopping's on val_loss; default 10 0: it never stops early in 6 epochs)."""
 import json
 import os
@@ -39,7 +41,12 @@ model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=
 callbacks = [keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
              keras.callbacks.EarlyStopping(monitor="val_loss", patience=patience, min_delta=min_delta,
                                            restore_best_weights=True)]
-history = model.fit(train, validation_data=test, epochs=epochs, callbacks=callbacks, verbose=2)
 os.makedirs(out, exist_ok=True)
+try:
+    history = model.fit(train, validation_data=test, epochs=epochs, callbacks=callbacks, verbose=2)
+except KeyboardInterrupt:
+    print("stopped: saving the model as it is", flush=True)
+    history = model.history
+model.save(os.path.join(out, "model.keras"))
 with open(os.path.join(out, "history.json"), "w") as f:
     json.dump({k: [repr(v) for v in vs] for k, vs in history.history.items()}, f, sort_keys=True)
