@@ -205,8 +205,11 @@ def unroot_facts(facts: dict, root: str | None) -> dict:
     out = dict(facts)
     if out.get("modules"):
         out["modules"] = {name: {**m, "path": unrooted(m["path"], root)} for name, m in out["modules"].items()}
-    if out.get("data"):
-        out["data"] = {unrooted(name, root): digest for name, digest in out["data"].items()}
+    if out.get("data"):  # a name the job recorded outside root wins over one mapped back from inside it
+        data = {name: digest for name, digest in out["data"].items() if unrooted(name, root) == name}
+        for name, digest in out["data"].items():
+            data.setdefault(unrooted(name, root), digest)
+        out["data"] = data
     return out
 
 
