@@ -68,9 +68,18 @@ def used(run_dir: Path, launch_dir: str, root: str | None, laid_out: bool) -> di
     """What the job used (``usage.gather``): its modules, distributions, libraries and data."""
     return usage.gather(reads.opened, str(run_dir), launch_dir, explicit=reads.explicit, listed=reads.listed,
                         patterns=reads.patterns, started_ns=reads.started_ns, direct_imports=imports.direct,
-                        native={snapshot.rooted(p, root) if laid_out else p: first  # as linked
+                        native={_as_linked(p, root) if laid_out else p: first
                                 for p, first in reads.natively_opened().items()},
                         code_files=reads.code_files, executed=reads.executed)  # fmt: skip
+
+
+def _as_linked(path: str, root: str | None) -> str:
+    """A natively seen path by its name in the laid-out snapshot when that is a link to it (inotify
+    reports an open through a link in its target's directory), else as seen: where the layout
+    holds a kept copy instead, the job read this file, not that copy (a replay's data placed at
+    its absolute path)."""
+    inside = snapshot.rooted(path, root)
+    return inside if inside != path and os.path.islink(inside) else path
 
 
 def observed() -> dict:
