@@ -160,7 +160,8 @@ def launch_fingerprint(
         env["PYTHONPATH"] = snapshot.rooted_pythonpath(env["PYTHONPATH"], root, keep=[LAUNCHER_ROOT])
     script = snapshot.rooted(str(resolved.train.script), root) if resolved.train.name == "script" else None
     notebook = snapshot.rooted(str(resolved.train.notebook), root) if resolved.train.name == "notebook" else None
-    fp = fingerprint.collect(env, cwd, config.config_hash(resolved), script, notebook)
+    launch_dir = snapshot.unrooted(cwd, root)  # the project: what lies in it is keyed relative to it
+    fp = fingerprint.collect(env, cwd, config.config_hash(resolved, launch_dir), script, notebook, launch_dir)
     if cpu:
         from launcher.run import emulation
         fp["hardware"]["cpu"] = emulation.emulated_cpu(cpu, python or sys.executable, LAUNCHER_ROOT)
