@@ -27,21 +27,29 @@ from launcher.record.probes import code, hardware, software, tensorflow_gpu_note
 # package's hash in the key), distributions by content, the CPU's family, model and stepping.
 # 4: code.launcher_modules by module name (launcher.job.observe.reads), not file path: the key
 # compares their contents, so a module moved unchanged refuses nothing.
+# 5: launch_dir (where the job was launched: the project), and keyed relative to it: config_sha256
+# hashes the config's paths inside it relative to it (launcher.run.config.hashed_part), and the
+# key names data files and libraries inside it relatively (launcher.record.key), so a second
+# checkout of the same project gives the same key. Schema 4 and older hashed and named them
+# absolute: their key is read as they recorded it.
 # Older runs stay readable; what they lack is unknown to the comparability key.
-SCHEMA = 4
+SCHEMA = 5
 FILE = layout.FINGERPRINT
-READABLE_SCHEMAS = (1, 2, 3, 4)
+READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 
 
 def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None,
-            notebook: str | None = None) -> dict:
+            notebook: str | None = None, launch_dir: str | None = None) -> dict:
     """The launcher-side fingerprint of a job about to start with environment ``env``.
 
     ``software``, ``determinism`` and ``data`` are filled in by the job process
-    (``job_facts``), since a container's software is not the host's.
+    (``job_facts``), since a container's software is not the host's. ``launch_dir`` is the
+    project the job was launched in (a replay's: the original's, not the laid-out copy it runs
+    in; default ``cwd``): not keyed itself, the key names what lies in it relatively.
     """
     return {
         "schema": SCHEMA,
+        "launch_dir": launch_dir or cwd,
         "hardware": hardware(),
         "software": None,
         "environment": allowed_env(env),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 
 from launcher.record.environment import keyed_env
@@ -181,8 +182,8 @@ KEY: dict[str, Callable[[dict], object]] = {
     # package the job never loads cannot change its bits.
     "software.distributions": _since_schema_2(lambda fp: _distributions_key(_software(fp).get("distributions"))),
     # Every other shared library mapped into the job (libm, libstdc++, libgomp, a custom op),
-    # by content.
-    "software.libraries": _since_schema_2(lambda fp: _software(fp).get("libraries")),
+    # by content; one in the project by its path relative to it (_in_project).
+    "software.libraries": _since_schema_2(lambda fp: _in_project(_software(fp).get("libraries"), fp)),
     # The image a containerized run used (None for local runs): a different image is
     # different software even when versions agree. Out: the kernel (no effect on math).
     "software.container": lambda fp: _container_key(_software(fp).get("container")),
@@ -224,10 +225,31 @@ KEY: dict[str, Callable[[dict], object]] = {
     "code.modules": _since_schema_2(
         lambda fp: {name: m["sha256"] for name, m in (fp["code"].get("modules") or {}).items()}
     ),
-    # The files the job read, by content, named by path (relative to the launch directory
-    # when inside it).
-    "data": _since_schema_2(lambda fp: fp.get("data") or {}),
+    # The files the job read, by content, named by path: relative to the launch directory
+    # when inside it, however the job named it (a path made from __file__ too), so a second
+    # checkout of the project reads "the same" files (_in_project); absolute outside it
+    # (~/.keras/datasets, /data name the same place on another machine).
+    "data": _since_schema_2(lambda fp: _in_project(fp.get("data") or {}, fp)),
 }
+
+
+def _in_project(named: dict | None, fp: dict) -> dict | None:
+    """``named`` (path -> value) with each absolute path inside the run's project (its
+    ``launch_dir``, recorded since fingerprint schema 5) relative to it. Two names of one file
+    (read by a relative and by an absolute name) with different values keep both values."""
+    root = fp.get("launch_dir")
+    if not named or not isinstance(root, str) or os.path.normpath(root) == "/":
+        return named
+    root = os.path.normpath(root)
+    out: dict = {}
+    for name, value in sorted(named.items()):
+        path = os.path.normpath(name)
+        if os.path.isabs(name) and path.startswith(root + "/"):
+            name = os.path.relpath(path, root)
+        if name in out and out[name] != value:
+            value = " | ".join(sorted({str(out[name]), str(value)}))
+        out[name] = value
+    return out
 
 
 def _distributions_key(distributions: dict | None) -> object:

@@ -239,8 +239,14 @@ def resolve(cfg: DictConfig, cpu_count: int | None = None) -> DictConfig:
     return out
 
 
-def hashed_part(cfg: DictConfig | dict) -> dict:
-    """The config without the fields that cannot change a result: what ``config_hash`` hashes."""
+def hashed_part(cfg: DictConfig | dict, launch_dir: str | None = None) -> dict:
+    """The config without the fields that cannot change a result: what ``config_hash`` hashes.
+
+    With ``launch_dir`` (where the job was launched: the project), every value that is a path
+    inside it is taken relative to it (``project_relative``), so a second checkout of the same
+    project hashes the same; a path outside it (``~/.keras/datasets``, ``/data``) keeps its
+    absolute name, which names the same place on another machine. Without it, paths stay as
+    the resolved config has them (how fingerprint schemas before 5 hashed)."""
     data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else json.loads(json.dumps(cfg))
     local = data.get("runtime", {}).get("name", "local") == "local"
     # The image settings do not reach a local run.
@@ -251,12 +257,34 @@ def hashed_part(cfg: DictConfig | dict) -> dict:
             node = node.get(name) if isinstance(node, dict) else None
         if isinstance(node, dict):
             node.pop(leaf, None)
-    return data
+    return project_relative(data, launch_dir) if launch_dir else data
 
 
-def config_hash(cfg: DictConfig | dict) -> str:
-    """sha256 of the canonical JSON of the config without fields that cannot affect results."""
-    canonical = json.dumps(hashed_part(cfg), sort_keys=True, separators=(",", ":"))
+def project_relative(value: object, launch_dir: str) -> object:
+    """``value`` (a config's values: mappings, lists, strings) with each absolute path inside
+    ``launch_dir`` made relative to it: a value that is such a path (``train.script``,
+    ``train.data``, a ``train.args`` entry), or an option that ends in one (``--data=/proj/x.npz``).
+    The resolved config keeps absolute paths to run from; only what is hashed is relative."""
+    root = os.path.normpath(launch_dir)
+    if root == "/":  # every path lies there: relative says nothing more
+        return value
+    if isinstance(value, dict):
+        return {k: project_relative(v, launch_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [project_relative(v, launch_dir) for v in value]
+    if not isinstance(value, str):
+        return value
+    head, sep, tail = value.partition("=")
+    if sep and not head.startswith("/"):  # --data=/proj/x.npz, data=/proj/x.npz
+        return head + sep + str(project_relative(tail, launch_dir))
+    path = os.path.normpath(value)
+    if os.path.isabs(value) and (path == root or path.startswith(root + "/")):
+        return os.path.relpath(path, root)
+    return value
+
+
+def config_hash(cfg: DictConfig | dict, launch_dir: str | None = None) -> str:
+    """sha256 of the canonical JSON of the config without fields that cannot affect results,
+    paths inside ``launch_dir`` relative to it (``hashed_part``)."""
+    canonical = json.dumps(hashed_part(cfg, launch_dir), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-

@@ -109,7 +109,9 @@ def key_differences(a: RunRecord, b: RunRecord) -> list[tuple[str, object, objec
     """Differing key fields; a differing config hash is shown as the config fields that differ."""
     diffs = comparability.key_differences(a.fingerprint, b.fingerprint)
     if any(name == "config_sha256" for name, _, _ in diffs):
-        config_diffs = config_differences(config.hashed_part(a.config), config.hashed_part(b.config))
+        # each as its hash was taken: paths inside its project relative to it (schema 5), else absolute
+        config_diffs = config_differences(config.hashed_part(a.config, a.fingerprint.get("launch_dir")),
+                                          config.hashed_part(b.config, b.fingerprint.get("launch_dir")))
         if config_diffs:
             diffs = [d for d in diffs if d[0] != "config_sha256"] + config_diffs
     return diffs
