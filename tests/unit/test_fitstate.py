@@ -196,3 +196,29 @@ def test_a_subclassed_model_has_variables_only_once_called():
     model(np.zeros((1, 3), "float32"))
     assert model.variables
     assert keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).variables
+
+
+def test_iterator_counts_are_keyed_by_the_dataset_not_its_id():
+    """A count never passes to another dataset that reuses a collected one's id (issue 40): the
+    counts are held by the dataset object, weakly, and go with it."""
+    import gc
+
+    class Dataset:  # stands for tf.data's: an object whose iterators are counted
+        pass
+
+    first = Dataset()
+    for _ in range(3):
+        fitstate.note_iterator(first)
+    assert fitstate.made(first) == 3
+    reused = id(first)
+    del first
+    gc.collect()
+    again = []
+    while len(again) < 10_000 and (not again or id(again[-1]) != reused):
+        again.append(Dataset())  # CPython hands the freed address out again, soon
+    assert id(again[-1]) == reused, "no new object reused the id: the test proves nothing here"
+    assert all(fitstate.made(d) == 0 for d in again)
+    fitstate.note_iterator(again[0])
+    assert fitstate.made(again[0]) == 1 and fitstate.made(again[1]) == 0
+    fitstate.note_iterator(7)  # not weakly referenceable: never counted, never an error
+    assert fitstate.made(7) == 0

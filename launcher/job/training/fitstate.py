@@ -37,6 +37,7 @@ are refused (``REFUSED_INPUTS``).
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Iterable
 
 import numpy as np
@@ -128,7 +129,9 @@ def history_after(history: dict, epochs: list, epoch: int, logs: dict | None) ->
     return [*epochs, epoch], merged
 
 
-_made: dict[int, int] = {}  # id(dataset) -> iterators made of it in this job
+# dataset -> iterators made of it in this job. Keyed by the dataset object itself, held weakly: an
+# id() is reused once its object is collected, and a count would pass to another dataset.
+_made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def count_iterators(dataset_class) -> None:
@@ -138,16 +141,27 @@ def count_iterators(dataset_class) -> None:
         return
 
     def __iter__(self):
-        _made[id(self)] = _made.get(id(self), 0) + 1
+        note_iterator(self)
         return original(self)
 
     __iter__._launch_counted = True  # type: ignore[attr-defined]
     dataset_class.__iter__ = __iter__
 
 
+def note_iterator(dataset: object) -> None:
+    """One more iterator of ``dataset`` was made (a dataset that cannot be weakly referenced is not counted)."""
+    try:
+        _made[dataset] = _made.get(dataset, 0) + 1
+    except TypeError:
+        pass
+
+
 def made(dataset: object) -> int:
     """How many iterators of ``dataset`` the job has made."""
-    return _made.get(id(dataset), 0)
+    try:
+        return _made.get(dataset, 0)
+    except TypeError:
+        return 0
 
 
 class IteratorAlignment:
