@@ -139,10 +139,13 @@ def mismatches(recorded: Mapping[str, dict], found: Mapping[str, dict | None]) -
     return out
 
 
-def download_argv(python: str, dest: Path, wanted: Iterable[str]) -> list[str]:
-    """Download these ``name==version`` as wheels, without their dependencies."""
+def download_argv(python: str, dest: Path, wanted: Iterable[str], find_links: Path | None = None,
+                  no_index: bool = False) -> list[str]:
+    """Download these ``name==version`` as wheels, without their dependencies; ``find_links``: a folder of
+    wheels looked in too (an archive's), alone with ``no_index``."""
+    links = ["--find-links", str(find_links)] if find_links else []
     return [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-            "--retries", "2", "--dest", str(dest), *wanted]  # fmt: skip
+            "--retries", "2", *(["--no-index"] if no_index else []), *links, "--dest", str(dest), *wanted]  # fmt: skip
 
 
 def install_argv(python: str, venv_python: Path, wheels: Path, requirements_file: Path) -> list[str]:
@@ -251,10 +254,12 @@ def here_versions() -> dict[str, str]:
     return out
 
 
-def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool = True) -> Path:
+def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool = True,
+                find_links: Path | None = None) -> Path:
     """The Python interpreter of an environment holding the run's recorded distributions,
     built (or found in the cache under ``cache_root``, default ``default_cache_root()``) and
-    verified; raises ``RebuildError``."""
+    verified; raises ``RebuildError``. ``find_links``: a folder of wheels (an archive's,
+    ``launch pack --with-env``) used first, with no index when it holds them all."""
     root = cache_root or default_cache_root()
     used_names = list((stored_fp.get("software") or {}).get("distributions") or {})
     p = plan(stored_fp, here_versions(), {n: distributions.distribution_identity(n) for n in used_names},
@@ -266,7 +271,7 @@ def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool =
             final.parent.mkdir(parents=True, exist_ok=True)
             with build_lock(final, echo):
                 if not (final / "bin" / "python").exists():  # not built meanwhile by the launch we waited for
-                    _build(p, final, shared, echo)
+                    _build(p, final, shared, echo, find_links)
         except OSError as exc:
             raise RebuildError(f"cannot write the rebuilt environment at {final} ({exc.strerror or exc}): "
                                "remove it, or free or fix the cache directory") from None  # fmt: skip
@@ -361,7 +366,7 @@ def probe(python: Path, names: list[str]) -> dict:
     return probed
 
 
-def _build(p: Plan, final: Path, shared: list[str], echo: bool) -> None:
+def _build(p: Plan, final: Path, shared: list[str], echo: bool, find_links: Path | None = None) -> None:
     """Build the overlay in a temporary directory beside ``final``, then rename it there."""
     started = time.monotonic()
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -375,7 +380,7 @@ def _build(p: Plan, final: Path, shared: list[str], echo: bool) -> None:
     try:
         _run([sys.executable, "-m", "venv", "--without-pip", str(tmp)], log, "creating the venv")
         if p.install:
-            _install(p.install, tmp, log)
+            _install(p.install, tmp, log, find_links)
         (overlay_site(tmp) / SHARED_PTH).write_text(pth_text(shared))
         info = {"install": list(p.install), "shared": shared, "seconds": round(time.monotonic() - started, 1)}
         (tmp / INFO).write_text(json.dumps(info, indent=2) + "\n")
@@ -386,11 +391,16 @@ def _build(p: Plan, final: Path, shared: list[str], echo: bool) -> None:
         print(f"[launch] rebuilt in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
 
 
-def _install(wanted: tuple[str, ...], venv: Path, log: Path) -> None:
+def _install(wanted: tuple[str, ...], venv: Path, log: Path, find_links: Path | None = None) -> None:
     wheels = venv / "wheels"
-    if proc.run_streaming(download_argv(sys.executable, wheels, wanted), os.environ, log, echo=False) != 0:
+    if find_links and proc.run_streaming(download_argv(sys.executable, wheels, wanted, find_links, no_index=True),
+                                         os.environ, log, echo=False) == 0:  # fmt: skip
+        pass  # the archive's wheels hold them all: no index asked
+    elif proc.run_streaming(download_argv(sys.executable, wheels, wanted, find_links), os.environ, log,
+                            echo=False) != 0:  # fmt: skip
         for one in wanted:  # which ones: the index has no wheel of them, or is not reachable
-            if proc.run_streaming(download_argv(sys.executable, wheels, [one]), os.environ, log, echo=False) != 0:
+            if proc.run_streaming(download_argv(sys.executable, wheels, [one], find_links), os.environ, log,
+                                  echo=False) != 0:  # fmt: skip
                 raise RebuildError(f"no wheel of {one} could be downloaded (an editable or local install, or no "
                                    f"wheel on the index; was the index reachable?): it cannot be rebuilt",
                                    distribution=one.partition("==")[0])  # fmt: skip
