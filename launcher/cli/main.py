@@ -29,10 +29,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("launcher.cli.compare:main",
                 "RUN_A RUN_B [--allow-mismatch] [--tolerance RTOL,ATOL] [--plot PNG]: verdict"),
     "replay": ("launcher.cli.replay:main",
-               "RUN [--allow-mismatch] [--data NAME=PATH] [--rebuild] [--cpu MODEL]: rerun a stored run, "
-               "say if it reproduced"),
+               "RUN|FILE [--allow-mismatch] [--data NAME=PATH] [--rebuild] [--cpu MODEL]: rerun a stored run "
+               "(or an archive's), say if it reproduced"),
     "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
     "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--reindex]: list runs"),
+    "pack": ("launcher.cli.pack:main", "RUN [-o FILE] [--with-env]: one file holding the run, its code and data "
+             "(and wheels)"),
+    "unpack": ("launcher.cli.unpack:main", "FILE [--store DIR]: import an archive's run into a store"),
+    "verify": ("launcher.cli.verify:main", "RUN|FILE [store.allowed_signers=F]: check the seal and who signed it"),
     "gc": ("launcher.cli.gc:main", "[--store DIR] [--dry-run]: remove the store's objects no run references"),
     "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
     "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR | plot SWEEP_DIR PNG: replay every job | draw the spread"),

@@ -1,28 +1,46 @@
-"""``launch replay RUN``: rerun a stored run and say whether it reproduced, bit for bit."""
+"""``launch replay RUN|FILE``: rerun a stored run (or an archive's, imported into the store first) and say
+whether it reproduced, bit for bit, and who sealed it."""
 
 from __future__ import annotations
 
+from launcher.cli.pack import split_settings
 from launcher.cli.rerun import refused, rerun_args
 from launcher.errors import ConfigError, NotComparable
 
 
 def main(argv: list[str]) -> int:
+    from launcher.record import archive, runs, signing
     from launcher.verdict import replay
 
-    args = rerun_args("replay", "Rerun a stored run from its snapshot, config and seed, and compare bit for bit.",
-                      argv, replay=True)  # fmt: skip
+    words, rest = split_settings(argv)
+    args = rerun_args("replay", "Rerun a stored run (or the run of an archive, launch pack's file) from its snapshot, "
+                      "config and seed, and compare bit for bit.", rest, replay=True)  # fmt: skip
     data = {}
     for item in args.data or []:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise ConfigError(f"--data takes NAME=PATH (the recorded data name, and a copy of it), got {item!r}")
         data[name] = path
+    settings = signing.store_settings(words)
+    trust = signing.trust_from(settings)
+    run = args.run
+    if archive.is_archive(run):  # checked whole and imported into store.root before anything runs
+        from launcher.cli.unpack import imported_line
+
+        imported = archive.unpack(run, str(settings["root"]), trust)
+        print(imported_line(imported), flush=True)
+        run, seal = imported.run_dir, imported.seal
+    else:
+        seal = signing.check(runs.verify_seal(run), trust)
     try:
-        result = replay.replay(args.run, allow_mismatch=args.allow_mismatch, data=data, rebuild=args.rebuild,
-                               cpu=args.cpu)
+        result = replay.replay(run, allow_mismatch=args.allow_mismatch, data=data, rebuild=args.rebuild,
+                               cpu=args.cpu, store={"signing_key": settings["signing_key"]})  # fmt: skip
     except NotComparable as exc:
-        return refused(exc)
+        code = refused(exc)
+        print(f"the stored run {runs.require_run(run).name} is {signing.describe(seal)}")
+        return code
     emulated = f" (its job emulated as CPU {args.cpu} by qemu-x86_64)" if args.cpu else ""
     print(f"{result.verdict}: replay {result.new_run} of {result.original}{emulated}")
     print(result.detail)
+    print(f"the stored run {result.original.name} is {signing.describe(seal)}")
     return result.exit_code

@@ -33,13 +33,15 @@ import os
 import secrets
 import socket
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
-from launcher.errors import RunNotFound, SealError, StoreError, UnsafeRun
+from launcher.errors import LauncherError, RunNotFound, SealError, StoreError, UnsafeRun
 from launcher.record import layout
 
 MANIFEST = layout.MANIFEST
+SIGNATURE = layout.SIGNATURE  # the seal signed (launcher.record.signing): beside the manifest, not in it
 STATUS = layout.STATUS
 MANIFEST_SCHEMA = 1
 RESERVE = ".reserve"  # freed when the disk is full, so status.json can still be written
@@ -196,9 +198,10 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 def _files(run_dir: Path) -> list[str]:
     """Every file below ``run_dir``, hidden ones included, but the manifest itself (it cannot hold
-    its own hash). Nothing else is left out: a hidden file is as much a part of the run as any other."""
+    its own hash) and its signature (made from it). Nothing else is left out: a hidden file is as
+    much a part of the run as any other."""
     names = (p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
-    return sorted(name for name in names if name != MANIFEST)
+    return sorted(name for name in names if name not in (MANIFEST, SIGNATURE))
 
 
 def seal(run_dir: Path) -> dict:
@@ -214,8 +217,32 @@ def seal(run_dir: Path) -> dict:
         "files": {name: file_sha256(run_dir / name) for name in _files(run_dir)},
     }
     write_json(run_dir / MANIFEST, manifest)
+    sign_seal(run_dir)
     make_read_only(run_dir)
     return manifest
+
+
+def sign_seal(run_dir: Path) -> bool:
+    """Sign the seal when the run's config names a key (``store.signing_key``; ``launcher.record.signing``).
+    A key that cannot sign leaves the run sealed and unsigned, and says so on stderr: a finished
+    training is never lost to a missing key. True when it was signed."""
+    from launcher.record import signing
+
+    try:
+        import yaml
+
+        store = (yaml.safe_load((run_dir / layout.CONFIG).read_text()) or {}).get("store") or {}
+        key = signing.signing_key(store.get("signing_key"))
+        if key is None:
+            return False
+        signing.sign(run_dir, key)
+        return True
+    except (OSError, ValueError, AttributeError, yaml.YAMLError) as exc:
+        print(f"[launch] warning: run {run_dir.name} is sealed, not signed: its config cannot be read ({exc})",
+              file=sys.stderr)  # fmt: skip
+    except LauncherError as exc:
+        print(f"[launch] warning: run {run_dir.name} is sealed, not signed: {exc}", file=sys.stderr)
+    return False
 
 
 def make_read_only(directory: Path) -> None:

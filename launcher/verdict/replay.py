@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 
 from launcher import proc
 from launcher.errors import ConfigError, NotComparable, StoreError
-from launcher.record import key, runs, snapshot, tracking
+from launcher.record import archive, key, runs, signing, snapshot, tracking
 from launcher.run import job, precheck
 from launcher.verdict import compare
 
@@ -57,8 +57,12 @@ def replay(
     data: Mapping[str, str] | None = None,
     rebuild: bool = False,
     cpu: str | None = None,
+    store: Mapping[str, object] | None = None,
 ) -> ReplayResult:
     """Rerun ``run_dir`` and compare; raises ``NotComparable`` when the key differs first.
+
+    ``store``: settings of the ``store`` node the replay's own run is made with, over the run's
+    (``signing_key``: who replays seals the replay; the store node is out of the config hash).
 
     ``rebuild``: run it in an environment with the run's recorded distributions
     (``launcher.run.rebuild``), checked against the key like this one would be. ``cpu``: run
@@ -80,7 +84,8 @@ def replay(
     if rebuild:
         from launcher.run import rebuild as _rebuild
         fp = runs.read_json(original / job.FINGERPRINT)
-        python = _rebuild.environment(fp, echo=echo)
+        wheels = original.parent / archive.WHEELS  # an archive's wheels, unpacked into the store: used first
+        python = _rebuild.environment(fp, echo=echo, find_links=wheels if wheels.is_dir() else None)
         probed = _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
     work = None
     try:
@@ -114,6 +119,8 @@ def replay(
             text = refusal(original, diffs, unkept, rebuilt=rebuild, at_own_path=at_own_path, placing=why)
             raise NotComparable(text, diffs)
         resolved = OmegaConf.load(original / job.CONFIG)
+        if store:
+            resolved.store = OmegaConf.merge(resolved.store, dict(store))
         new_run = job.create_run(resolved, original.parent, cwd, cpu=cpu)  # a refused replay leaves nothing behind
         notes = {"of": original.name, "comparable": not diffs, "from_snapshot": stored is not None,
                  "rebuilt_environment": str(python) if python else None,
@@ -135,6 +142,16 @@ def replay(
     tracking.tag_verdict([original, new_run], result.verdict, {"by": "replay", "original": original.name,
                                                                "replay": new_run.name})  # fmt: skip
     return result
+
+
+def replay_archive(path: str | Path, store_root: str | Path, trust: signing.Trust = signing.NO_TRUST,
+                   **kwargs) -> tuple[archive.Imported, ReplayResult]:
+    """Replay the run of the archive at ``path`` (``launch pack``'s file): import it into the store
+    ``store_root`` first (``archive.unpack``: every member, object, the seal and the signature checked
+    before anything is laid out; a run already there is used as it is), then the ordinary ``replay``
+    (``kwargs``), so ``launch runs`` and ``compare`` see both like any run."""
+    imported = archive.unpack(path, store_root, trust)
+    return imported, replay(imported.run_dir, **kwargs)
 
 
 def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str],

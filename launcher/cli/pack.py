@@ -1,0 +1,36 @@
+"""``launch pack RUN [-o FILE] [--with-env]``: one file that carries a sealed run and what its replay needs."""
+
+from __future__ import annotations
+
+from launcher.cli.args import parser
+
+
+def split_settings(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(``store.KEY=VALUE`` words, the rest): the store settings a subcommand takes after its arguments."""
+    words = [a for a in argv if a.startswith("store.") and "=" in a]
+    return words, [a for a in argv if a not in words]
+
+
+def main(argv: list[str]) -> int:
+    from launcher.record import archive, signing
+
+    words, rest = split_settings(argv)
+    p = parser("pack", "Write a sealed run, its code and data (and with --with-env its wheels) into one file.")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("-o", "--output", metavar="FILE", help="the archive to write (default: RUN_NAME.launch.tar.gz "
+                   "or .tar.zst, here)")  # fmt: skip
+    p.add_argument("--with-env", dest="with_env", action="store_true",
+                   help="also the wheels of every distribution the job used and of the launcher (a folder wheels/)")
+    p.add_argument("--compression", choices=("zstd", "gzip", "none"),
+                   help="default: zstd when the zstandard package is installed, else gzip")
+    args = p.parse_args(rest)
+    trust = signing.trust_from(signing.store_settings(words))
+    compression = "plain" if args.compression == "none" else args.compression
+    packed = archive.pack(args.run, args.output, with_env=args.with_env, compression=compression, trust=trust)
+    data = packed.manifest
+    wheels = f", {len(data['wheels'])} wheel(s)" if data["wheels"] else ""
+    left = f"; {len(data['left_out'])} data file(s) left out (listed with their hashes)" if data["left_out"] else ""
+    print(f"packed run {data['run']} into {packed.path} ({len(data['run_files'])} run files, "
+          f"{len(data['objects'])} object(s){wheels}, {packed.size / (1 << 20):.1f} MiB){left}; "
+          f"{signing.describe(packed.seal)}")  # fmt: skip
+    return 0

@@ -1,0 +1,33 @@
+"""``launch verify RUN|FILE``: check a run's seal and its signature, and say both."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from launcher.cli.args import parser
+from launcher.cli.pack import split_settings
+
+
+def main(argv: list[str]) -> int:
+    from launcher.record import archive, runs, signing
+
+    words, rest = split_settings(argv)
+    p = parser("verify", "Check a run's (or an archive's) seal and signature; print who sealed it.")
+    p.add_argument("target", metavar="RUN|FILE")
+    args = p.parse_args(rest)
+    trust = signing.trust_from(signing.store_settings(words))
+    if archive.is_archive(args.target):  # checked whole, as unpack would, in a store of its own thrown away
+        with tempfile.TemporaryDirectory(prefix="launch-verify-") as tmp:
+            imported = archive.unpack(args.target, Path(tmp) / "store", trust)
+            files = len(imported.manifest["run_files"])
+            print(f"archive {args.target}: {files} run files, {len(imported.manifest['objects'])} object(s) and "
+                  f"{len(imported.manifest['wheels'])} wheel(s) match their hashes")  # fmt: skip
+            print(f"seal: run {imported.run_dir.name} intact")
+            print(f"signature: {signing.describe(imported.seal)}")
+        return 0
+    run_dir = runs.verify_seal(args.target)
+    listed = len(runs.read_json(run_dir / runs.MANIFEST)["files"])
+    print(f"seal: run {run_dir.name} intact ({listed} files match manifest.json)")
+    print(f"signature: {signing.describe(signing.check(run_dir, trust))}")
+    return 0
