@@ -9,7 +9,11 @@ from launcher.errors import ConfigError
 
 
 def main(argv: list[str]) -> int:
+    from launcher.cli.pack import split_settings
+    from launcher.record import signing
     from launcher.verdict import compare
+
+    words, argv = split_settings(argv)  # store.allowed_signers=F store.require_signed=true
 
     p = parser("compare", "Compare two sealed runs bit for bit (or within a tolerance).")
     p.add_argument("run_a", metavar="RUN_A")
@@ -39,8 +43,10 @@ def main(argv: list[str]) -> int:
         result, text = migration.compare_runs(args.run_a, args.run_b, *tolerance, args.mapping, args.force)
         print(text)
         return result.exit_code
+    sealed = compare.sealed_by([args.run_a, args.run_b], signing.trust_from(signing.store_settings(words)))
     result = compare.compare_runs(args.run_a, args.run_b, force=args.force, tolerance=tolerance)
     print(compare.report(result, Path(args.run_a), Path(args.run_b)))
+    print("\n".join(sealed))
     if Path(args.run_a).resolve() == Path(args.run_b).resolve():
         print(f"note: both arguments are the same run ({args.run_a}): a run is always identical to itself; "
               "compare it with another run, or replay it (launch replay RUN)")  # fmt: skip

@@ -308,6 +308,16 @@ def compare_runs(
     return decide(ra, rb, force=force)
 
 
+def sealed_by(paths: list[str | Path], trust=None) -> list[str]:
+    """Who sealed each run, a line each (``run X: sealed by alice@lab (trusted)``, ``signed by an unknown
+    key``, ``unsigned``), each seal verified first; a signature that does not verify, or a run
+    ``trust.require_signed`` refuses, raises ``SignatureError`` (exit 3) naming the run."""
+    from launcher.record import signing
+
+    trust = trust or signing.NO_TRUST
+    return [f"run {Path(p).name}: {signing.describe(signing.check(runs.verify_seal(p), trust))}" for p in paths]
+
+
 def parse_tolerance(text: str) -> tuple[float, float]:
     try:
         rtol, atol = (float(x) for x in text.split(","))
