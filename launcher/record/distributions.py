@@ -168,21 +168,60 @@ def distribution_identity(name: str) -> dict | None:
 
 
 def keyed_distributions(used: Iterable[str], imported: Mapping[str, set[str]], direct: set[str],
-                        requires: Mapping[str, Iterable[str]]) -> set[str]:
-    """The used distributions that can change the job's bits: those the job's code or the
-    launcher imported (``direct``, top-level names), those whose shared libraries it loaded
-    without importing them (TensorFlow's ``nvidia-*`` wheels), and what these require,
-    transitively (``requires``: normalized names, extras left out). The rest was imported
-    only by a library's optional probe (Keras imports pandas when it is installed)."""
+                        requires: Mapping[str, Iterable[str]],
+                        imported_by: Mapping[str, set[str | None]] | None = None) -> set[str]:
+    """The used distributions that can change the job's bits.
+
+    Keyed from the start: those the job's code or the launcher imported (``direct``, top-level
+    names) and those whose shared libraries it loaded without importing them (TensorFlow's
+    ``nvidia-*`` wheels). Then, along the import chain: a distribution that a keyed one
+    imported and requires (``requires``: normalized names, extras left out, followed to any
+    depth), as TensorFlow imports numpy and Keras rich. The rest was imported only by a library's
+    optional probe, or by what such a probe pulled in: ``import keras`` imports IPython when it
+    is installed, and IPython pygments, which rich (that Keras requires) requires too; since no
+    keyed distribution imported pygments, it is probed with IPython, out of the key.
+
+    ``imported_by`` maps a distribution to the distributions whose code imported it (``None``
+    for an importer not known: the standard library, C code, the interpreter); a distribution
+    with no known importer, or one unknown among them, is keyed as before the chain was
+    recorded: when a keyed distribution requires it. Without ``imported_by`` at all, every
+    distribution is judged that way.
+    """
     used = set(used)
     keyed = {d for d in used if d not in imported or imported[d] & direct}
-    todo = list(keyed)
-    while todo:
-        for dep in requires.get(todo.pop(), ()):
-            if dep in used and dep not in keyed:
-                keyed.add(dep)
-                todo.append(dep)
+    wanted = _closure(requires)
+    grew = True
+    while grew:
+        grew = False
+        for d in sorted(used - keyed):
+            by = (imported_by or {}).get(d) or {None}
+            known = by - {None}
+            if None in by:  # someone not known imported it: what keyed distributions require is keyed
+                needed = any(d in requires.get(k, ()) for k in keyed)
+            else:
+                needed = any(k in keyed and d in wanted(k) for k in known)
+            if needed:
+                keyed.add(d)
+                grew = True
     return keyed
+
+
+def _closure(requires: Mapping[str, Iterable[str]]):
+    """``name -> every distribution it requires, to any depth``, remembered."""
+    memo: dict[str, set[str]] = {}
+
+    def wanted(name: str) -> set[str]:
+        if name not in memo:
+            memo[name] = set()
+            todo = list(requires.get(name, ()))
+            while todo:
+                dep = todo.pop()
+                if dep not in memo[name]:
+                    memo[name].add(dep)
+                    todo.extend(requires.get(dep, ()))
+        return memo[name]
+
+    return wanted
 
 
 def parse_requires(lines: Iterable[str] | None) -> list[str]:

@@ -34,7 +34,7 @@ import glob
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from launcher.record.distributions import (
@@ -250,6 +250,7 @@ def gather(
     native: Mapping[str, tuple | None] | Iterable[str] = (),
     code_files: Iterable[str] = (),
     executed: Iterable[str] = (),
+    importers: Mapping[str, Iterable[str]] | None = None,
 ) -> dict:
     """code.modules, software.distributions, software.libraries and data, measured now.
 
@@ -270,7 +271,11 @@ def gather(
     its code cells, the script): never data. ``executed`` are the source files whose code
     the job ran with ``exec`` (``runpy.run_path("cfg.py")``, IPython's ``%run``): those of
     the job's own that are not imported modules, and existed before ``started_ns``, are
-    code, keyed as ``exec:<name>``.
+    code, keyed as ``exec:<name>``. ``importers`` maps a top-level name to the files of the
+    other code (libraries, the standard library) that imported it (``launcher.job.observe.imports``):
+    the import chain, along which a distribution imported only by a library's optional probe, and
+    what that probe pulled in, is told apart from one a keyed distribution needs
+    (``distributions.keyed_distributions``).
     """
     r = roots(run_dir)
     opened = dict(opened)
@@ -345,13 +350,46 @@ def gather(
         for named, rel in _named(explicit).items():
             for path in (f for f in _files_below(named) if not under(f, r.ignored)):
                 data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
+    owner = functools.lru_cache(maxsize=None)(functools.partial(_owner, dists, r))
+    by = None if importers is None else imported_by(importers, imported, owner)
     keyed = set(used) if direct_imports is None else keyed_distributions(
-        used, imported, set(direct_imports), {name: requires(name) for name in used})
+        used, imported, set(direct_imports), {name: requires(name) for name in used}, by)
     distributions = {name: distribution_identity(name) for name in sorted(keyed)}
     probed = {name: version_of(name) for name in sorted(set(used) - keyed)}
     return {"modules": code, "distributions": distributions, "libraries": dict(sorted(libraries.items())),
             "data": dict(sorted(data.items())), "launcher": dict(sorted(launcher.items())),
             "distributions_probed": probed}  # fmt: skip
+
+
+def imported_by(importers: Mapping[str, Iterable[str]], imported: Mapping[str, set[str]],
+                owner: Callable[[str], str | None]) -> dict[str, set[str | None]]:
+    """distribution -> the distributions whose code imported one of its top-level names (``None``:
+    code no distribution owns, as the standard library's or C's), from ``importers`` (top-level
+    name -> the files that imported it) and ``imported`` (distribution -> its top-level names
+    imported); ``owner`` says which distribution a file is of. A distribution's imports of itself
+    are left out."""
+    by_top: dict[str, set[str]] = {}
+    for dist, tops in imported.items():
+        for top in tops:
+            by_top.setdefault(top, set()).add(dist)
+    out: dict[str, set[str | None]] = {}
+    for top, files in importers.items():
+        owners = {owner(f) for f in files}
+        for dist in by_top.get(top, ()):
+            if owners - {dist}:
+                out.setdefault(dist, set()).update(owners - {dist})
+    return out
+
+
+def _owner(dists: Installed, r: Roots, filename: str) -> str | None:
+    """The distribution whose code ``filename`` (a running frame's) is, or None (the standard
+    library, the interpreter's own ``<frozen ...>``, a file no distribution owns)."""
+    if filename.startswith("<"):
+        return None
+    path = os.path.abspath(filename)
+    if classify(path, r) == "user":
+        path = os.path.realpath(path)  # a link into site-packages is still site-packages
+    return dists.owner(path, r.site) if classify(path, r) == "site" else None
 
 
 def _as_named(opened_as: str, real: str, launch_dir: str) -> str:

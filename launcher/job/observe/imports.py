@@ -6,9 +6,12 @@ distribution keyed, installing the launcher's extras (or anything Keras probes) 
 refuse every earlier run though no bit changed. So the job process records, from the
 start, the top-level packages that the job's own code or the launcher imports (every
 ``import`` statement goes through ``builtins.__import__``, a package already imported
-by someone else included; ``importlib.import_module`` too). ``launcher.record.usage``
-then keys those distributions and what they require (``Requires-Dist``, not extras),
-and records the rest, imported only by a library's optional probe, for reading.
+by someone else included; ``importlib.import_module`` too), and for every other import
+the file of library code that asked (``importers``): the import chain. ``launcher.record.usage``
+then keys those distributions, and along the chain what a keyed one imports and requires
+(``Requires-Dist``, not extras), and records the rest, imported only by a library's optional
+probe or by what that probe pulled in (Keras imports IPython, IPython imports pygments), for
+reading (``launcher.record.distributions.keyed_distributions``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 from launcher.job.observe import callers
 
 direct: set[str] = set()  # top-level names the job's code or the launcher imported
+importers: dict[str, set[str]] = {}  # top-level name -> the files of other code that imported it
 _installed = False
 
 
@@ -45,14 +49,21 @@ def install() -> None:
             frame = frame.f_back
         return frame.f_code.co_filename if frame is not None else "<frozen>"
 
+    def note(top: str) -> None:
+        by = importer()
+        if ours(by):
+            direct.add(top)
+        else:
+            importers.setdefault(top, set()).add(by)
+
     def tracked_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if level == 0 and name and name.partition(".")[0] not in direct and ours(importer()):
-            direct.add(name.partition(".")[0])
+        if level == 0 and name:  # a relative import is a package's of itself
+            note(name.partition(".")[0])
         return original_import(name, globals, locals, fromlist, level)
 
     def tracked_import_module(name, package=None):
-        if not name.startswith(".") and name.partition(".")[0] not in direct and ours(importer()):
-            direct.add(name.partition(".")[0])
+        if not name.startswith("."):
+            note(name.partition(".")[0])
         return original_import_module(name, package)
 
     builtins.__import__ = tracked_import

@@ -70,7 +70,8 @@ def used(run_dir: Path, launch_dir: str, root: str | None, laid_out: bool) -> di
                         patterns=reads.patterns, started_ns=reads.started_ns, direct_imports=imports.direct,
                         native={_as_linked(p, root) if laid_out else p: first
                                 for p, first in reads.natively_opened().items()},
-                        code_files=reads.code_files, executed=reads.executed)  # fmt: skip
+                        code_files=reads.code_files, executed=reads.executed,
+                        importers=imports.importers)  # fmt: skip
 
 
 def _as_linked(path: str, root: str | None) -> str:
