@@ -105,7 +105,7 @@ def test_fingerprint_schema_and_key_fields(tiny_runs):
     text = (a / "fingerprint.json").read_text()
     fp = json.loads(text)
     assert text == json.dumps(fp, sort_keys=True, indent=2) + "\n"  # canonical JSON
-    assert fp["schema"] == 3
+    assert fp["schema"] == 4
     assert fp["hardware"]["cpu"]["isa"] and isinstance(fp["hardware"]["gpus"], list)
     assert fp["software"]["tensorflow"] and "is_cuda_build" in fp["software"]["tf_build"]
     assert len(fp["software"]["packages_sha256"]) == 64
