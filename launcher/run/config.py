@@ -148,6 +148,13 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError("tracking=mlflow needs mlflow: pip install 'tf-repro-launcher[mlflow]'")
     if not str(cfg.store.root):
         raise ConfigError("store.root must be a directory path")
+    for name in ("snapshot_max_mb", "snapshot_max_files", "snapshot_max_total_mb"):  # docs/store.md, Bounds
+        value = cfg.store.get(name, 0)
+        if value is None and name != "snapshot_max_mb":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"store.{name} must be a whole number, 0 or more"
+                              f"{'' if name == 'snapshot_max_mb' else ' (null: no cap)'}, got {value!r}")
 
 
 def check_entrypoint(cfg: DictConfig, cwd: str) -> None:
