@@ -199,6 +199,17 @@ def compression_of(head: bytes) -> str:
     return "plain"
 
 
+def compression_for(filename: str) -> str | None:
+    """The compression a file name asks for (``.tar.gz``/``.tgz``: gzip, ``.tar.zst``: zstd, ``.tar``:
+    plain), or None when it says nothing."""
+    name = filename.lower()
+    if name.endswith((".gz", ".tgz")):
+        return "gzip"
+    if name.endswith((".zst", ".zstd", ".tzst")):
+        return "zstd"
+    return "plain" if name.endswith(".tar") else None
+
+
 def wheel_identity(record_text: str) -> str | None:
     """The ``files_sha256`` a wheel's distribution has once installed, from the wheel's RECORD: the
     files of ``*.data/purelib`` and ``platlib`` land in site-packages; its scripts, headers and data
@@ -242,10 +253,11 @@ def requirement_closure(root: str, requires: Mapping[str, Iterable[str]]) -> set
     return out
 
 
-def wheel_plan(fp: Mapping, needed_by_launcher: Iterable[str]) -> dict[str, str]:
+def wheel_plan(fp: Mapping, needed_by_launcher: Iterable[str], here: Mapping[str, str] | None = None) -> dict[str, str]:
     """name -> version of each wheel ``--with-env`` packs (the launcher's own built apart): every
     distribution the job used (``software.distributions``) and every one the launcher needs to be
-    installed, at the versions the run recorded (``software.packages``)."""
+    installed, at the versions the run recorded (``software.packages``), or, for one the run did not
+    record (installed since), at the version installed ``here`` (name -> version)."""
     software = fp.get("software") or {}
     recorded = {}
     for line in software.get("packages") or []:
@@ -258,8 +270,13 @@ def wheel_plan(fp: Mapping, needed_by_launcher: Iterable[str]) -> dict[str, str]
             out[_normalize(name)] = str(identity["version"])
     for name in needed_by_launcher:
         name = _normalize(name)
-        if name != LAUNCHER_DISTRIBUTION and name not in out and name in recorded:
-            out[name] = recorded[name]
+        if name == LAUNCHER_DISTRIBUTION or name in out:
+            continue
+        version = recorded.get(name) or (here or {}).get(name)
+        if version is None:
+            raise ArchiveError(f"the launcher needs {name}, which neither the run recorded nor is installed here: "
+                               "its wheel cannot be packed")  # fmt: skip
+        out[name] = version
     return dict(sorted(out.items()))
 
 
@@ -305,7 +322,7 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool =
     ``with_env``: the wheels too (``collect_wheels``; ``wheel_dir``: reuse wheels already there)."""
     run_dir = Path(os.path.abspath(runs.verify_seal(run_dir)))
     seal = signing.check(run_dir, trust)
-    compression = compression or default_compression()
+    compression = compression or (compression_for(str(out)) if out else None) or default_compression()
     suffix = {"zstd": ".tar.zst", "gzip": ".tar.gz", "plain": ".tar"}[compression]
     out = Path(out) if out else Path(f"{run_dir.name}.launch{suffix}")
     store = run_dir.parent
@@ -418,11 +435,15 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
     from importlib import metadata
 
     dest.mkdir(parents=True, exist_ok=True)
+    built = launcher_wheel(fp, dest)  # first: what it requires is what its wheel says, not an older install's
     requires: dict[str, list[str]] = {}
+    here: dict[str, str] = {}
     for dist in metadata.distributions():
         if dist.metadata["Name"]:
             requires.setdefault(_normalize(dist.metadata["Name"]), list(dist.requires or []))
-    wanted = wheel_plan(fp, requirement_closure(LAUNCHER_DISTRIBUTION, requires))
+            here.setdefault(_normalize(dist.metadata["Name"]), dist.version)
+    requires[LAUNCHER_DISTRIBUTION] = _wheel_requires(built)
+    wanted = wheel_plan(fp, requirement_closure(LAUNCHER_DISTRIBUTION, requires), here)
     have = {wheel_parts(w.name): w for w in dest.glob("*.whl")}
     missing = [f"{n}=={v}" for n, v in wanted.items() if (n, v) not in have]
     if missing:
@@ -450,10 +471,18 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
                                f"(files {str(identity)[:12]}, the run's {want[:12]}): a rebuilt or different "
                                "wheel; the run's environment cannot travel")  # fmt: skip
         out[wheel] = {"sha256": _sha256_file(wheel), "name": name, "version": version, "files_sha256": identity}
-    built = launcher_wheel(fp, dest)
     out[built] = {"sha256": _sha256_file(built), "name": LAUNCHER_DISTRIBUTION, "version": wheel_parts(built.name)[1],
                   "files_sha256": _wheel_record_identity(built)}  # fmt: skip
     return out
+
+
+def _wheel_requires(wheel: Path) -> list[str]:
+    """The ``Requires-Dist`` lines of a wheel's METADATA."""
+    from email.parser import HeaderParser
+
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+        return HeaderParser().parsestr(z.read(name).decode()).get_all("Requires-Dist") or []
 
 
 def _wheel_record_identity(wheel: Path) -> str | None:
@@ -480,7 +509,7 @@ def launcher_wheel(fp: Mapping, dest: Path) -> Path:
         raise ArchiveError(f"the launcher here ({source / 'launcher'}) is not a source tree, so its wheel cannot be "
                            "built: pack --with-env from the launcher's source checkout")  # fmt: skip
     for old in dest.glob(f"{LAUNCHER_DISTRIBUTION.replace('-', '_')}-*.whl"):
-        old.unlink()
+        old.unlink()  # never an earlier build's
     with tempfile.TemporaryDirectory(prefix=".launch-wheel-") as tmp:
         copy = Path(tmp) / "src"
         shutil.copytree(source, copy, ignore=_NOT_SOURCE, symlinks=True)

@@ -374,8 +374,18 @@ def test_wheel_plan_is_what_the_job_used_and_what_the_launcher_needs_at_the_reco
     fp = {"software": {"packages": ["numpy==2.4.6", "PyYAML==6.0.3", "tf-repro-launcher==0.1.0", "rich==15.0"],
                        "distributions": {"numpy": {"version": "2.4.6"}, "tf-repro-launcher": {"version": "0.1.0"},
                                          "gone": None}}}  # fmt: skip
-    assert archive.wheel_plan(fp, {"pyyaml", "tf-repro-launcher", "not-installed"}) == {"numpy": "2.4.6",
-                                                                                         "pyyaml": "6.0.3"}
+    assert archive.wheel_plan(fp, {"pyyaml", "tf-repro-launcher", "nvidia-ml-py"}, {"nvidia-ml-py": "13.6"}) == {
+        "numpy": "2.4.6", "nvidia-ml-py": "13.6", "pyyaml": "6.0.3"}  # not recorded: installed since the run
+    with pytest.raises(ArchiveError, match="needs not-installed"):
+        archive.wheel_plan(fp, {"not-installed"}, {})
+
+
+def test_the_output_name_chooses_the_compression(tmp_path):
+    run = sealed_run(tmp_path / "runs")
+    assert archive.compression_for("x.tar.gz") == "gzip" and archive.compression_for("x.tar") == "plain"
+    assert archive.compression_for("x.tar.zst") == "zstd" and archive.compression_for("x.bin") is None
+    with open(archive.pack(run, tmp_path / "a.tar.gz").path, "rb") as f:
+        assert archive.compression_of(f.read(4)) == "gzip"
 
 
 def test_compression_of():
