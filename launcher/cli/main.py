@@ -86,15 +86,12 @@ def not_a_command(word: str) -> UsageError:
 
 
 def resume_hint(outcome) -> str:
-    """For an interrupted run with a checkpoint: how to continue it (else nothing)."""
-    from launcher.run import resume
+    """For an interrupted run: ``launch resume RUN`` where resume would accept it, else why it
+    cannot be resumed (``launcher.verdict.compare.resume_advice``, as compare says it)."""
+    from launcher.verdict.compare import resume_advice
     if outcome.status != "interrupted":
         return ""
-    try:
-        resume.check_resumable(outcome.run_dir)
-    except LauncherError:
-        return ""
-    return f"; continue it with: launch resume {outcome.run_dir}"
+    return f"; {resume_advice(outcome.run_dir)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

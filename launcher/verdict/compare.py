@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, LauncherError, SealError
 
 # With --tolerance, runs may differ only in these key fields (a software migration).
 from launcher.record import fingerprint, outputs, runs, trace
@@ -92,9 +92,21 @@ def recorded_anything(r: RunRecord) -> bool:
                 or r.result.get("final_metrics") or r.steps)  # fmt: skip
 
 
+def verified(path: str | Path) -> Path:
+    """The run at ``path``, its seal verified (``runs.verify_seal``). A run that did not complete
+    is refused (``SealError``, exit 4) saying what can be done with it (``resume_advice``)."""
+    run_dir = runs.require_run(path)
+    runs.refuse_links_out(run_dir)
+    if not (run_dir / runs.MANIFEST).exists():
+        state = runs.describe_state(run_dir)
+        advice = f"; {resume_advice(run_dir)}" if state.startswith(("abandoned", "interrupted")) else ""
+        raise SealError(f"run {run_dir.name} is not complete (state: {state}; no {runs.MANIFEST}){advice}")
+    return runs.verify_seal(run_dir)
+
+
 def load(path: str | Path) -> RunRecord:
-    """Read a run for comparison, after verifying its seal and fingerprint schema."""
-    run_dir = runs.verify_seal(path)
+    """Read a run for comparison, after verifying its seal (``verified``) and fingerprint schema."""
+    run_dir = verified(path)
     fp = runs.read_json(run_dir / "fingerprint.json")
     fingerprint.check_schema(fp, str(run_dir))
     cfg = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
@@ -103,6 +115,20 @@ def load(path: str | Path) -> RunRecord:
     job = runs.read_json(run_dir / "job.json") if (run_dir / "job.json").exists() else {}
     return RunRecord(run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"), trace.read(run_dir),
                      job.get("resume"))  # fmt: skip
+
+
+def resume_advice(run_dir: Path) -> str:
+    """What to do with a run that did not complete, in one clause: ``launch resume RUN`` only
+    where resume would accept it (``launcher.run.resume.check_resumable``), else why it cannot
+    be resumed (a custom loop with no checkpoints, a fit with ``steps_per_epoch``)."""
+    from launcher.run import resume
+
+    try:
+        resume.check_resumable(run_dir)
+    except LauncherError as exc:
+        why = str(exc).removeprefix(f"run {run_dir.name} cannot be resumed: ")
+        return f"launch resume would refuse it: {why}"
+    return f"continue it with: launch resume {run_dir}"
 
 
 def key_differences(a: RunRecord, b: RunRecord) -> list[tuple[str, object, object]]:
@@ -315,7 +341,7 @@ def sealed_by(paths: list[str | Path], trust=None) -> list[str]:
     from launcher.record import signing
 
     trust = trust or signing.NO_TRUST
-    return [f"run {Path(p).name}: {signing.describe(signing.check(runs.verify_seal(p), trust))}" for p in paths]
+    return [f"run {Path(p).name}: {signing.describe(signing.check(verified(p), trust))}" for p in paths]
 
 
 def parse_tolerance(text: str) -> tuple[float, float]:
