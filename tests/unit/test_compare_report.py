@@ -298,7 +298,8 @@ def test_compare_runs_checks_seals_and_schemas_first(tmp_path):
     future_run = _sealed(tmp_path, "c", fp=future)
     with pytest.raises(SchemaError) as info:
         compare.compare_runs(a, future_run)
-    assert str(info.value) == f"{future_run}: fingerprint schema 99 is not readable by this launcher (reads 1, 2, 3, 4)"
+    assert str(info.value) == (f"{future_run}: fingerprint schema 99 is not readable by this launcher "
+                               "(reads 1, 2, 3, 4, 5)")
     with pytest.raises(SealError, match="not complete"):
         compare.load(_sealed(tmp_path, "d", seal=False))
 
