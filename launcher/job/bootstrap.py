@@ -201,9 +201,14 @@ class _Recorder:
             facts = self._facts({**self.effective, **ctx.effective})
             runs.write_json(self.run_dir / JOB_FACTS, facts)
             if str(ctx.cfg.runtime.name) == "local":  # a container sees only its run directory of the store
-                # the code and data read so far, kept in the store: a resume reruns the code the run ran
-                keep.keep_so_far(self.run_dir, ctx.cfg, runs.read_json(self.run_dir / fingerprint.FILE), facts,
-                                 snapshot.unrooted(self.launch_dir, ctx.root), ctx.root)
+                # the code so far, kept in the store: a resume reruns the code the run ran (its data is
+                # kept by the launcher after the job: the checkpoint never waits for a dataset's copy)
+                try:
+                    keep.keep_so_far(self.run_dir, ctx.cfg, runs.read_json(self.run_dir / fingerprint.FILE), facts,
+                                     snapshot.unrooted(self.launch_dir, ctx.root), ctx.root, code_only=True,
+                                     wait_s=0)  # fmt: skip
+                except keep.StoreBusy:  # a launch gc runs: never wait for it, keep the code next time
+                    self.gathered_at = -1
 
 
 def _settings_in_effect(ctx, effective: dict) -> dict:

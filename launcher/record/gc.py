@@ -15,7 +15,9 @@ It is safe while other launches write to the store, without stopping them:
   its snapshot (``snapshot.take``), and stores it again if a gc removed it meanwhile;
 - the mark is taken again after the objects are listed, and each object is looked at
   once more just before it is removed, so a ``snapshot.json`` written meanwhile counts;
-- two gcs of one store never run at once (``<store>/.gc.lock``).
+- ``<store>/.gc.lock`` (``store_lock``): a gc holds it exclusively, so two gcs of one store
+  never run at once, and a run holds it shared while it stores its snapshot and writes its
+  ``snapshot.json`` (``launcher.record.keep``), so a gc never marks between the two.
 
 A ``snapshot.json`` that cannot be read stops the gc before anything is removed: what a
 run references must be known, never guessed. Which objects go is pure (``unreferenced``).
@@ -23,11 +25,13 @@ run references must be known, never guessed. Which objects go is pure (``unrefer
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +43,45 @@ CONFIG = "config.yaml"  # what makes a directory holding a snapshot.json a run (
 # File times come from a coarse clock (a few ms behind time.time()): an object stored just
 # after the mark started must not look older than it.
 CLOCK_SLACK_S = 0.25
+WAIT_S = 120.0  # how long a gc waits for the runs storing their snapshots (seconds for a large one)
+_POLL_S = 0.05
+
+
+class StoreBusy(StoreError):
+    """``.gc.lock`` was held the other way for longer than a caller would wait."""
+
+
+@contextmanager
+def store_lock(store_root: Path, *, shared: bool, wait_s: float | None) -> Iterator[bool]:
+    """Hold ``<store_root>/.gc.lock`` shared (a run storing its snapshot) or exclusively (a gc),
+    waiting up to ``wait_s`` seconds (None: for ever) before ``StoreBusy``. ``fcntl.flock``, which
+    ``filelock.FileLock`` uses too: the kernel drops a dead process's hold, so no stale lock.
+    (``filelock.ReadWriteLock`` is an SQLite database and needs filelock >= 3.21.)
+
+    Yields False, holding nothing, when a run cannot open the lock file (a store it may read
+    but not write): such a run's snapshot cannot be stored either."""
+    path = Path(store_root) / LOCK
+    try:
+        fd = os.open(path, (os.O_RDONLY if shared else os.O_RDWR) | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if not shared:
+            raise StoreError(f"cannot lock store {str(store_root)!r} for launch gc: {exc.strerror}") from None
+        yield False
+        return
+    try:
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    holder = "a launch gc" if shared else "another launch gc, or a run storing its snapshot"
+                    raise StoreBusy(f"{path} was held by {holder} for {wait_s:g} s") from None
+                time.sleep(_POLL_S)
+        yield True
+    finally:
+        os.close(fd)  # closing it drops the hold
 
 
 @dataclass(frozen=True)
@@ -156,23 +199,16 @@ def stored_objects(store_root: Path) -> list[StoredObject]:
 def collect(store_root: str | os.PathLike, *, dry_run: bool = False,
             echo: Callable[[str], None] | None = None) -> Report:
     """Remove (or, ``dry_run``, list) the store's unreferenced objects; ``echo`` hears each one as
-    ``removed <sha256> (<size>)`` / ``would remove …`` as it goes."""
-    from filelock import FileLock, Timeout
-
+    ``removed <sha256> (<size>)`` / ``would remove …`` as it goes. Holds ``.gc.lock`` exclusively,
+    waiting up to ``WAIT_S`` for another gc or the runs storing their snapshots."""
     root = Path(store_root)
     if not root.is_dir():
         raise StoreError(f"store {str(root)!r} does not exist")
-    lock = FileLock(str(root / LOCK))
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise StoreError(f"another launch gc is running on {str(root)!r}") from None
-    except OSError as exc:
-        raise StoreError(f"cannot lock store {str(root)!r} for launch gc: {exc.strerror}") from None
-    try:
-        return _collect(root, dry_run, echo or (lambda _line: None))
-    finally:
-        lock.release()
+        with store_lock(root, shared=False, wait_s=WAIT_S):
+            return _collect(root, dry_run, echo or (lambda _line: None))
+    except StoreBusy as exc:
+        raise StoreError(f"the store {str(root)!r} is busy ({exc}); try again") from None
 
 
 def _collect(root: Path, dry_run: bool, echo: Callable[[str], None]) -> Report:

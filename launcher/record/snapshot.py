@@ -3,7 +3,8 @@
 A replay that needs the user's directory as it was is no replay: the helper gets edited,
 the data file moved, the script deleted. So every run keeps a **snapshot**: the script
 or entrypoint, every local module the job imported (what ``code.modules`` lists), the
-user's config files, and each data file it read up to ``store.snapshot_max_mb``. Files
+user's config files, and each data file it read up to ``store.snapshot_max_mb``, as many
+as fit ``store.snapshot_max_files`` and ``store.snapshot_max_total_mb`` (``fit``). Files
 are stored once per distinct content in the store (``<store>/objects/ab/abcdef…``,
 read-only, with the read bits of the file it was taken from: a private file's object is
 private), and the run's ``snapshot.json`` names each by the absolute path the job knew
@@ -25,7 +26,7 @@ script path, ``train.path``, ``PYTHONPATH`` and a task's data path are looked up
 it first (``rooted``), and the paths it records are taken out of it again
 (``unrooted``), so a rerun records the same names as the run it reruns.
 
-Which files are kept is pure (``plan``); storing, reading and laying out are I/O.
+Which files are kept is pure (``plan``, ``fit``); storing, reading and laying out are I/O.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ SNAPSHOT = layout.SNAPSHOT
 OBJECTS = "objects"
 SCHEMA = 1
 DEFAULT_MAX_MB = 64  # per data file: the bundled sample and typical small data sets fit
+# Per run (docs/store.md, "Bounds"): a laptop's store grows by at most this much per distinct run.
+DEFAULT_MAX_TOTAL_MB = 1024
+DEFAULT_MAX_FILES = 10_000
+_ROLE_ORDER = {"script": 0, "notebook": 0, "config": 1, "module": 1, "data": 2}  # what a rerun needs first
 # A sweep lays out the code beside its script before any job starts: .py files and notebooks only,
 # so many at most (a script in a big repository), never below these directories.
 SWEEP_MAX_FILES = 2000
@@ -178,6 +183,34 @@ def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | Non
         else:
             keep(path, digest, "data")
     return kept, left_out
+
+
+def fit(kept: Mapping[str, dict], sizes: Mapping[str, int], max_files: int | None,
+        max_bytes: int | None) -> tuple[dict[str, dict], dict[str, str]]:
+    """Which of ``kept`` (``plan``'s) a run keeps under its caps: ``(kept, left_out)``.
+
+    At most ``max_files`` files and ``max_bytes`` bytes in all (None: no cap), chosen in one
+    fixed order, so two runs of the same files keep the same set: code first (the script or
+    notebook, then config files and modules), then data, each by path. Once ``max_files``
+    are kept every later file is left out; a file that would take the total past
+    ``max_bytes`` is left out and the next ones are still tried. A size ``sizes`` lacks
+    counts as 0 (an unreadable file is not kept anyway, ``take``). ``left_out`` names the
+    cap each file did not fit, as ``plan`` names ``store.snapshot_max_mb``.
+    """
+    chosen: dict[str, dict] = {}
+    left_out: dict[str, str] = {}
+    used = 0
+    for path in sorted(kept, key=lambda p: (_ROLE_ORDER.get(kept[p]["role"], 2), p)):
+        size = sizes.get(path, 0)
+        if max_files is not None and len(chosen) >= max_files:
+            left_out[path] = f"over store.snapshot_max_files ({max_files} files kept per run)"
+        elif max_bytes is not None and used + size > max_bytes:
+            left_out[path] = (f"{size} bytes, over store.snapshot_max_total_mb ({max_bytes // (1 << 20)} MiB per "
+                              f"run, {max_bytes - used} bytes left)")  # fmt: skip
+        else:
+            chosen[path] = kept[path]
+            used += size
+    return chosen, left_out
 
 
 def rooted(path: str, root: str | None) -> str:
