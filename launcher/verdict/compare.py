@@ -244,9 +244,9 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
 
 
 ONLY_OUTPUTS = "only output files differ"
-RESUMED = ("continued from a checkpoint (launch resume): what a checkpoint does not hold (a callback's own "
-           "counters, a random generator, a cached dataset, a log file the job appends to) can differ after a "
-           "resume")
+RESUMED = ("continued from a checkpoint (launch resume): what a checkpoint neither holds nor reads again (a file "
+           "the job appends to, an object a callback changes in place, a random generator made during a fit or "
+           "without a seed) can differ after a resume")
 
 
 def unobserved_reads(a: RunRecord, b: RunRecord) -> list[str]:
