@@ -116,7 +116,10 @@ def replay(
         diffs = precheck.precheck(original, cwd, extra_env, root, probed=probed, cpu=cpu, at_own_path=at_own_path)
         if diffs and not allow_mismatch:
             tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
-            text = refusal(original, diffs, unkept, rebuilt=rebuild, at_own_path=at_own_path, placing=why)
+            left_out = {name: stored["left_out"].get(snapshot.data_path(name, str(stored["launch_dir"])) or "", "")
+                        for name in unkept} if stored else {}  # fmt: skip
+            text = refusal(original, diffs, unkept, rebuilt=rebuild, at_own_path=at_own_path, placing=why,
+                           left_out=left_out)  # fmt: skip
             raise NotComparable(text, diffs)
         resolved = OmegaConf.load(original / job.CONFIG)
         if store:
@@ -239,11 +242,16 @@ REBUILDABLE = ("software.distributions", "software.tensorflow", "software.keras"
 
 
 def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = False,
-            at_own_path: list[str] | tuple = (), placing: str | None = None) -> str:
+            at_own_path: list[str] | tuple = (), placing: str | None = None,
+            left_out: Mapping[str, str] | None = None) -> str:
     """The one-line reason of a refused replay; names ``--data`` when a data file it did not keep
     differs, and ``--rebuild`` when only installed distributions differ. A file read by its
     absolute path that differs where no file can be placed (``placing`` says why; ``at_own_path``
-    are those files) is named with both hashes, and what to do: put it back."""
+    are those files) is named with both hashes, and what to do: put it back. ``left_out``: why
+    each unkept file was left out (``snapshot.json``'s reason), to name the cap it was over."""
+
+    def over(names: list[str]) -> str:
+        return ", ".join(sorted({snapshot.cap_named((left_out or {}).get(name, "")) for name in names}))
     text = f"cannot replay {original.name} here: {key.differing(diffs)}; use --allow-mismatch to run anyway"
     if not rebuilt and diffs and all(d[0].startswith(REBUILDABLE) for d in diffs):
         text += "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
@@ -264,12 +272,12 @@ def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = Fals
     unplaceable = [name for name in unkept if os.path.isabs(name) and placing is not None]
     if any(name in data and name not in gone for name in unplaceable):
         name = next(n for n in unplaceable if n in data)
-        text += (f"; {name} was not kept in the run (over store.snapshot_max_mb), is read by its absolute path "
+        text += (f"; {name} was not kept in the run (over {over([name])}), is read by its absolute path "
                  f"and differs there, and no copy can be put there for the job here ({placing}): put the file "
                  "back there")  # fmt: skip
     missing = [name for name in unkept if name in data and name not in gone and name not in unplaceable]
     if missing:
-        text += (f"; {', '.join(missing)} was not kept in the run (over store.snapshot_max_mb): "
+        text += (f"; {', '.join(missing)} was not kept in the run (over {over(missing)}): "
                  f"point the replay at a copy with --data {missing[0]}=PATH")  # fmt: skip
     return text
 
