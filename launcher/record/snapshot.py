@@ -213,6 +213,12 @@ def fit(kept: Mapping[str, dict], sizes: Mapping[str, int], max_files: int | Non
     return chosen, left_out
 
 
+def cap_named(why: str) -> str:
+    """The store setting a ``left_out`` reason names (``store.snapshot_max_mb`` where it names none)."""
+    found = re.search(r"store\.snapshot_max_\w+", why)
+    return found.group(0) if found else "store.snapshot_max_mb"
+
+
 def rooted(path: str, root: str | None) -> str:
     """``path`` inside the laid-out snapshot ``root`` when it is there, else ``path`` itself."""
     if not root or not os.path.isabs(path):

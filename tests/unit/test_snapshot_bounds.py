@@ -178,3 +178,19 @@ def test_a_run_stores_its_snapshot_without_the_hold_where_it_cannot_open_the_loc
     (store / gc.LOCK).mkdir()  # cannot be opened as a file (even by root)
     taken = keep.keep_snapshot(run_dir, _resolved(work), project["fp"], str(work))
     assert len(taken["files"]) == 14
+
+
+def test_a_refused_replay_names_the_cap_a_differing_unkept_file_was_over():
+    from launcher.verdict import replay
+
+    diffs = [("data.data/f1.bin", "a" * 64, "b" * 64), ("data.big.npz", "c" * 64, "d" * 64)]
+    why = {"data/f1.bin": "over store.snapshot_max_files (1000 files kept per run)",
+           "big.npz": "70000000 bytes, over store.snapshot_max_mb (64 MiB)"}  # fmt: skip
+    text = replay.refusal(Path("/s/run"), diffs[:1], ["data/f1.bin"], left_out=why)
+    assert text.endswith("; data/f1.bin was not kept in the run (over store.snapshot_max_files): point the replay at "
+                         "a copy with --data data/f1.bin=PATH")  # fmt: skip
+    text = replay.refusal(Path("/s/run"), diffs, ["data/f1.bin", "big.npz"], left_out=why)
+    assert "(over store.snapshot_max_files, store.snapshot_max_mb)" in text
+    assert "(over store.snapshot_max_mb)" in replay.refusal(Path("/s/run"), diffs[1:], ["big.npz"])  # as before
+    assert snapshot.cap_named("12 bytes, over store.snapshot_max_total_mb (0 MiB per run, 0 bytes left)") == (
+        "store.snapshot_max_total_mb")  # fmt: skip
