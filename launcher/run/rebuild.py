@@ -48,7 +48,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -264,6 +264,9 @@ def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool =
     used_names = list((stored_fp.get("software") or {}).get("distributions") or {})
     p = plan(stored_fp, here_versions(), {n: distributions.distribution_identity(n) for n in used_names},
              platform.python_version())  # fmt: skip
+    if find_links:  # an archive's: a distribution the job did not use and the archive has no wheel of is left out
+        have = {wheel_name(w.name)[0] for w in Path(find_links).glob("*.whl")}
+        p = replace(p, install=tuple(i for i in p.install if i.partition("==")[0] in {*p.used, *have}))
     shared = shared_site_dirs()
     final = root / cache_key(p, os.path.realpath(sys.executable) + " " + sys.version, shared)
     if not (final / "bin" / "python").exists():
