@@ -18,16 +18,15 @@ MANIFEST = "checkpoint.json"
 PREFIX = "state"  # TensorFlow writes state.index and state.data-00000-of-00001
 EXTRA = "extra.json"  # what a caller keeps beside the variables (an observed fit's state)
 ARRAYS = "arrays.npz"  # and its arrays (EarlyStopping's best weights)
-INPUTS = ("tf.data", "arrays")  # the fit inputs whose later epochs a resume is measured to reproduce
-# Why the other inputs are refused (Keras 3.15's TF backend, read in its source).
-REFUSED_INPUTS = {
-    "generator": ("a Python generator cannot be rewound: the resumed job's generator starts at its beginning where "
-                  "the uninterrupted run's had moved on"),
-    "PyDataset": ("a keras.utils.PyDataset keeps its own state (what its on_epoch_end changes, its own RNG), which "
-                  "is not checkpointed, and Keras shuffles its batches with Python's random in tf.data's prefetch "
-                  "thread, at no fixed moment relative to a checkpoint"),
+INPUTS = ("tf.data", "arrays")  # the fit inputs a resume restores by aligning their iterators
+# What the job reads again to its position, with no training step, where a checkpoint written by a
+# launcher from before the fast-forward refused it (Keras 3.15's TF backend, read in its source).
+OLD_REFUSALS = {
+    "generator": ("a Python generator cannot be rewound, and this checkpoint was written by a launcher that did not "
+                  "fast-forward one"),
+    "PyDataset": "a keras.utils.PyDataset's own state was not checkpointed by the launcher that wrote this checkpoint",
 }
-
+UNFOLLOWED_VALIDATION = ("generator", "PyDataset")  # evaluated through an iterator cached across epochs
 
 def name(epoch: int) -> str:
     return f"epoch-{epoch:06d}"
@@ -105,20 +104,32 @@ def read_extra(path: Path) -> tuple[dict | None, dict]:
     return extra, arrays
 
 
-def _why_not_kind(fit: dict) -> str | None:
-    """Why a fit's input or steps cannot be reproduced by a resume, or None."""
+def _why_not_kind(fit: dict, fast_forwards: bool) -> str | None:
+    """Why a fit's input, its steps or its callbacks cannot be reproduced by a resume, or None.
+    ``fast_forwards``: the checkpoint was written by a launcher that reads an input again to its position
+    (and builds a lazily built model), not one from before."""
     kind = fit.get("input")
-    if kind in REFUSED_INPUTS:
-        return REFUSED_INPUTS[kind]
+    if fit.get("validation") in UNFOLLOWED_VALIDATION:
+        return (f"its validation_data is a {fit['validation']}, which Keras reads through one iterator across "
+                "epochs: its position is neither kept nor read again; give it as a tf.data.Dataset or arrays")
+    if fit.get("unkept"):
+        return (f"its callback attribute {fit['unkept'][0]} changed during training and holds what a checkpoint "
+                "cannot keep (numbers, strings, arrays, and lists, tuples, dicts and sets of them)")
+    if fast_forwards:
+        return None
+    if kind in OLD_REFUSALS:
+        return OLD_REFUSALS[kind]
     if kind not in INPUTS:
-        return (f"it reads {kind}, not a tf.data.Dataset or arrays; a resumed fit is measured to reproduce "
-                "the later epochs of those only")
+        return (f"it reads {kind}, not a tf.data.Dataset or arrays, and was checkpointed by a launcher that did not "
+                "read such an input again to its position")
     if fit.get("steps_per_epoch") is not None:
-        return "it sets steps_per_epoch (its iterator runs on across epochs, and is not checkpointed)"
+        return ("it sets steps_per_epoch (its iterator runs on across epochs), and was checkpointed by a launcher "
+                "that did not read it again to its position")
     if fit.get("built") is False:
         return ("its model had no variables when the fit began (a subclassed keras.Model, or a Sequential "
-                "without keras.Input, makes them in its first batch, after the moment a resume restores the "
-                "checkpoint); call the model once on a batch before fit (model(x[:1])) and its runs resume")
+                "without keras.Input, makes them in its first batch), and it was checkpointed by a launcher that "
+                "did not build such a model before restoring; call the model once on a batch before fit "
+                "(model(x[:1])) and its runs resume")
     return None
 
 
@@ -126,14 +137,15 @@ def why_not_resumable(fit: dict) -> str | None:
     """Why the fit a checkpoint is in cannot be resumed bitwise, or None when it can. A checkpoint
     in a later fit needs every earlier fit fast-forwarded from its last epoch's checkpoint (``before``)."""
     again = "; run it again with launch"
-    if (why := _why_not_kind(fit)) is not None:
+    fast_forwards = "batches" in fit  # written by a launcher that fast-forwards and builds (issue 42)
+    if (why := _why_not_kind(fit, fast_forwards)) is not None:
         return f"its fit (call {fit.get('fit', 1)} of Keras fit) cannot be resumed: {why}{again}"
     before = fit.get("before")
     if fit.get("fit", 1) != 1 and before is None:
         return (f"its checkpoint is in call {fit['fit']} of Keras fit and was written by a launcher that does not "
                 f"keep the earlier fits' ends{again}")  # fmt: skip
     for earlier in before or []:
-        if (why := _why_not_kind(earlier)) is not None:
+        if (why := _why_not_kind(earlier, fast_forwards)) is not None:
             return (f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, which a "
                     f"resume must fast-forward and cannot: {why}{again}")  # fmt: skip
         if earlier.get("checkpoint") is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, THREE_EPOCHS, is_run
+from tests.integration.resumed import trained_only_after
 
 pytestmark = pytest.mark.slow
 
@@ -87,6 +88,7 @@ def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, 
     assert (run / "metrics.jsonl").read_text() == uninterrupted["metrics"]
     assert (run / "trace.jsonl").read_text() == uninterrupted["trace"]  # every traced step, bit for bit
     assert result["resumed_from_epoch"] >= 1
+    trained_only_after(done.stdout, result["resumed_from_epoch"], 3)  # not a restart from epoch 1
     job = json.loads((run / "job.json").read_text())
     assert job["resume"]["history"][-1]["from_epoch"] == result["resumed_from_epoch"]
     assert (run / "manifest.json").exists()
@@ -105,6 +107,7 @@ def test_a_torn_checkpoint_falls_back_to_the_previous_one(launch, store, mnist_n
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "checkpoint epoch-000002 is incomplete" in done.stdout and "falling back" in done.stdout
     assert _result(run)["resumed_from_epoch"] == 1
+    trained_only_after(done.stdout, 1, 3)
     assert _result(run)["weights_sha256"] == uninterrupted["result"]["weights_sha256"]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, is_run
-from tests.integration.resumed import env, record, run_of, work_dir
+from tests.integration.resumed import env, epoch_lines, record, run_of, trained_only_after, work_dir
 
 pytestmark = pytest.mark.slow
 
@@ -117,6 +117,7 @@ def test_a_fit_on_arrays_killed_after_epoch_1_resumes_to_the_same_bits(launch, t
     run = _kill_after(work, tmp_path / "store", 1, *ARRAYS)
     out = _resumes_to_the_reference(launch, run, work, arrays_reference)
     assert "resumed from checkpoints/epoch-000001" in out
+    trained_only_after(out, 1, 3)
 
 
 def test_a_two_fit_script_killed_in_its_second_fit_resumes_to_the_same_bits(launch, tmp_path, two_fits_reference):
@@ -128,6 +129,7 @@ def test_a_two_fit_script_killed_in_its_second_fit_resumes_to_the_same_bits(laun
     out = _resumes_to_the_reference(launch, run, work, two_fits_reference)
     assert "[launch] fit 1 fast-forwarded to its end from checkpoints/epoch-000002" in out
     assert "resumed from checkpoints/epoch-000003: fit 2 continues after its epoch 1" in out
+    assert epoch_lines(out) == ["Epoch 2/2"]  # fit 1 trained no epoch, fit 2 its second only
 
 
 def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(launch, tmp_path,
@@ -137,7 +139,8 @@ def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(
     work = work_dir(tmp_path, "work")
     run = _kill_after(work, tmp_path / "store", 2, *TWO_FITS, KEEP_ONE)
     shutil.rmtree(run / "checkpoints" / "epoch-000003", ignore_errors=True)  # killed a little late: from epoch 2
-    _resumes_to_the_reference(launch, run, work, two_fits_reference)
+    out = _resumes_to_the_reference(launch, run, work, two_fits_reference)
+    assert epoch_lines(out) == ["Epoch 1/2", "Epoch 2/2"]  # fit 1 trained no epoch; fit 2 both of its own
 
 
 def test_a_fit_on_a_generator_is_refused_in_one_line(launch, tmp_path):
@@ -187,6 +190,7 @@ def test_a_killed_notebook_resumes_with_its_kept_cells_to_the_same_bits(launch, 
     assert f"changed since: {notebook}" in done.stdout
     result, expected = (json.loads((r / "result.json").read_text()) for r in (run, reference))
     assert result["weights_sha256"] == expected["weights_sha256"] and result["resumed_from_epoch"] == 1
+    trained_only_after(done.stdout, 1, 3)
     assert (run / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
     compared = launch("compare", reference, run)
     assert compared.returncode == 0 and compared.stdout.startswith("IDENTICAL"), compared.stdout[-2000:]

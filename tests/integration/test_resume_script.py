@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import is_run
-from tests.integration.resumed import env, record, run_of, trained_only_after, work_dir
+from tests.integration.resumed import env, epoch_lines, record, run_of, trained_only_after, work_dir
 
 pytestmark = pytest.mark.slow
 
@@ -157,6 +157,7 @@ def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, 
     done = launch("resume", run, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"resuming with the code the run ran, kept in it; changed since: {script}" in done.stdout
+    trained_only_after(done.stdout, json.loads((run / "result.json").read_text())["resumed_from_epoch"], EPOCHS)
     resumed = record(run, work)  # history.json written into the launch directory, as the run would have
     for key in ("weights", "layers", "metrics", "trace", "history"):
         assert resumed[key] == uninterrupted[key], key
@@ -181,6 +182,7 @@ def test_a_fit_that_early_stopping_ended_resumes_to_its_end(launch, tmp_path):
     assert not (run / "manifest.json").exists(), "the run finished before it could be killed"
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert epoch_lines(done.stdout) == []  # the resumed fit trained no epoch: its state came from the checkpoint
     assert record(run, work) == record(uninterrupted, reference)
     assert json.loads((run / "result.json").read_text())["final_metrics"] == \
         json.loads((uninterrupted / "result.json").read_text())["final_metrics"]  # fmt: skip
@@ -221,6 +223,8 @@ def test_a_submitit_local_job_signalled_to_requeue_resumes_its_run(tmp_path, uni
     assert [p for p in store.iterdir() if is_run(p)] == [run]  # the same run directory, continued
     history = json.loads((run / "job.json").read_text())["resume"]["history"]
     assert history and history[0]["from_epoch"] >= 2, history
+    log = (run / "log.txt").read_text()  # both attempts' output: the requeued one trained the rest only
+    trained_only_after(log[log.index("[launch] resumed from"):], history[0]["from_epoch"], EPOCHS)
     result = json.loads((run / "result.json").read_text())
     assert result["weights_sha256"] == uninterrupted["weights"]
     assert (run / "metrics.jsonl").read_text() == uninterrupted["metrics"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 
 from launcher.errors import ResumeError
-from launcher.job.training import checkpoints, fitstate
+from launcher.job.training import checkpoints, fitstate, jobstate
 from launcher.record import checkpoints as stored
 from launcher.record import runs
 from launcher.run import resume
@@ -34,36 +35,33 @@ def test_encoding_keeps_types_and_bits():
         fitstate.encode(object())
 
 
-class EarlyStopping:  # named as Keras' built-in: the state kept is chosen by class name
+class Counter:  # a callback of the job's own: its attributes that change are kept, whatever they are
     def __init__(self):
-        self.wait, self.stopped_epoch, self.best, self.best_epoch = 2, 0, np.float32(0.5), 1
-        self.best_weights = [np.arange(3, dtype=np.float32), np.ones((2, 2))]
-        self.patience = 5  # configuration, not state: not kept
+        self.count, self.seen, self.patience, self.best_weights, self.op = 0, set(), 5, None, None
+        self.log = open(os.devnull, "w")  # a resource, not state: the resumed job opens its own
 
 
-class ReduceLROnPlateau:
-    def __init__(self):
-        self.wait, self.cooldown_counter, self.best = 1, 0, np.inf
-
-
-class Printer:  # a callback of the job's own: its state is not known, not kept
-    def __init__(self):
-        self.count = 4
-
-
-def test_callback_state_is_kept_by_place_and_restored():
-    callbacks = [Printer(), EarlyStopping(), ReduceLROnPlateau()]
-    states, arrays = fitstate.callback_states(callbacks)
-    assert [(s["index"], s["class"]) for s in states] == [(1, "EarlyStopping"), (2, "ReduceLROnPlateau")]
-    assert "patience" not in states[0]["attrs"]
+def test_each_callbacks_changed_attributes_are_kept_and_restored():
+    keras = pytest.importorskip("keras")
+    callbacks = [Counter(), Counter()]
+    state = jobstate.CallbackState(callbacks)
+    state.begin()  # once every on_train_begin ran
+    callbacks[1].count, callbacks[1].seen = 3, {"a", 2}
+    callbacks[1].best_weights = [np.arange(40, dtype=np.float32), np.ones((2, 2))]
+    callbacks[1].op = keras.ops.less  # ReduceLROnPlateau's monitor_op, set at its first epoch's end
+    callbacks[1].log = open(os.devnull, "w")
+    states, arrays, unkept = state.save()
+    assert unkept == [] and [(s["index"], sorted(s["attrs"])) for s in states] == [
+        (1, ["best_weights", "count", "op", "seen"])]  # not patience: unchanged; not the file: a resource
+    fresh = [Counter(), Counter()]
     states = json.loads(json.dumps(states))
-    fresh = [Printer(), EarlyStopping(), ReduceLROnPlateau()]
-    fresh[1].wait, fresh[1].best, fresh[1].best_weights, fresh[2].best = 0, None, None, None  # on_train_begin
     assert fitstate.restore_callbacks(fresh, states, arrays) == []
-    assert fresh[1].wait == 2 and type(fresh[1].best) is np.float32 and fresh[2].best == np.inf
+    assert fresh[1].count == 3 and fresh[1].seen == {"a", 2} and fresh[1].op is keras.ops.less
     assert all(np.array_equal(a, b) for a, b in zip(fresh[1].best_weights, callbacks[1].best_weights, strict=True))
-    assert fitstate.restore_callbacks([Printer(), Printer(), ReduceLROnPlateau()], states, arrays) == [
-        "callback 1 is no longer a EarlyStopping"]
+    assert fresh[0].count == 0
+    assert fitstate.restore_callbacks([Counter()], states, arrays) == ["callback 1 is no longer a Counter"]
+    callbacks[0].op = lambda a, b: a < b  # what a checkpoint cannot keep: named
+    assert state.save()[2] == ["Counter.op (a function)"]
 
 
 def test_history_includes_the_epoch_ending_now():
@@ -95,16 +93,21 @@ def test_what_feeds_a_fit_is_classified():
 
 
 def test_what_cannot_be_resumed_is_named():
-    ok = {"fit": 1, "input": "tf.data", "steps_per_epoch": None}
+    ok = {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "batches": 12}
     assert stored.why_not_resumable(ok) is None
-    assert stored.why_not_resumable({**ok, "input": "arrays"}) is None
-    assert "a Python generator cannot be rewound" in stored.why_not_resumable({**ok, "input": "generator"})
-    assert "PyDataset keeps its own state" in stored.why_not_resumable({**ok, "input": "PyDataset"})
-    assert "reads dict, not a tf.data.Dataset or arrays" in stored.why_not_resumable({**ok, "input": "dict"})
-    assert "steps_per_epoch" in stored.why_not_resumable({**ok, "steps_per_epoch": 10})
-    assert stored.why_not_resumable({**ok, "built": True}) is None
-    assert "its model had no variables when the fit began" in stored.why_not_resumable({**ok, "built": False})
-    assert all(stored.why_not_resumable({**ok, "input": kind}).endswith("; run it again with launch")
+    for fast_forwarded in ({"input": "generator"}, {"input": "PyDataset"}, {"steps_per_epoch": 10}, {"built": False},
+                           {"input": "dict"}):
+        assert stored.why_not_resumable({**ok, **fast_forwarded}) is None  # read again, or built, before the restore
+    assert "its validation_data is a generator" in stored.why_not_resumable({**ok, "validation": "generator"})
+    assert "its callback attribute Counter.op (a function) changed" in \
+        stored.why_not_resumable({**ok, "unkept": ["Counter.op (a function)"]})  # fmt: skip
+    old = {"fit": 1, "input": "tf.data", "steps_per_epoch": None}  # a checkpoint of a launcher from before
+    assert "a Python generator cannot be rewound" in stored.why_not_resumable({**old, "input": "generator"})
+    assert "PyDataset" in stored.why_not_resumable({**old, "input": "PyDataset"})
+    assert "reads dict, not a tf.data.Dataset or arrays" in stored.why_not_resumable({**old, "input": "dict"})
+    assert "steps_per_epoch" in stored.why_not_resumable({**old, "steps_per_epoch": 10})
+    assert "its model had no variables when the fit began" in stored.why_not_resumable({**old, "built": False})
+    assert all(stored.why_not_resumable({**old, "input": kind}).endswith("; run it again with launch")
                for kind in ("generator", "PyDataset", "dict"))  # fmt: skip
 
 
@@ -129,7 +132,8 @@ def test_a_fits_last_epoch_is_its_end_and_named_for_later_fits():
     assert [state.ends_at(e) for e in range(3)] == [False, False, True]
     model.stop_training = True  # EarlyStopping ended it
     assert state.ends_at(0)
-    assert state.ending() == {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "built": None, "checkpoint": None}
+    assert state.ending() == {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "built": None, "validation": None,
+                              "checkpoint": None}
 
 
 def _checkpoint(run_dir, epoch: int, extra: dict) -> None:
@@ -178,8 +182,8 @@ def test_pruning_keeps_the_newest_and_every_fits_end(tmp_path):
 
 def test_a_subclassed_model_has_variables_only_once_called():
     """What ``built`` in a fit's record reads (``bool(model.variables)``): a subclassed model has
-    none until its first call, even after ``build(input_shape)``; its checkpoint then cannot be
-    restored where a resume restores it (refused above, in one line, not a traceback)."""
+    none until its first call, even after ``build(input_shape)``; a resume builds it from its data's
+    shapes before it restores (``FitCheckpoints.build``; tests/integration/test_resume_state.py)."""
     keras = pytest.importorskip("keras")
 
     class Net(keras.Model):

@@ -77,15 +77,18 @@ class Checkpointer:
         self._prune()
         return final
 
-    def restore(self, path: Path) -> int:
-        """Load the checkpoint at ``path``; returns its epoch (the next epoch to train is epoch + 1)."""
+    def restore(self, path: Path, rngs: bool = True) -> int:
+        """Load the checkpoint at ``path``; returns its epoch (the next epoch to train is epoch + 1).
+        With ``rngs`` false, Python's and NumPy's global generators are left where they are (a
+        fast-forward of the input put them where they were)."""
         import numpy as np
 
         self.checkpoint.read(str(path / PREFIX)).assert_consumed()
         rng = json.loads((path / "rng.json").read_text())
-        random.setstate(_python_state(rng["python"]))
-        kind, keys, pos, has_gauss, cached = rng["numpy"]
-        np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+        if rngs:
+            random.setstate(_python_state(rng["python"]))
+            kind, keys, pos, has_gauss, cached = rng["numpy"]
+            np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
         _restore_more_rngs(rng)
         return json.loads((path / MANIFEST).read_text())["epoch"]
 

@@ -38,74 +38,18 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Iterable
 
 import numpy as np
 
 from launcher.job.observe import reads
-
-# Built-in callbacks whose attributes carry state from one epoch to the next. Others:
-# LearningRateScheduler's state is the optimizer's learning rate (a checkpointed
-# variable); TerminateOnNaN, LambdaCallback, ProgbarLogger keep none.
-STATEFUL: dict[str, tuple[str, ...]] = {
-    "EarlyStopping": ("wait", "stopped_epoch", "best", "best_epoch"),
-    "ReduceLROnPlateau": ("wait", "cooldown_counter", "best"),
-    "ModelCheckpoint": ("best", "_last_batch_seen", "_batches_seen_since_last_saving"),
-    "History": ("epoch", "history"),
-}
-ARRAY_STATE = {"EarlyStopping": "best_weights"}  # list-of-arrays attributes, kept in arrays.npz
-
-
-def encode(value: object) -> object:
-    """``value`` as JSON that ``decode`` turns back into the same types and bits (NumPy
-    scalars keep their dtype: a float32 prints differently from the float it widens to)."""
-    if isinstance(value, np.generic):
-        return {"__numpy__": value.dtype.str, "value": value.item()}
-    if isinstance(value, np.ndarray):
-        return {"__ndarray__": value.dtype.str, "value": value.tolist()}
-    if isinstance(value, dict):
-        return {"__dict__": [[encode(k), encode(v)] for k, v in value.items()]}
-    if isinstance(value, (list, tuple)):
-        return {"__list__" if isinstance(value, list) else "__tuple__": [encode(v) for v in value]}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise TypeError(f"cannot keep a {type(value).__name__} in a checkpoint")
-
-
-def decode(value: object) -> object:
-    """The inverse of ``encode``."""
-    if not isinstance(value, dict):
-        return value
-    if "__numpy__" in value:
-        return np.dtype(value["__numpy__"]).type(value["value"])
-    if "__ndarray__" in value:
-        return np.array(value["value"], dtype=np.dtype(value["__ndarray__"]))
-    if "__dict__" in value:
-        return {decode(k): decode(v) for k, v in value["__dict__"]}
-    if "__list__" in value:
-        return [decode(v) for v in value["__list__"]]
-    return tuple(decode(v) for v in value["__tuple__"])
-
-
-def callback_states(callbacks: Iterable[object]) -> tuple[list[dict], dict[str, np.ndarray]]:
-    """The state of each stateful built-in callback, by its place in ``callbacks``, and their arrays."""
-    states, arrays = [], {}
-    for i, cb in enumerate(callbacks):
-        kind = type(cb).__name__
-        if kind not in STATEFUL:
-            continue
-        attrs = {a: encode(getattr(cb, a)) for a in STATEFUL[kind] if hasattr(cb, a)}
-        state = {"index": i, "class": kind, "attrs": attrs}
-        weights = getattr(cb, ARRAY_STATE.get(kind, ""), None)
-        if weights is not None:
-            state["arrays"] = len(weights)
-            arrays.update({f"callback{i}_{j}": np.asarray(w) for j, w in enumerate(weights)})
-        states.append(state)
-    return states, arrays
+from launcher.job.training.jobstate import decode, encode  # noqa: F401 - the checkpoint's JSON, also for tests
 
 
 def restore_callbacks(callbacks: list, states: list[dict], arrays: dict[str, np.ndarray]) -> list[str]:
-    """Put ``states`` back into ``callbacks``; returns what could not be matched (a changed list)."""
+    """Put the kept attributes (``jobstate.CallbackState``) back into ``callbacks``; returns what could
+    not be matched (a changed list of callbacks)."""
+    from launcher.job.training.jobstate import decode_with_arrays
+
     problems = []
     for state in states:
         i = state["index"]
@@ -113,10 +57,9 @@ def restore_callbacks(callbacks: list, states: list[dict], arrays: dict[str, np.
             problems.append(f"callback {i} is no longer a {state['class']}")
             continue
         for attr, value in state["attrs"].items():
-            setattr(callbacks[i], attr, decode(value))
-        if "arrays" in state:
-            weights = [arrays[f"callback{i}_{j}"] for j in range(state["arrays"])]
-            setattr(callbacks[i], ARRAY_STATE[state["class"]], weights)
+            setattr(callbacks[i], attr, decode_with_arrays(value, arrays))
+        if "arrays" in state:  # a checkpoint of an earlier launcher: EarlyStopping's best weights apart
+            callbacks[i].best_weights = [arrays[f"callback{i}_{j}"] for j in range(state["arrays"])]
     return problems
 
 
@@ -219,13 +162,102 @@ def _leaves(x: object) -> list:
 
 
 
+# ---------------------------------------------------------------- fast-forward
+_epoch_iterators: list = []  # weakrefs to Keras' epoch iterators, newest last (observe_epoch_iterators)
+
+
+def observe_epoch_iterators(iterator_class) -> None:
+    """Note each epoch iterator Keras makes (wraps its constructor once): a fit's first is its training data's."""
+    original = iterator_class.__init__
+    if getattr(original, "_launch_noted", False):
+        return
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _epoch_iterators[:] = [r for r in _epoch_iterators if r() is not None][-8:]
+        _epoch_iterators.append(weakref.ref(self))
+
+    __init__._launch_noted = True  # type: ignore[attr-defined]
+    iterator_class.__init__ = __init__
+
+
+def newest_epoch_iterator():
+    """The epoch iterator Keras made last (a fit's training data's, once its callbacks begin), or None."""
+    return _epoch_iterators[-1]() if _epoch_iterators else None
+
+
+def has_cache(dataset: object) -> bool:
+    """Does a ``tf.data`` pipeline hold a ``cache()``? Its first iterator fills it; later ones read what
+    that one read (an order, augmentations): a resume must read the same epochs again to fill it alike."""
+    pending, seen = [dataset], set()
+    while pending:
+        d = pending.pop()
+        if id(d) in seen:
+            continue
+        seen.add(id(d))
+        if "Cache" in type(d).__name__:
+            return True
+        try:
+            pending += list(d._inputs())
+        except Exception:  # noqa: BLE001 - not a tf.data dataset we can walk
+            continue
+    return False
+
+
+def fast_forward_reason(fit: dict, dataset: object) -> str | None:
+    """Why a resume must read the data the interrupted run consumed again (no training step) rather than
+    only restore: its input's position is in no variable. None for a ``tf.data`` pipeline or arrays,
+    which start every epoch with a new iterator (aligned, ``IteratorAlignment``)."""
+    kind = fit.get("input")
+    if kind == "generator":
+        return "a Python generator"
+    if kind == "PyDataset":
+        return "a keras.utils.PyDataset"
+    if fit.get("steps_per_epoch") is not None:
+        return "steps_per_epoch (its iterator runs on across epochs)"
+    if kind == "tf.data" and dataset is not None and has_cache(dataset):
+        return "a tf.data pipeline with cache()"
+    if kind not in ("tf.data", "arrays"):
+        return f"a {kind}"
+    return None
+
+
+def digesting(generator, digests: list):
+    """``generator``, yielding the same objects, with a digest of each batch noted in ``digests``: a
+    resume that fast-forwards it checks that it gives the same batches again."""
+    from launcher.job.training.jobstate import _content_digest
+
+    for batch in generator:
+        try:
+            digests.append(_content_digest(_as_numpy(batch)))
+        except Exception:  # noqa: BLE001 - a batch we cannot digest is noted as such
+            digests.append("?")
+        yield batch
+
+
+def _as_numpy(batch: object) -> object:
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_as_numpy(b) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _as_numpy(v) for k, v in batch.items()}
+    return np.asarray(batch)
+
+
+def chain(digests: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("".join(digests).encode()).hexdigest()[:16]
+
+
 class FitCheckpoints:
     """The checkpoints of one observed ``fit``: a Keras callback that saves at each epoch's end
     (last of the fit's callbacks) and, when resuming, restores before the first resumed epoch
     and aligns each resumed epoch's data iterators (first of them). Job process only."""
 
     def __init__(self, run_dir, model, keep: int, every: int, callbacks: list, fit: dict, count_epoch,
-                 data: tuple, on_save=None) -> None:  # fmt: skip
+                 data: tuple, on_save=None, yielded: list | None = None) -> None:  # fmt: skip
+        from launcher.job.training import jobstate
+
         self.run_dir, self.model, self.keep, self.every = run_dir, model, keep, every
         self.callbacks = callbacks  # the job's own callbacks, as given to fit
         self.fit = fit  # {"fit": n, "input": kind, "epochs": n, "initial_epoch": k, "steps_per_epoch", "before"}
@@ -239,6 +271,12 @@ class FitCheckpoints:
         self.last: str | None = None  # the checkpoint of the fit's last epoch, once written or restored
         self.uses = [0, 0]  # first batches of training and of validation seen since the resume
         self.seconds: list[float] = []
+        self.generators = jobstate.Generators()
+        self.callback_state = jobstate.CallbackState(callbacks)
+        self.epoch_iterator = None  # Keras' epoch iterator of the training data (fast-forward)
+        self.batches = 0  # training batches begun in this fit (its steps)
+        self.yielded = yielded  # digests of what a Python generator fed to fit yielded, in order
+        self.fast_forwarded = False
 
     def checkpointer(self):
         from launcher.job.training.checkpoints import Checkpointer
@@ -254,20 +292,39 @@ class FitCheckpoints:
     def ending(self) -> dict:
         """What a later fit's checkpoint keeps of this one (in ``before``), once it has ended: its
         kind, and the checkpoint of its last epoch a resume fast-forwards it from (None: none)."""
-        kept = {k: self.fit.get(k) for k in ("fit", "input", "steps_per_epoch", "built")}
+        kept = {k: self.fit.get(k) for k in ("fit", "input", "steps_per_epoch", "built", "validation")}
         return {**kept, "checkpoint": self.last}
+
+    def batches_read(self, steps: int) -> int:
+        """The batches ``steps`` training steps read (``steps_per_execution`` each)."""
+        return steps * int(getattr(self.model, "steps_per_execution", 1) or 1)
+
+    def begin(self) -> None:
+        """Once every callback's ``on_train_begin`` ran: what the fit began with (the job's generators,
+        its callbacks' attributes) and the fit's epoch iterator."""
+        self.epoch_iterator = newest_epoch_iterator()
+        self.generators.begin()
+        self.callback_state.begin()
 
     def save(self, epoch: int, logs: dict | None) -> None:
         import time
 
+        from launcher.job.training import jobstate
+
         started = time.perf_counter()
         history = getattr(self.model, "history", None)
-        states, arrays = callback_states(self.callbacks)
+        states, arrays, unkept = self.callback_state.save()
+        variables, values = jobstate.save_variables(self.model)
+        arrays.update(values)
         iterators = [{"made": made(d), "used": a.used} if d is not None else None
                      for d, a in zip(self.data, self.alignment, strict=True)]  # fmt: skip
         extra = {**self.fit, "fit_epoch": epoch + 1, "callbacks": states, "iterators": iterators,
+                 "variables": variables, "generators": self.generators.save(), "unkept": unkept,
+                 "batches": self.batches, "fast_forward": fast_forward_reason(self.fit, self.data[0]),
                  "stop_training": bool(getattr(self.model, "stop_training", False)),  # EarlyStopping ended the fit
                  "final": self.ends_at(epoch)}  # the fit's last epoch: kept for a later fit's resume (pruning)
+        if self.yielded is not None:  # what the generator gave for the batches trained so far
+            extra["yielded"] = chain(self.yielded[: self.batches_read(self.batches)])
         if history is not None and type(history).__name__ == "History":
             epochs, merged = history_after(history.history, history.epoch, epoch, logs)
             extra["history"] = encode({"epoch": epochs, "history": merged})
@@ -279,34 +336,112 @@ class FitCheckpoints:
         self.seconds.append(time.perf_counter() - started)
 
     def restore(self, path) -> None:
-        """Restore checkpoint ``path`` before the first resumed epoch."""
+        """Restore checkpoint ``path`` before the first resumed epoch (or, for a fit with no epoch left,
+        at its end): build a model that makes its variables in its first batch, fast-forward an input
+        whose position no variable holds, then put back every state the checkpoint keeps."""
+        from launcher.job.training import jobstate
         from launcher.record.checkpoints import read_extra
 
         extra, arrays = read_extra(path)
         if self.fit.get("input") == "arrays" and extra.get("tf_seed") != self.fit.get("tf_seed"):
             raise _resume_error(f"the fit's shuffled order of its arrays comes from TensorFlow's global seed, "
                                 f"{self.fit.get('tf_seed')} now, {extra.get('tf_seed')} in the uninterrupted run")
+        self.build()
+        moved_variables: set = set()
+        moved_generators: set = set()
+        moved_globals = False
+        if extra.get("fast_forward"):
+            moved_variables, moved_generators, moved_globals = self.fast_forward(extra)
         for i, kept in enumerate(extra.get("iterators") or [None, None]):
-            if kept is not None and self.data[i] is not None:
+            if kept is not None and self.data[i] is not None and not (i == 0 and self.fast_forwarded):
                 self.alignment[i].__init__(kept["used"], kept["made"])
-        self.checkpointer().restore(path)
-        problems = restore_callbacks(self.callbacks, extra.get("callbacks", []), arrays)
+        self.checkpointer().restore(path, rngs=not moved_globals)
+        problems = jobstate.restore_variables(self.model, extra.get("variables") or [], arrays, moved_variables)
+        problems += self.generators.restore(extra.get("generators") or [], moved_generators)
+        problems += restore_callbacks(self.callbacks, extra.get("callbacks", []), arrays)
         if problems:
-            raise _resume_error(f"the code's fit callbacks changed since the checkpoint: {'; '.join(problems)}")
+            raise _resume_error(f"the job's state cannot be put back as the checkpoint keeps it: {'; '.join(problems)}")
         history = getattr(self.model, "history", None)
         if "history" in extra and history is not None and type(history).__name__ == "History":
             kept = decode(extra["history"])
             history.epoch, history.history = kept["epoch"], kept["history"]
+        self.batches = int(extra.get("batches") or 0)
         self.resuming = True
         self.kept_made = [(kept or {}).get("made") for kept in (extra.get("iterators") or [None, None])]
+
+    def build(self) -> None:
+        """A model that makes its variables in its first batch (a ``Sequential`` without ``Input``, a
+        subclassed model) has none yet where a resume restores: build it from the shapes and dtypes of
+        its training data (Keras' own symbolic build; no data is read, no step runs)."""
+        model = self.model
+        if all(getattr(layer, "built", True) for layer in model._flatten_layers()) and model.variables:
+            return
+        iterator = self.epoch_iterator
+        dataset = getattr(iterator, "_distributed_dataset", None)
+        spec = getattr(dataset, "element_spec", None)
+        if spec is None:
+            raise _resume_error("its model had no variables when the fit began, and the shapes of its data are "
+                                "not known to build it; call the model once on a batch before fit "
+                                "(model(x[:1])), and its runs resume")  # fmt: skip
+        try:
+            import keras
+            import tensorflow as tf
+
+            batch = tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), spec)
+            model._symbolic_build(data_batch=batch)
+        except Exception as exc:  # noqa: BLE001 - one line: why, and the fix
+            raise _resume_error(f"its model had no variables when the fit began and could not be built from its "
+                                f"data's shapes ({type(exc).__name__}); call the model once on a batch before "
+                                "fit (model(x[:1])), and its runs resume") from None  # fmt: skip
+
+    def fast_forward(self, extra: dict) -> tuple[set, set, bool]:
+        """Read again, with no training step, the batches the interrupted fit trained before its checkpoint,
+        through the fit's own epoch iterator: a generator, a ``PyDataset``, a ``steps_per_epoch`` iterator, a
+        cache advance exactly as they did. Returns what moved meanwhile (variables, generators, the global
+        RNGs): the data path put them where they were, and the checkpoint's values (taken while the input
+        may have been prefetching ahead) are not restored over them."""
+        import random
+        import time
+
+        from launcher.job.training import jobstate
+
+        iterator = self.epoch_iterator
+        if iterator is None:
+            raise _resume_error(f"its input ({extra['fast_forward']}) must be read again to its position, and "
+                                "the fit's epoch iterator was not found")  # fmt: skip
+        epochs = int(extra["fit_epoch"]) - int(self.fit.get("initial_epoch") or 0)
+        variables = jobstate.snapshot_variables(self.model)
+        generators = self.generators.snapshot()
+        globals_before = (random.getstate(), _numpy_state())
+        started = time.perf_counter()
+        steps = _read_epochs(iterator, epochs, int(getattr(iterator, "steps_per_execution", 1) or 1))
+        seconds = time.perf_counter() - started
+        if self.yielded is not None and extra.get("yielded") is not None:
+            again = chain(self.yielded[: self.batches_read(int(extra.get("batches") or 0))])
+            if again != extra["yielded"]:
+                raise _resume_error("its fit's Python generator gives other batches when run again than it gave "
+                                    "(it reads something that changed, a socket, or a random source of its own "
+                                    "that is not seeded): it cannot be fast-forwarded")  # fmt: skip
+        if steps != int(extra.get("batches") or steps):
+            raise _resume_error(f"its input gave {steps} batches when read again where the interrupted run "
+                                f"trained {extra.get('batches')}: it cannot be fast-forwarded")  # fmt: skip
+        print(f"[launch] fast-forwarding the input pipeline through {epochs} epoch{'s' * (epochs != 1)} "
+              f"({extra['fast_forward']}): {seconds:.1f} s", flush=True)  # fmt: skip
+        self.fast_forwarded = True
+        after = jobstate.snapshot_variables(self.model)
+        moved_variables = {k for k, v in after.items() if variables.get(k) != v}
+        now = self.generators.snapshot()
+        moved_generators = {k for k, v in now.items() if generators.get(k) != v}
+        moved_globals = (random.getstate(), _numpy_state()) != globals_before
+        return moved_variables, moved_generators, moved_globals
 
     def finish_restored(self, path) -> None:
         """A fit with no epoch left, its last epoch's state restored: it ends there. The iterators of
         its data are made, and dropped, up to the uninterrupted run's count at that epoch's end, so that
         a later fit on the same data reads the same iterators (Keras makes none in a fit with no epoch)."""
         self.last = path.name
-        for dataset, count in zip(self.data, self.kept_made, strict=True):
-            if dataset is None or count is None:
+        for which, (dataset, count) in enumerate(zip(self.data, self.kept_made, strict=True)):
+            if dataset is None or count is None or (which == 0 and self.fast_forwarded):
                 continue
             try:
                 missing = IteratorAlignment.to_make(count, made(dataset))
@@ -321,7 +456,7 @@ class FitCheckpoints:
         if not self.resuming:
             return
         for which, (dataset, alignment) in enumerate(zip(self.data, self.alignment, strict=True)):
-            if dataset is None:
+            if dataset is None or (which == 0 and self.fast_forwarded):
                 continue
             try:
                 count = IteratorAlignment.to_make(alignment.target(self.uses[which]), made(dataset))
@@ -338,6 +473,8 @@ class FitCheckpoints:
             return
         index = made(dataset) - 1
         target = alignment.target(self.uses[which]) if self.resuming else None
+        if which == 0 and self.fast_forwarded:
+            target = None  # the fast-forward made the iterators the uninterrupted run made
         if target is not None and index != target:
             kind = ("training", "validation")[which]
             raise _resume_error(f"the resumed fit reads iterator {index} of its {kind} data where the uninterrupted "
@@ -350,6 +487,9 @@ class FitCheckpoints:
         owner = self
 
         class SaveFitState(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None) -> None:
+                owner.begin()  # last: after every other callback's on_train_begin
+
             def on_epoch_end(self, epoch: int, logs=None) -> None:
                 # Every N-th epoch, and always the fit's last: a later fit's resume fast-forwards from it.
                 if (epoch + 1) % owner.every == 0 or owner.ends_at(epoch):
@@ -373,6 +513,7 @@ class FitCheckpoints:
                     owner.finish_restored(resume_from)
 
             def on_train_batch_begin(self, batch: int, logs=None) -> None:
+                owner.batches += 1
                 if batch == 0:
                     owner.note_first_batch(0)
 
@@ -381,6 +522,31 @@ class FitCheckpoints:
                     owner.note_first_batch(1)
 
         return FitStateFirst(), SaveFitState()
+
+
+def _numpy_state() -> str:
+    from launcher.job.training.jobstate import digest
+
+    return digest(encode(np.random.get_state(legacy=False)))
+
+
+def _read_epochs(iterator, epochs: int, per_step: int) -> int:
+    """Read ``epochs`` epochs of Keras' epoch ``iterator`` as ``fit`` does, each step's batches without
+    the step (``per_step``: ``steps_per_execution``); returns the steps read."""
+    steps = 0
+    for _ in range(epochs):
+        with iterator.catch_stop_iteration():
+            for _begin, _end, batches in iterator:
+                read = 0
+                for _ in range(per_step):
+                    optional = batches.get_next_as_optional()
+                    if not optional.has_value():
+                        break
+                    read += 1
+                if not read:
+                    raise StopIteration
+                steps += 1
+    return steps
 
 
 def _resume_error(message: str):

@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.job import interrupts
-from launcher.job.training import fitstate, tf1, trace
+from launcher.job.training import fitstate, jobstate, tf1, trace
 from launcher.record import layout, places
 from launcher.record.hashing import keras_weights, weights_digest
 
@@ -248,6 +248,10 @@ def install(run_dir: Path, trace_every: int, log_epoch, checkpoint: dict | None 
     _wrap_model_new(keras, obs)
     _wrap_fit(keras, obs)
     fitstate.count_iterators(tf.data.Dataset)
+    jobstate.observe_variables()
+    from keras.src.backend.tensorflow.trainer import TFEpochIterator
+
+    fitstate.observe_epoch_iterators(TFEpochIterator)
     _wrap_compile(keras, obs)
     _wrap_keras_apply(keras, tf, obs)
     _wrap_v1_apply(tf, obs)
@@ -314,17 +318,23 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
     continues; when it is an earlier fit of the job, it is fast-forwarded to its end from its last
     epoch's checkpoint."""
     args = bound.arguments
-    fit = {"fit": obs.fits, "input": fitstate.input_kind(args.get("x")), "epochs": int(args.get("epochs", 1)),
-           "initial_epoch": int(args.get("initial_epoch") or 0), "steps_per_epoch": args.get("steps_per_epoch"),
-           "before": list(obs.finished), "built": bool(model.variables)}  # fmt: skip
-    if fit["input"] == "arrays":  # the order Keras shuffles arrays in comes from TensorFlow's global seed
-        fit["tf_seed"] = _tf_global_seed()
     validation = args.get("validation_data")
     if isinstance(validation, tuple) and len(validation) == 1:
         validation = validation[0]
+    fit = {"fit": obs.fits, "input": fitstate.input_kind(args.get("x")), "epochs": int(args.get("epochs", 1)),
+           "initial_epoch": int(args.get("initial_epoch") or 0), "steps_per_epoch": args.get("steps_per_epoch"),
+           "before": list(obs.finished), "built": bool(model.variables),
+           "validation": fitstate.input_kind(validation) if validation is not None else None}  # fmt: skip
+    if fit["input"] == "arrays":  # the order Keras shuffles arrays in comes from TensorFlow's global seed
+        fit["tf_seed"] = _tf_global_seed()
+    yielded = None
+    if fit["input"] == "generator":  # the same generator, its batches digested: a fast-forward checks them
+        yielded = []
+        args["x"] = fitstate.digesting(args["x"], yielded)
     data = tuple(d if fitstate.input_kind(d) == "tf.data" else None for d in (args.get("x"), validation))
     checkpoints = fitstate.FitCheckpoints(obs.run_dir, model, int(obs.checkpoint["keep"]), int(obs.checkpoint["every"]),
-                                          own, fit, lambda: obs.epochs, data, obs.on_checkpoint)  # fmt: skip
+                                          own, fit, lambda: obs.epochs, data, obs.on_checkpoint,
+                                          yielded)  # fmt: skip
     obs.checkpoint_seconds = checkpoints.seconds  # the cost, in result.json (the last fit's)
     resume_from = None
     if obs.resume and int(obs.resume.get("fit") or 0) == obs.fits:

@@ -1,0 +1,115 @@
+"""Resume restores everything the job holds (issue 42), and lazily built models resume (issue 39): real
+kills and stops of scripts written without the launcher in mind, `launch resume`, and the bits compared
+with an uninterrupted run's.
+
+- The most common Keras shape (the acceptance shape of issue 42): a tf.data pipeline reshuffled every
+  epoch, a map applying tf.image.random_flip_left_right and a RandomTranslation layer made outside the
+  model (its seed generator: a variable outside the model that advances with every image), batch,
+  prefetch; a CNN with Dropout, ReduceLROnPlateau and EarlyStopping; SIGKILL after epoch 2, SIGTERM
+  after epoch 3.
+- A fit on a Python generator (with steps_per_epoch) of a Sequential without Input, and one on a
+  keras.utils.PyDataset of a model built in its first call: fast-forwarded, and built before the restore.
+
+Each resumed process must have trained the remaining epochs only (its epoch lines)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import is_run
+from tests.integration.resumed import env, record, run_of, trained_only_after, work_dir
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parent / "scripts"
+AUGMENT = (SCRIPTS / "augment_fit.py", "data.npz,6,outputs")
+GENERATOR = (SCRIPTS / "fit_kinds.py", "data.npz,4,outputs,generator,sequential")
+PYDATASET = (SCRIPTS / "fit_kinds.py", "data.npz,4,outputs,pydataset,subclassed")
+
+
+def _args(store: Path, script: Path, script_args: str) -> list[str]:
+    return ["train=script", f"train.script={script}", f"train.args=[{script_args}]", "determinism=strict",
+            f"store.root={store}"]  # fmt: skip
+
+
+def _reference(parent: Path, script: Path, script_args: str) -> dict:
+    work, store = work_dir(parent, "work"), parent / "store"
+    done = subprocess.run([sys.executable, "-m", "launcher", *_args(store, script, script_args)], cwd=work, env=env(),
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = run_of(store)
+    return {"run": run, **record(run, work)}
+
+
+@pytest.fixture(scope="module")
+def augment_reference(tmp_path_factory) -> dict:
+    return _reference(tmp_path_factory.mktemp("augment-reference"), *AUGMENT)
+
+
+def _stop_after(work: Path, store: Path, epoch: int, signum: int, script: Path, script_args: str):
+    """Start the run; once checkpoint ``epoch`` exists, SIGKILL its process group or send ``signum`` to the
+    launcher. Returns the run and the launcher's (returncode, stdout)."""
+    store.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store, script, script_args)], cwd=work,
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = [p for p in store.iterdir() if is_run(p)]
+        if runs and (runs[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
+            (os.killpg if signum == signal.SIGKILL else os.kill)(proc.pid, signum)
+            out, err = proc.communicate(timeout=120)
+            assert not (runs[0] / "manifest.json").exists(), "the run finished before it could be stopped"
+            return runs[0], proc.returncode, out + err
+        assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("no checkpoint appeared")
+
+
+def _resumes_to(launch, run: Path, work: Path, reference: dict, epochs: int) -> str:
+    """Resume ``run``: the remaining epochs only, every bit of the reference's, `launch compare` IDENTICAL."""
+    done = launch("resume", run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trained_only_after(done.stdout, json.loads((run / "result.json").read_text())["resumed_from_epoch"], epochs)
+    resumed = record(run, work)
+    for key in ("weights", "layers", "metrics", "trace", "history", "final", "saved"):
+        assert resumed[key] == reference[key], key
+    compared = launch("compare", reference["run"], run)
+    assert compared.returncode == 0 and compared.stdout.startswith("IDENTICAL"), compared.stdout[-2000:]
+    return done.stdout
+
+
+def test_augmentation_in_the_pipeline_killed_after_epoch_2_resumes_to_the_same_bits(launch, tmp_path,
+                                                                                     augment_reference):  # fmt: skip
+    work = work_dir(tmp_path, "work")
+    run, _, _ = _stop_after(work, tmp_path / "store", 2, signal.SIGKILL, *AUGMENT)
+    extra = json.loads((run / "checkpoints" / "epoch-000002" / "extra.json").read_text())
+    assert [v["key"][0] for v in extra["variables"]] == ["seed_generator/seed_generator_state:0"]  # RandomTranslation's
+    _resumes_to(launch, run, work, augment_reference, 6)
+
+
+def test_augmentation_in_the_pipeline_stopped_after_epoch_3_resumes_to_the_same_bits(launch, tmp_path,
+                                                                                      augment_reference):  # fmt: skip
+    work = work_dir(tmp_path, "work")
+    run, returncode, out = _stop_after(work, tmp_path / "store", 3, signal.SIGTERM, *AUGMENT)
+    assert returncode == 130 and "INTERRUPTED: SIGTERM" in out, out[-2000:]
+    _resumes_to(launch, run, work, augment_reference, 6)
+
+
+@pytest.mark.parametrize("kind", [GENERATOR, PYDATASET], ids=["generator-lazy-sequential", "pydataset-subclassed"])
+def test_a_fit_fast_forwarded_and_built_before_the_restore_resumes_to_the_same_bits(launch, tmp_path, kind):
+    (tmp_path / "reference").mkdir()
+    reference = _reference(tmp_path / "reference", *kind)
+    work = work_dir(tmp_path, "work")
+    run, _, _ = _stop_after(work, tmp_path / "store", 2, signal.SIGKILL, *kind)
+    out = _resumes_to(launch, run, work, reference, 4)
+    what = "a Python generator" if "generator" in kind[1] else "a keras.utils.PyDataset"
+    epochs = json.loads((run / "result.json").read_text())["resumed_from_epoch"]
+    assert f"[launch] fast-forwarding the input pipeline through {epochs} epochs ({what}): " in out
