@@ -231,6 +231,8 @@ def sign_seal(run_dir: Path) -> bool:
     try:
         import yaml
 
+        if not (run_dir / layout.CONFIG).is_file():
+            return False  # no config, no key configured
         store = (yaml.safe_load((run_dir / layout.CONFIG).read_text()) or {}).get("store") or {}
         key = signing.signing_key(store.get("signing_key"))
         if key is None:
