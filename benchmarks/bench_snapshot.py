@@ -9,12 +9,23 @@ and into the same store (warm: every object already there, as for every run afte
 first of unchanged code). Finally a 10-seed sweep of the script shows the store's growth:
 the bytes of objects against the bytes one run's snapshot names.
 
+``--first-checkpoint [REV]`` measures instead what keeping the snapshot costs the job
+itself (issue 40): a script that reads 3,000 small files with open() and fits a tiny model
+for 2 epochs, checkpointed after each, is run by the launcher of this tree and by that of
+``REV`` (``git archive``; default: the commit before the job's checkpoints kept code only,
+when they still copied every data file read so far), alternately, each into a fresh store;
+it prints the job's first-checkpoint time (``result.json``'s ``timings.checkpoint_s[0]``)
+and the whole launch's, side by side, with their ratio.
+
     python benchmarks/bench_snapshot.py [N]
+    python benchmarks/bench_snapshot.py --first-checkpoint [REV] [N]
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -32,7 +43,11 @@ from omegaconf import OmegaConf  # noqa: E402
 from launcher.record import keep
 from launcher.run import job  # noqa: E402
 
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+FIRST_CHECKPOINT = "--first-checkpoint" in sys.argv
+_ARGS = [a for a in sys.argv[1:] if a != "--first-checkpoint"]
+BEFORE = _ARGS.pop(0) if FIRST_CHECKPOINT and _ARGS and not _ARGS[0].isdigit() else "f16ca2ceff66"
+N = int(_ARGS[0]) if _ARGS else (2 if FIRST_CHECKPOINT else 20)
+N_FILES = 3000
 
 SCRIPT = """import sys
 import numpy as np
@@ -76,7 +91,56 @@ def _time_snapshot(run: Path, launch_dir: str, stores: Path) -> tuple[float, flo
     return statistics.median(cold), statistics.median(warm[1:] or warm)
 
 
+def _checkpoint_run(project: Path, store: Path, launcher_dir: Path) -> tuple[float, float, int]:
+    """One launch of the 3,000-file job by the launcher in ``launcher_dir``: its first checkpoint's
+    seconds, the whole launch's, and the files its snapshot kept."""
+    env = tree_env()
+    env["PYTHONPATH"] = f"{launcher_dir}{os.pathsep}{env['PYTHONPATH']}"
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "launcher", "train=script", "train.script=train.py",
+                           "train.args=[data]", f"store.root={store}"], cwd=project, env=env, capture_output=True,
+                          text=True)  # fmt: skip
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"launch failed: {(done.stdout + done.stderr)[-3000:]}")
+    run = project / done.stdout.strip().splitlines()[-1].split()[2]
+    first = json.loads((run / "result.json").read_text())["timings"]["checkpoint_s"][0]
+    return first, wall, len(json.loads((run / "snapshot.json").read_text())["files"])
+
+
+def first_checkpoint() -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-snapshot-ckpt-"))
+    try:
+        before = work / "before"
+        before.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE, "launcher"], capture_output=True)
+        if archive.returncode != 0:
+            sys.exit(f"git archive {BEFORE} failed: {archive.stderr.decode()[-500:]}")
+        subprocess.run(["tar", "-x", "-C", str(before)], input=archive.stdout, check=True)
+        project = work / "project"
+        (project / "data").mkdir(parents=True)
+        shutil.copy(REPO / "tests" / "integration" / "scripts" / "many_files.py", project / "train.py")
+        for n in range(N_FILES):
+            (project / "data" / f"f{n:05d}.bin").write_bytes(hashlib.sha256(str(n).encode()).digest()[:16] + b"." * 100)
+        times: dict[str, list[tuple[float, float, int]]] = {"before": [], "after": []}
+        for i in range(N):  # alternately: the machine's drift is shared
+            times["before"].append(_checkpoint_run(project, work / f"store-before-{i}", before))
+            times["after"].append(_checkpoint_run(project, work / f"store-after-{i}", REPO))
+        print(f"the job's first checkpoint, a script reading {N_FILES} files of 116 bytes (medians of {N}, "
+              f"each into a fresh store; before = {BEFORE}, after = this tree)")  # fmt: skip
+        print(f"  {'':<24}{'before':>10}{'after':>10}{'before/after':>14}")
+        for label, k in (("first checkpoint (s)", 0), ("whole launch (s)", 1)):
+            b, a = (statistics.median(t[k] for t in times[side]) for side in ("before", "after"))
+            print(f"  {label:<24}{b:>10.2f}{a:>10.2f}{b / a:>13.1f}x")
+        print(f"  files kept per run: before {times['before'][0][2]}, after {times['after'][0][2]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
+    if FIRST_CHECKPOINT:
+        first_checkpoint()
+        return
     work = Path(tempfile.mkdtemp(prefix="bench-snapshot-"))
     try:
         project = work / "project"
