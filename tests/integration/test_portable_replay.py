@@ -39,9 +39,12 @@ def test_a_portable_run_reproduces_on_an_emulated_haswell(launch, store, mnist_n
     run = _run(launch, store, mnist_npz, "determinism=portable")
     fp = json.loads((run / "fingerprint.json").read_text())
     assert fp["determinism"]["isa_baseline"]["numpy_dispatch"].get("X86_V4") in (False, None)
+    archive = store.parent / "portable.launch.tar.gz"  # the run travels (issue 41): replayed from its archive
+    assert launch("pack", str(run), "-o", str(archive)).returncode == 0
     before = set(store.iterdir())
-    done = launch("replay", str(run), "--cpu", "Haswell", timeout=900)
+    done = launch("replay", str(archive), "--cpu", "Haswell", f"store.root={store}", timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.startswith(f"run {run.name} already in {store}; unsigned")
     assert any(line.startswith("REPRODUCED:") and line.endswith("(its job emulated as CPU Haswell by qemu-x86_64)")
                for line in done.stdout.splitlines()), done.stdout[-2000:]
     (replay,) = _replayed(store, before)
