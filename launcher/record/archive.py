@@ -337,6 +337,17 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool =
         objects[entry["sha256"]] = source
     run_files = {p.relative_to(run_dir).as_posix(): _sha256_file(p) for p in sorted(run_dir.rglob("*"))
                  if p.is_file() and not p.is_symlink()}  # fmt: skip
+    try:
+        data = _write_archive(run_dir, out, objects, run_files, fp, snap, with_env, compression, echo, wheel_dir)
+    except OSError as exc:  # no such directory, a full disk, no permission
+        raise ArchiveError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return Packed(out, data, out.stat().st_size, seal)
+
+
+def _write_archive(run_dir: Path, out: Path, objects: Mapping[str, Path], run_files: Mapping[str, str],
+                   fp: Mapping, snap: Mapping, with_env: bool, compression: str, echo: bool,
+                   wheel_dir: Path | None) -> dict:  # fmt: skip
+    """The archive written to a temporary file beside ``out``, renamed to ``out`` once complete; its manifest."""
     with tempfile.TemporaryDirectory(prefix=".launch-pack-", dir=out.parent.resolve()) as tmp:
         wheels = {}
         if with_env:
@@ -359,7 +370,7 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool =
             for wheel in sorted(wheels, key=lambda w: w.name):
                 _add_file(tar, wheel, member_name(WHEELS, wheel.name))
         os.replace(partial, out)
-    return Packed(out, data, out.stat().st_size, seal)
+    return data
 
 
 def _info(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:

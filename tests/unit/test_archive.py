@@ -104,6 +104,13 @@ def test_packing_refuses_a_run_that_is_not_sealed_naming_why(tmp_path, capsys):
     assert not (tmp_path / "x.tar.gz").exists()
 
 
+def test_packing_into_a_directory_that_does_not_exist_is_one_line(tmp_path, capsys):
+    run = sealed_run(tmp_path / "runs")
+    assert main(["pack", str(run), "-o", str(tmp_path / "no" / "such" / "x.tar.gz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("launch: error: cannot write ") and "No such file" in err
+
+
 def test_packing_refuses_a_run_whose_object_is_gone_from_the_store(tmp_path):
     run = sealed_run(tmp_path / "runs")
     digest = next(iter(snapshot.read(run)["files"].values()))["sha256"]
