@@ -32,15 +32,14 @@ def main(argv: list[str]) -> int:
         run, seal = imported.run_dir, imported.seal
     else:
         seal = signing.check(runs.verify_seal(run), trust)
+    # who sealed it, said before the replay: the verdict and its detail stay the last lines
+    print(f"the stored run {runs.require_run(run).name} is {signing.describe(seal)}", flush=True)
     try:
         result = replay.replay(run, allow_mismatch=args.allow_mismatch, data=data, rebuild=args.rebuild,
                                cpu=args.cpu, store={"signing_key": settings["signing_key"]})  # fmt: skip
     except NotComparable as exc:
-        code = refused(exc)
-        print(f"the stored run {runs.require_run(run).name} is {signing.describe(seal)}")
-        return code
+        return refused(exc)
     emulated = f" (its job emulated as CPU {args.cpu} by qemu-x86_64)" if args.cpu else ""
     print(f"{result.verdict}: replay {result.new_run} of {result.original}{emulated}")
     print(result.detail)
-    print(f"the stored run {result.original.name} is {signing.describe(seal)}")
     return result.exit_code

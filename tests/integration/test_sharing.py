@@ -133,7 +133,7 @@ def test_a_signed_run_shows_its_signer_in_verify_replay_and_compare_and_forgerie
     replayed = launch("replay", str(run), trusted, "store.require_signed=true")
     assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
     assert replayed.stdout.startswith("REPRODUCED") or "\nREPRODUCED: " in replayed.stdout
-    assert replayed.stdout.strip().endswith(f"the stored run {run.name} is sealed by alice@lab (trusted)")
+    assert replayed.stdout.startswith(f"the stored run {run.name} is sealed by alice@lab (trusted)\n")
     replay_run = Path(next(line for line in replayed.stdout.splitlines() if line.startswith("REPRODUCED"))
                       .split(" replay ")[1].split(" of ")[0])  # fmt: skip
     compared = launch("compare", str(run), str(replay_run), trusted)
