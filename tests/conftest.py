@@ -127,6 +127,12 @@ QUICK = ("train.epochs=1", "train.batch_size=100")
 TINY = (*QUICK, "train.max_samples=300")  # 3 steps of 100 images
 
 
+def verdict_of(stdout: str) -> str:
+    """A ``launch replay``'s output from its verdict on: without the first line, who sealed the stored run."""
+    first, _, rest = stdout.partition("\n")
+    return rest if first.startswith("the stored run ") else stdout
+
+
 def run_dir_of(done) -> Path:
     """The run directory a `launch` printed in its last line: ``[launch] run DIR complete; ...``."""
     line = done.stdout.strip().splitlines()[-1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import TINY, copy_store, is_run, q, run_dir_of
+from tests.conftest import TINY, copy_store, is_run, q, run_dir_of, verdict_of
 
 pytestmark = pytest.mark.slow
 
@@ -205,7 +205,7 @@ def test_replay_refuses_when_the_environment_differs(launch, tiny_runs, tmp_path
     store = copy_store(tiny_runs[0]["store"], tmp_path / "store")  # the replay adds a run to it
     original = store / tiny_runs[0]["run"].name
     done = launch("replay", original, env={"OMP_NUM_THREADS": "3"})
-    assert done.returncode == 3 and done.stdout.startswith("REFUSED")
+    assert done.returncode == 3 and verdict_of(done.stdout).startswith("REFUSED")
     assert "environment.OMP_NUM_THREADS" in done.stdout
     assert len([p for p in store.iterdir() if is_run(p)]) == 1  # nothing ran
     forced = launch("replay", original, "--allow-mismatch", env={"OMP_NUM_THREADS": "3"})

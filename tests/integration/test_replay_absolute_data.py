@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from launcher import proc
-from tests.conftest import DATA, REPO, is_run, q, run_dir_of
+from tests.conftest import DATA, REPO, is_run, q, run_dir_of, verdict_of
 
 pytestmark = pytest.mark.slow
 
@@ -146,7 +146,8 @@ def test_a_data_file_too_large_to_keep_is_refused_by_name_or_placed_from_a_copy(
     _replace_with_rolled_rows(data, "cp")
     done = launch("replay", str(run), cwd=quickstart["project"], env=quickstart["env"])
     assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
-    assert done.stdout.startswith("REFUSED: ") and f"data.{data}" in done.stdout and recorded[:12] in done.stdout
+    assert verdict_of(done.stdout).startswith("REFUSED: ")
+    assert f"data.{data}" in done.stdout and recorded[:12] in done.stdout
 
     done = launch("replay", str(run), "--data", f"{data}={copy}", cwd=quickstart["project"], env=quickstart["env"])
     if _placing():  # the copy is placed at the path the job reads

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, REPO, copy_store, is_run, q, run_dir_of
+from tests.conftest import DATA, REPO, copy_store, is_run, q, run_dir_of, verdict_of
 
 pytestmark = pytest.mark.slow
 
@@ -183,10 +183,10 @@ def test_a_run_recorded_before_the_house_moved_names_the_in_job_modules_that_cha
     run = next(filter(is_run, store.iterdir()))
     done = launch("replay", str(run), cwd=tmp_path)
     assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
-    first = done.stdout.splitlines()[0]
+    first = verdict_of(done.stdout).splitlines()[0]
     assert first.startswith("REFUSED: cannot replay") and "the launcher's in-job code changed: " in first, first
     assert "--allow-mismatch" in first
-    rows = {line.split()[0] for line in done.stdout.splitlines()[2:] if line.startswith("  ")}
+    rows = {line.split()[0] for line in verdict_of(done.stdout).splitlines()[2:] if line.startswith("  ")}
     named = {row for row in rows if row.startswith("code.launcher.")}
     assert "code.launcher.launcher.job.observe.reads" in named  # old run/reads.py, by its new module name
     assert not any(n.startswith("code.launcher.launcher.run.") or n.endswith(".py") for n in named)
