@@ -31,7 +31,9 @@ PROGRAMS = {
     "job side: software()": "from launcher.record import probes as f; f.software()",
     "job process: import tensorflow": "import tensorflow",
     "job: import tensorflow, keras": "import tensorflow, keras",
-    "job: the same under the open hook": "from launcher.job.observe import reads; reads.install(); import tensorflow, keras",
+    "job: the same under the open hook": (
+        "from launcher.job.observe import reads; reads.install(); import tensorflow, keras"
+    ),
     "job: the same, then what it used": (
         "from launcher.job.observe import reads; reads.install(); import tensorflow, keras; "
         "from launcher.record import usage; usage.gather(reads.opened, '/nonexistent-run', '/tmp')"

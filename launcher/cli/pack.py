@@ -12,7 +12,8 @@ def split_settings(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    from launcher.record import archive, signing
+    from launcher.record import signing
+    from launcher.share import pack as packing
 
     words, rest = split_settings(argv)
     p = parser("pack", "Write a sealed run, its code and data (and with --with-env its wheels) into one file.")
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(rest)
     trust = signing.trust_from(signing.store_settings(words))
     compression = "plain" if args.compression == "none" else args.compression
-    packed = archive.pack(args.run, args.output, with_env=args.with_env, compression=compression, trust=trust)
+    packed = packing.pack(args.run, args.output, with_env=args.with_env, compression=compression, trust=trust)
     data = packed.manifest
     wheels = f", {len(data['wheels'])} wheel(s)" if data["wheels"] else ""
     left = f"; {len(data['left_out'])} data file(s) left out (listed with their hashes)" if data["left_out"] else ""

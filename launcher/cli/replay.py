@@ -9,7 +9,8 @@ from launcher.errors import ConfigError, NotComparable
 
 
 def main(argv: list[str]) -> int:
-    from launcher.record import archive, runs, signing
+    from launcher.record import runs, signing
+    from launcher.share import unpack as unpacking
     from launcher.verdict import replay
 
     words, rest = split_settings(argv)
@@ -24,10 +25,10 @@ def main(argv: list[str]) -> int:
     settings = signing.store_settings(words)
     trust = signing.trust_from(settings)
     run = args.run
-    if archive.is_archive(run):  # checked whole and imported into store.root before anything runs
+    if unpacking.is_archive(run):  # checked whole and imported into store.root before anything runs
         from launcher.cli.unpack import imported_line
 
-        imported = archive.unpack(run, str(settings["root"]), trust)
+        imported = unpacking.unpack(run, str(settings["root"]), trust)
         print(imported_line(imported), flush=True)
         run, seal = imported.run_dir, imported.seal
     else:

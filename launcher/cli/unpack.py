@@ -7,7 +7,8 @@ from launcher.cli.pack import split_settings
 
 
 def main(argv: list[str]) -> int:
-    from launcher.record import archive, signing
+    from launcher.record import signing
+    from launcher.share import unpack as unpacking
 
     words, rest = split_settings(argv)
     p = parser("unpack", "Import an archive (launch pack's file) into a store, checked, without running it.")
@@ -15,7 +16,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--store", metavar="DIR", help="the store to import into (default: store.root, ./runs)")
     args = p.parse_args(rest)
     settings = signing.store_settings(words)
-    imported = archive.unpack(args.file, args.store or str(settings["root"]), signing.trust_from(settings))
+    imported = unpacking.unpack(args.file, args.store or str(settings["root"]), signing.trust_from(settings))
     print(imported_line(imported))
     return 0
 

@@ -10,16 +10,17 @@ from launcher.cli.pack import split_settings
 
 
 def main(argv: list[str]) -> int:
-    from launcher.record import archive, runs, signing
+    from launcher.record import runs, signing
+    from launcher.share import unpack as unpacking
 
     words, rest = split_settings(argv)
     p = parser("verify", "Check a run's (or an archive's) seal and signature; print who sealed it.")
     p.add_argument("target", metavar="RUN|FILE")
     args = p.parse_args(rest)
     trust = signing.trust_from(signing.store_settings(words))
-    if archive.is_archive(args.target):  # checked whole, as unpack would, in a store of its own thrown away
+    if unpacking.is_archive(args.target):  # checked whole, as unpack would, in a store of its own thrown away
         with tempfile.TemporaryDirectory(prefix="launch-verify-") as tmp:
-            imported = archive.unpack(args.target, Path(tmp) / "store", trust)
+            imported = unpacking.unpack(args.target, Path(tmp) / "store", trust)
             files = len(imported.manifest["run_files"])
             print(f"archive {args.target}: {files} run files, {len(imported.manifest['objects'])} object(s) and "
                   f"{len(imported.manifest['wheels'])} wheel(s) match their hashes")  # fmt: skip

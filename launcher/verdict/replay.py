@@ -33,8 +33,10 @@ from omegaconf import OmegaConf
 
 from launcher import proc
 from launcher.errors import ConfigError, NotComparable, StoreError
-from launcher.record import archive, key, runs, signing, snapshot, tracking
+from launcher.record import key, runs, signing, snapshot, tracking
 from launcher.run import job, precheck
+from launcher.share import manifest as archive_manifest
+from launcher.share import unpack as unpacking
 from launcher.verdict import compare
 
 
@@ -84,7 +86,7 @@ def replay(
     if rebuild:
         from launcher.run import rebuild as _rebuild
         fp = runs.read_json(original / job.FINGERPRINT)
-        wheels = original.parent / archive.WHEELS  # an archive's wheels, unpacked into the store: used first
+        wheels = original.parent / archive_manifest.WHEELS  # an archive's wheels, unpacked into the store: used first
         python = _rebuild.environment(fp, echo=echo, find_links=wheels if wheels.is_dir() else None)
         probed = _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
     work = None
@@ -148,12 +150,12 @@ def replay(
 
 
 def replay_archive(path: str | Path, store_root: str | Path, trust: signing.Trust = signing.NO_TRUST,
-                   **kwargs) -> tuple[archive.Imported, ReplayResult]:
+                   **kwargs) -> tuple[unpacking.Imported, ReplayResult]:
     """Replay the run of the archive at ``path`` (``launch pack``'s file): import it into the store
-    ``store_root`` first (``archive.unpack``: every member, object, the seal and the signature checked
+    ``store_root`` first (``unpacking.unpack``: every member, object, the seal and the signature checked
     before anything is laid out; a run already there is used as it is), then the ordinary ``replay``
     (``kwargs``), so ``launch runs`` and ``compare`` see both like any run."""
-    imported = archive.unpack(path, store_root, trust)
+    imported = unpacking.unpack(path, store_root, trust)
     return imported, replay(imported.run_dir, **kwargs)
 
 

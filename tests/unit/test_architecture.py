@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ("cli", "run", "job", "job.observe", "job.training", "record", "verdict", "docker", "sweep")
+STAGES = ("cli", "run", "job", "job.observe", "job.training", "record", "share", "verdict", "docker", "sweep")
 
 
 @pytest.mark.parametrize("stage", STAGES)

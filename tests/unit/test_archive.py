@@ -14,7 +14,10 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.errors import ArchiveError
-from launcher.record import archive, runs, snapshot
+from launcher.record import runs, snapshot
+from launcher.share import manifest as archive_manifest
+from launcher.share import pack as packing
+from launcher.share import unpack as unpacking
 
 
 def sealed_run(store: Path, name: str = "20261126-120000-abcdef", data: bytes = b"digits") -> Path:
@@ -49,19 +52,19 @@ def tree(root: Path) -> set[str]:
 @pytest.mark.parametrize("compression", ["gzip", "plain"])
 def test_pack_and_unpack_carry_the_run_and_its_objects_to_another_store(tmp_path, compression):
     run = sealed_run(tmp_path / "a" / "runs")
-    packed = archive.pack(run, tmp_path / "run.launch.tar", compression=compression)
+    packed = packing.pack(run, tmp_path / "run.launch.tar", compression=compression)
     with open(packed.path, "rb") as f:
-        assert archive.compression_of(f.read(4)) == compression
+        assert archive_manifest.compression_of(f.read(4)) == compression
     with tarfile.open(packed.path) as tar:
         names = tar.getnames()
-    assert names[0] == archive.NAME  # the manifest comes first
+    assert names[0] == archive_manifest.NAME  # the manifest comes first
     assert f"run/{run.name}/manifest.json" in names and len([n for n in names if n.startswith("objects/")]) == 2
     data = packed.manifest
     assert data["run"] == run.name and len(data["objects"]) == 2 and data["signed"] is False
     big = str(tmp_path / "a" / "project" / "big.npz")
     assert data["left_out"] == {big: {"name": "big.npz", "sha256": "b" * 64, "why": "over store.snapshot_max_mb"}}
 
-    imported = archive.unpack(packed.path, tmp_path / "b" / "runs")
+    imported = unpacking.unpack(packed.path, tmp_path / "b" / "runs")
     assert imported.run_dir == tmp_path / "b" / "runs" / run.name and not imported.already
     runs.verify_seal(imported.run_dir)  # sealed as it was
     assert not os.access(imported.run_dir / "config.yaml", os.W_OK) or os.geteuid() == 0
@@ -71,16 +74,16 @@ def test_pack_and_unpack_carry_the_run_and_its_objects_to_another_store(tmp_path
         obj = snapshot.object_path(tmp_path / "b" / "runs", entry["sha256"])
         assert hashlib.sha256(obj.read_bytes()).hexdigest() == entry["sha256"]
     assert not [p for p in (tmp_path / "b" / "runs").iterdir() if p.name.startswith(".unpack-")]
-    again = archive.unpack(packed.path, tmp_path / "b" / "runs")  # the same run again: found, not copied
+    again = unpacking.unpack(packed.path, tmp_path / "b" / "runs")  # the same run again: found, not copied
     assert again.already
 
 
 def test_zstd_archives_are_written_and_read_when_zstandard_is_installed(tmp_path):
     pytest.importorskip("zstandard")
     run = sealed_run(tmp_path / "a" / "runs")
-    packed = archive.pack(run, tmp_path / "run.tar.zst", compression="zstd")
+    packed = packing.pack(run, tmp_path / "run.tar.zst", compression="zstd")
     assert packed.path.read_bytes()[:4] == b"\x28\xb5\x2f\xfd"
-    assert archive.unpack(packed.path, tmp_path / "b").run_dir.name == run.name
+    assert unpacking.unpack(packed.path, tmp_path / "b").run_dir.name == run.name
 
 
 def test_a_zstd_archive_without_zstandard_is_refused_naming_the_package(tmp_path, monkeypatch):
@@ -90,7 +93,7 @@ def test_a_zstd_archive_without_zstandard_is_refused_naming_the_package(tmp_path
     path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 100)
     monkeypatch.setitem(sys.modules, "zstandard", None)
     with pytest.raises(ArchiveError, match="zstandard"):
-        archive.unpack(path, tmp_path / "store")
+        unpacking.unpack(path, tmp_path / "store")
 
 
 def test_packing_refuses_a_run_that_is_not_sealed_naming_why(tmp_path, capsys):
@@ -116,13 +119,13 @@ def test_packing_refuses_a_run_whose_object_is_gone_from_the_store(tmp_path):
     digest = next(iter(snapshot.read(run)["files"].values()))["sha256"]
     snapshot.object_path(tmp_path / "runs", digest).unlink()
     with pytest.raises(snapshot.SnapshotError, match="missing from the store"):
-        archive.pack(run, tmp_path / "x.tar.gz")
+        packing.pack(run, tmp_path / "x.tar.gz")
 
 
 # ---------------------------------------------------------------- bad archives
 def good_archive(tmp_path: Path) -> tuple[Path, dict]:
     run = sealed_run(tmp_path / "src" / "runs")
-    packed = archive.pack(run, tmp_path / "good.tar", compression="plain")
+    packed = packing.pack(run, tmp_path / "good.tar", compression="plain")
     return packed.path, packed.manifest
 
 
@@ -171,14 +174,14 @@ def test_a_truncated_archive_is_refused(tmp_path, capsys):
         short = tmp_path / f"short-{cut}.tar"
         short.write_bytes(path.read_bytes()[:cut])
         refused_in_one_line(capsys, tmp_path, short)
-    gz = archive.pack(sealed_run(tmp_path / "g" / "runs"), tmp_path / "g.tar.gz", compression="gzip").path
+    gz = packing.pack(sealed_run(tmp_path / "g" / "runs"), tmp_path / "g.tar.gz", compression="gzip").path
     short = tmp_path / "short.tar.gz"
     short.write_bytes(gz.read_bytes()[: gz.stat().st_size // 2])
     refused_in_one_line(capsys, tmp_path, short, "truncated or corrupted")
 
 
 def test_a_corrupted_gzip_archive_is_refused(tmp_path, capsys):
-    gz = archive.pack(sealed_run(tmp_path / "g" / "runs"), tmp_path / "g.tar.gz", compression="gzip").path
+    gz = packing.pack(sealed_run(tmp_path / "g" / "runs"), tmp_path / "g.tar.gz", compression="gzip").path
     data = bytearray(gz.read_bytes())
     middle = len(data) // 2
     data[middle : middle + 64] = bytes(b ^ 0xFF for b in data[middle : middle + 64])
@@ -199,7 +202,7 @@ def test_a_climbing_or_absolute_member_is_refused(tmp_path, capsys, name):
 
     def change(info, content):
         yield info, content
-        if info.name == archive.NAME:
+        if info.name == archive_manifest.NAME:
             evil = tarfile.TarInfo(name)
             yield evil, b"owned\n"
 
@@ -213,7 +216,7 @@ def test_a_link_pointing_out_of_the_run_is_refused(tmp_path, capsys):
 
     def change(info, content):
         yield info, content
-        if info.name == archive.NAME:
+        if info.name == archive_manifest.NAME:
             link = tarfile.TarInfo(f"run/{data['run']}/outputs/passwd")
             link.type, link.linkname = tarfile.SYMTYPE, "../../../../etc/passwd"
             yield link, None
@@ -228,7 +231,7 @@ def test_hard_links_devices_and_fifos_are_refused(tmp_path, capsys, kind):
 
     def change(info, content):
         yield info, content
-        if info.name == archive.NAME:
+        if info.name == archive_manifest.NAME:
             odd = tarfile.TarInfo(f"run/{data['run']}/outputs/odd")
             odd.type, odd.linkname = kind, f"run/{data['run']}/config.yaml"
             yield odd, None
@@ -264,7 +267,7 @@ def test_a_member_the_manifest_does_not_name_is_refused(tmp_path, capsys):
 
     def change(info, content):
         yield info, content
-        if info.name == archive.NAME:
+        if info.name == archive_manifest.NAME:
             yield tarfile.TarInfo(f"run/{data['run']}/extra.py"), b"import os\n"
 
     refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "extra.tar", change), "not named by")
@@ -278,7 +281,7 @@ def test_a_run_edited_and_its_manifest_relisted_is_refused_by_its_seal(tmp_path,
     name = f"run/{data['run']}/result.json"
 
     def change(info, content):
-        if info.name == archive.NAME:
+        if info.name == archive_manifest.NAME:
             relisted = json.loads(content)
             relisted["run_files"]["result.json"] = hashlib.sha256(forged).hexdigest()
             yield info, with_manifest(relisted)
@@ -294,7 +297,7 @@ def test_a_manifest_naming_a_climbing_run_is_refused_before_any_member_is_read(t
     path, _ = good_archive(tmp_path)
 
     def change(info, content):
-        if info.name == archive.NAME:
+        if info.name == archive_manifest.NAME:
             data = json.loads(content)
             data["run"] = ".."
             yield info, with_manifest(data)
@@ -329,13 +332,13 @@ def test_another_run_of_the_same_name_in_the_store_is_refused(tmp_path, capsys):
 ])  # fmt: skip
 def test_member_problem(name, kind, link, why):
     expected = {"run/R/config.yaml": "a" * 64, "objects/ab/" + "ab" * 32: "ab" * 32}
-    problem = archive.member_problem(name, kind, link, "R", expected)
+    problem = archive_manifest.member_problem(name, kind, link, "R", expected)
     assert (problem is None) if why is None else (why in problem), problem
 
 
 def test_check_manifest_refuses_names_that_would_become_paths_elsewhere():
-    good = archive.manifest("R", {"manifest.json": "a" * 64}, {"b" * 64: 3}, {}, {}, False, "0", "now")
-    assert archive.check_manifest(good) is good
+    good = archive_manifest.manifest("R", {"manifest.json": "a" * 64}, {"b" * 64: 3}, {}, {}, False, "0", "now")
+    assert archive_manifest.check_manifest(good) is good
     for change, words in (({"run": "../x"}, "plain directory name"), ({"run": "a/b"}, "plain directory name"),
                           ({"run_files": {"../x": "a" * 64, "manifest.json": "a" * 64}}, "normalised"),
                           ({"run_files": {"config.yaml": "a" * 64}}, "no manifest.json"),
@@ -343,7 +346,7 @@ def test_check_manifest_refuses_names_that_would_become_paths_elsewhere():
                           ({"wheels": {"../x.whl": {"sha256": "a" * 64}}}, "not a wheel's file name"),
                           ({"version": 2}, "version"), ({"format": "zip"}, "not a launch archive")):  # fmt: skip
         with pytest.raises(ArchiveError, match=words):
-            archive.check_manifest({**good, **change})
+            archive_manifest.check_manifest({**good, **change})
 
 
 def test_wheel_identity_is_the_installed_distributions_files_sha256():
@@ -357,8 +360,8 @@ def test_wheel_identity_is_the_installed_distributions_files_sha256():
     installed = ("pkg/__init__.py,sha256=AAA,3\nextra.py,sha256=BBB,3\n../../../bin/tool,sha256=EEE,3\n"
                  "pkg-1.0.dist-info/METADATA,sha256=DDD,3\npkg-1.0.dist-info/INSTALLER,sha256=FFF,4\n"
                  "pkg/__pycache__/__init__.cpython-311.pyc,,\npkg-1.0.dist-info/RECORD,,\n")  # fmt: skip
-    assert archive.wheel_identity(wheel) == distributions.files_sha256(distributions.parse_record(installed))
-    assert archive.wheel_identity(wheel.replace("BBB", "XXX")) != distributions.files_sha256(
+    assert archive_manifest.wheel_identity(wheel) == distributions.files_sha256(distributions.parse_record(installed))
+    assert archive_manifest.wheel_identity(wheel.replace("BBB", "XXX")) != distributions.files_sha256(
         distributions.parse_record(installed))
 
 
@@ -370,7 +373,7 @@ def test_requirement_closure_follows_this_platforms_requirements_only():
                 "omegaconf": ["PyYAML>=5.1.0"], "tensorflow-cpu": ["numpy>=1.26"]}  # fmt: skip
     import platform
 
-    closure = archive.requirement_closure("tf-repro-launcher", requires)
+    closure = archive_manifest.requirement_closure("tf-repro-launcher", requires)
     assert {"tf-repro-launcher", "hydra-core", "omegaconf", "antlr4-python3-runtime", "pyyaml"} <= closure
     assert "mlflow" not in closure
     if platform.machine() == "x86_64":
@@ -381,21 +384,22 @@ def test_wheel_plan_is_what_the_job_used_and_what_the_launcher_needs_at_the_reco
     fp = {"software": {"packages": ["numpy==2.4.6", "PyYAML==6.0.3", "tf-repro-launcher==0.1.0", "rich==15.0"],
                        "distributions": {"numpy": {"version": "2.4.6"}, "tf-repro-launcher": {"version": "0.1.0"},
                                          "gone": None}}}  # fmt: skip
-    assert archive.wheel_plan(fp, {"pyyaml", "tf-repro-launcher", "nvidia-ml-py"}, {"nvidia-ml-py": "13.6"}) == {
-        "numpy": "2.4.6", "nvidia-ml-py": "13.6", "pyyaml": "6.0.3"}  # not recorded: installed since the run
+    plan = archive_manifest.wheel_plan(fp, {"pyyaml", "tf-repro-launcher", "nvidia-ml-py"}, {"nvidia-ml-py": "13.6"})
+    assert plan == {"numpy": "2.4.6", "nvidia-ml-py": "13.6", "pyyaml": "6.0.3"}  # nvidia-ml-py: installed after
     with pytest.raises(ArchiveError, match="needs not-installed"):
-        archive.wheel_plan(fp, {"not-installed"}, {})
+        archive_manifest.wheel_plan(fp, {"not-installed"}, {})
 
 
 def test_the_output_name_chooses_the_compression(tmp_path):
     run = sealed_run(tmp_path / "runs")
-    assert archive.compression_for("x.tar.gz") == "gzip" and archive.compression_for("x.tar") == "plain"
-    assert archive.compression_for("x.tar.zst") == "zstd" and archive.compression_for("x.bin") is None
-    with open(archive.pack(run, tmp_path / "a.tar.gz").path, "rb") as f:
-        assert archive.compression_of(f.read(4)) == "gzip"
+    compression_for = archive_manifest.compression_for
+    assert compression_for("x.tar.gz") == "gzip" and compression_for("x.tar") == "plain"
+    assert compression_for("x.tar.zst") == "zstd" and compression_for("x.bin") is None
+    with open(packing.pack(run, tmp_path / "a.tar.gz").path, "rb") as f:
+        assert archive_manifest.compression_of(f.read(4)) == "gzip"
 
 
 def test_compression_of():
-    assert archive.compression_of(b"\x1f\x8b\x08\x00") == "gzip"
-    assert archive.compression_of(b"\x28\xb5\x2f\xfd") == "zstd"
-    assert archive.compression_of(b"laun") == "plain"
+    assert archive_manifest.compression_of(b"\x1f\x8b\x08\x00") == "gzip"
+    assert archive_manifest.compression_of(b"\x28\xb5\x2f\xfd") == "zstd"
+    assert archive_manifest.compression_of(b"laun") == "plain"

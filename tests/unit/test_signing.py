@@ -13,7 +13,9 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.errors import ConfigError, SignatureError
-from launcher.record import archive, runs, signing
+from launcher.record import runs, signing
+from launcher.share import manifest as archive_manifest
+from launcher.share import pack as packing
 from tests.unit.test_archive import sealed_run
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen (openssh-client)")
@@ -111,8 +113,8 @@ def test_launch_verify_prints_the_seal_and_the_signer(tmp_path, keys, capsys):
 
 def test_a_signed_runs_archive_keeps_its_signer_and_a_reseal_inside_one_is_refused(tmp_path, keys, capsys):
     run = signed_run(tmp_path / "src", keys["alice"])
-    packed = archive.pack(run, tmp_path / "run.tar.gz")
-    assert packed.manifest["signed"] and f"run/{run.name}/{signing.SIGNATURE}" in archive.expected_members(
+    packed = packing.pack(run, tmp_path / "run.tar.gz")
+    assert packed.manifest["signed"] and f"run/{run.name}/{signing.SIGNATURE}" in archive_manifest.expected_members(
         packed.manifest)  # fmt: skip
     assert main(["verify", str(packed.path), f"store.allowed_signers={keys['allowed']}"]) == 0
     assert "signature: sealed by alice@lab (trusted)" in capsys.readouterr().out
@@ -122,7 +124,7 @@ def test_a_signed_runs_archive_keeps_its_signer_and_a_reseal_inside_one_is_refus
 
     reseal_without_the_key(run)
     with pytest.raises(SignatureError):  # packing checks the signature too
-        archive.pack(run, tmp_path / "forged.tar.gz")
+        packing.pack(run, tmp_path / "forged.tar.gz")
 
 
 def test_an_archive_holding_a_forged_signed_run_is_refused_before_it_is_imported(tmp_path, keys, capsys):
@@ -133,14 +135,14 @@ def test_an_archive_holding_a_forged_signed_run_is_refused_before_it_is_imported
     import tarfile
 
     run = signed_run(tmp_path / "src", keys["alice"])
-    good = archive.pack(run, tmp_path / "good.tar", compression="plain").path
+    good = packing.pack(run, tmp_path / "good.tar", compression="plain").path
     reseal_without_the_key(run)
     replaced = {f"run/{run.name}/{p.relative_to(run).as_posix()}": p.read_bytes() for p in run.rglob("*")
                 if p.is_file()}  # fmt: skip
     with tarfile.open(good) as tar, tarfile.open(tmp_path / "forged.tar", "w") as out:
         for member in tar.getmembers():
             data = tar.extractfile(member).read() if member.isreg() else None
-            if member.name == archive.NAME:
+            if member.name == archive_manifest.NAME:
                 manifest = json.loads(data)
                 manifest["run_files"] = {name.split("/", 2)[2]: hashlib.sha256(content).hexdigest()
                                          for name, content in replaced.items()}  # fmt: skip

@@ -1,0 +1,176 @@
+"""``launch pack RUN``: a sealed run, every object its snapshot names and, with ``--with-env``, the
+wheels of its environment, written into one archive (``manifest`` says what it holds).
+
+Compressed with zstd when the ``zstandard`` package is importable, else gzip; the output's
+name may choose (``.tar.zst``, ``.tar.gz``, ``.tar``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import os
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.errors import ArchiveError
+from launcher.record import layout, runs, signing, snapshot
+from launcher.share.manifest import (
+    NAME,
+    OBJECTS,
+    RUN,
+    WHEELS,
+    compression_for,
+    left_out_data,
+    manifest,
+    member_name,
+    sha256_file,
+)
+from launcher.share.wheels import collect_wheels
+
+
+@dataclass
+class Packed:
+    path: Path
+    manifest: dict
+    size: int
+    seal: signing.Seal
+
+
+def default_compression() -> str:
+    """zstd when the ``zstandard`` package is importable, else gzip."""
+    try:
+        import zstandard  # noqa: F401
+    except ImportError:
+        return "gzip"
+    return "zstd"
+
+
+def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool = False,
+         compression: str | None = None, trust: signing.Trust = signing.NO_TRUST, echo: bool = True,
+         wheel_dir: Path | None = None) -> Packed:  # fmt: skip
+    """Write the archive of the sealed run ``run_dir`` to ``out`` (default ``<run name>.launch.tar.gz``
+    or ``.tar.zst`` in the current directory), atomically. Refuses a run that is not sealed (naming
+    why), whose seal or signature does not verify, or an object missing from the store.
+    ``with_env``: the wheels too (``collect_wheels``; ``wheel_dir``: reuse wheels already there)."""
+    run_dir = Path(os.path.abspath(runs.verify_seal(run_dir)))
+    seal = signing.check(run_dir, trust)
+    compression = compression or (compression_for(str(out)) if out else None) or default_compression()
+    suffix = {"zstd": ".tar.zst", "gzip": ".tar.gz", "plain": ".tar"}[compression]
+    out = Path(out) if out else Path(f"{run_dir.name}.launch{suffix}")
+    store = run_dir.parent
+    snap = snapshot.read(run_dir) or {"files": {}, "left_out": {}, "launch_dir": "/"}
+    fp = runs.read_json(run_dir / layout.FINGERPRINT)
+    objects: dict[str, Path] = {}
+    for path, entry in sorted(snap["files"].items()):
+        source = snapshot.object_path(store, entry["sha256"])
+        if not source.is_file():
+            raise snapshot.SnapshotError(f"run {run_dir.name}: the object of {path} is missing from the store "
+                                         f"({source}): the run cannot travel without it")  # fmt: skip
+        objects[entry["sha256"]] = source
+    run_files = {p.relative_to(run_dir).as_posix(): sha256_file(p) for p in sorted(run_dir.rglob("*"))
+                 if p.is_file() and not p.is_symlink()}  # fmt: skip
+    try:
+        data = _write_archive(run_dir, out, objects, run_files, fp, snap, with_env, compression, echo, wheel_dir)
+    except OSError as exc:  # no such directory, a full disk, no permission
+        raise ArchiveError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return Packed(out, data, out.stat().st_size, seal)
+
+
+def _write_archive(run_dir: Path, out: Path, objects: Mapping[str, Path], run_files: Mapping[str, str],
+                   fp: Mapping, snap: Mapping, with_env: bool, compression: str, echo: bool,
+                   wheel_dir: Path | None) -> dict:  # fmt: skip
+    """The archive written to a temporary file beside ``out``, renamed to ``out`` once complete; its manifest."""
+    with tempfile.TemporaryDirectory(prefix=".launch-pack-", dir=out.parent.resolve()) as tmp:
+        wheels = {}
+        if with_env:
+            wheels = collect_wheels(fp, wheel_dir or Path(tmp) / "wheels", echo=echo)
+        for digest, source in objects.items():  # the store's copy is checked: a damaged one never travels
+            if sha256_file(source) != digest:
+                raise snapshot.SnapshotError(f"run {run_dir.name}: object {source} does not match its name")
+        from launcher.version import __version__
+
+        data = manifest(run_dir.name, run_files, {d: p.stat().st_size for d, p in objects.items()},
+                        left_out_data(fp, snap), {w.name: info for w, info in wheels.items()},
+                        (run_dir / layout.SIGNATURE).is_file(), __version__,
+                        _dt.datetime.now().astimezone().isoformat(timespec="seconds"))  # fmt: skip
+        partial = Path(tmp) / "archive.part"
+        with _writer(partial, compression) as tar:
+            _add_bytes(tar, NAME, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+            _add_tree(tar, run_dir, f"{RUN}/{run_dir.name}")
+            for digest, source in sorted(objects.items()):
+                _add_file(tar, source, member_name(OBJECTS, digest))
+            for wheel in sorted(wheels, key=lambda w: w.name):
+                _add_file(tar, wheel, member_name(WHEELS, wheel.name))
+        os.replace(partial, out)
+    return data
+
+
+def _info(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.type, info.mtime = size, mode, kind, 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    tar.addfile(_info(name, len(data), 0o644), io.BytesIO(data))
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, name: str) -> None:
+    # a member's mode keeps the file's read and execute bits and gains the owner's write bit: the
+    # unpacked copy is made read-only again once checked (a sealed run, an object)
+    mode = (stat.S_IMODE(os.stat(path).st_mode) & 0o555) | 0o200
+    with open(path, "rb") as f:
+        tar.addfile(_info(name, os.fstat(f.fileno()).st_size, mode), f)
+
+
+def _add_tree(tar: tarfile.TarFile, top: Path, name: str) -> None:
+    tar.addfile(_info(name, 0, 0o755, tarfile.DIRTYPE))
+    for current, dirs, files in os.walk(top):
+        dirs.sort()
+        rel = Path(current).relative_to(top).as_posix()
+        base = name if rel == "." else f"{name}/{rel}"
+        for d in dirs:
+            path = Path(current) / d
+            if path.is_symlink():
+                tar.addfile(_link(f"{base}/{d}", os.readlink(path)))
+            else:
+                tar.addfile(_info(f"{base}/{d}", 0, 0o755, tarfile.DIRTYPE))
+        for f in sorted(files):
+            path = Path(current) / f
+            if path.is_symlink():
+                tar.addfile(_link(f"{base}/{f}", os.readlink(path)))
+            else:
+                _add_file(tar, path, f"{base}/{f}")
+
+
+def _link(name: str, target: str) -> tarfile.TarInfo:
+    info = _info(name, 0, 0o777, tarfile.SYMTYPE)
+    info.linkname = target
+    return info
+
+
+@contextmanager
+def _writer(path: Path, compression: str) -> Iterator[tarfile.TarFile]:
+    with open(path, "wb") as raw:
+        if compression == "zstd":
+            import zstandard
+
+            with zstandard.ZstdCompressor(level=6).stream_writer(raw, closefd=False) as z:
+                with tarfile.open(fileobj=z, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                    yield tar
+        elif compression == "gzip":
+            with tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
+                yield tar
+        else:
+            with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                yield tar
+        raw.flush()
+        os.fsync(raw.fileno())
