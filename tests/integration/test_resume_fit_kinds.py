@@ -170,7 +170,7 @@ def test_a_killed_notebook_resumes_with_its_kept_cells_to_the_same_bits(launch, 
     kept and ends with the uninterrupted run's weights and metrics; `launch compare` IDENTICAL."""
     notebook = tmp_path / "train.ipynb"
     shutil.copyfile(NOTEBOOK, notebook)
-    done = launch(*_notebook_args(tmp_path / "reference", notebook))
+    done = launch(*_notebook_args(tmp_path / "reference", notebook), cwd=tmp_path)  # launched where the other is
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     reference = run_of(tmp_path / "reference")
     store = tmp_path / "store"
