@@ -4,10 +4,10 @@ At the end of every epoch of every ``fit`` the job's code calls, the observer
 (``launcher.job.training.observer``) checkpoints what the next epoch depends on, with no change
 to the code: the model's variables (Dropout's seed-generator state among them), the
 optimizer's (its step counter, moments and learning rate), the Python, NumPy and
-TensorFlow global RNGs (``launcher.job.training.checkpoints.Checkpointer``), and, in
-``extra.json``, the fit's position (which ``fit`` call of the job, its epoch) and the
-state of the built-in callbacks that carry state across epochs (``STATEFUL``) and of
-Keras' ``History``. ``launch resume`` runs the code again; when the checkpointed
+TensorFlow global RNGs (``launcher.job.training.checkpoints.Checkpointer``), every other variable,
+generator and changed callback attribute the job holds (``launcher.job.training.jobstate``), and, in
+``extra.json``, the fit's position (which ``fit`` call of the job, its epoch, its steps) and Keras'
+``History``. ``launch resume`` runs the code again; when the checkpointed
 ``fit`` starts, it starts at the next epoch (``initial_epoch``), and before that epoch
 runs (after every callback's ``on_train_begin``) the state is restored.
 
@@ -30,8 +30,13 @@ that seed, and a resumed fit checks it. A checkpoint in a later fit of the job n
 checkpoint of each earlier fit's last epoch (``before``; the last epoch is always checkpointed
 and never pruned): the resumed job fast-forwards those fits, running no epoch and restoring
 that state at ``on_train_end``, and makes their data's iterators up to the count the
-uninterrupted run had made (``FitCheckpoints.finish_restored``). Generators and ``PyDataset``s
-are refused (``REFUSED_INPUTS``).
+uninterrupted run had made (``FitCheckpoints.finish_restored``).
+
+An input whose position no variable holds (a Python generator, a ``PyDataset``, a fit with
+``steps_per_epoch``, a pipeline with ``cache()``: ``fast_forward_reason``) is read again through the
+fit's own Keras epoch iterator, for the epochs trained, with no step (``FitCheckpoints.fast_forward``);
+a generator's batches must be the ones it gave. A model with no variables yet is built from its data's
+shapes before the restore (``FitCheckpoints.build``).
 """
 
 from __future__ import annotations
