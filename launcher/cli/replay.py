@@ -22,6 +22,10 @@ def main(argv: list[str]) -> int:
         if not sep or not name or not path:
             raise ConfigError(f"--data takes NAME=PATH (the recorded data name, and a copy of it), got {item!r}")
         data[name] = path
+    if args.cpu:  # no qemu here, or a model it does not know: refused before the run is even read
+        from launcher.run import emulation
+
+        emulation.check_model(args.cpu)
     settings = signing.store_settings(words)
     trust = signing.trust_from(settings)
     run = args.run

@@ -5,5 +5,5 @@ Owns the archive: its manifest and the checks of its members (``manifest``, pure
 (``unpack``). ``launch pack``, ``launch unpack``, ``launch verify FILE`` and ``launch replay
 FILE`` use it.
 
-Imports only ``launcher.record``, ``launcher.errors``, ``launcher.proc`` and ``launcher.version``.
+May import only ``launcher.record``, ``launcher.errors``, ``launcher.proc`` and ``launcher.version``.
 """
