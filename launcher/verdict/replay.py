@@ -257,6 +257,9 @@ def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = Fals
     text = f"cannot replay {original.name} here: {key.differing(diffs)}; use --allow-mismatch to run anyway"
     if not rebuilt and diffs and all(d[0].startswith(REBUILDABLE) for d in diffs):
         text += "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
+    if any(d[0].startswith("hardware.cpu.") for d in diffs):
+        text += ("; this CPU is not the run's: a run made with determinism=portable keys the x86-64 level, not the "
+                 "CPU model, and travels to any x86-64-v3 CPU (docs/sharing.md)")
     gone = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.") and isinstance(d[1], str)
             and d[1].startswith(("changed while the job ran", "deleted while the job ran"))]  # fmt: skip
     if gone:

@@ -24,7 +24,9 @@ def _diffs(*names: str) -> list[tuple[str, object, object]]:
 def test_a_refusal_names_at_most_four_fields_and_how_many_differ():
     text = replay.refusal(RUN, _diffs("hardware.cpu.model", "software.python", "environment.X", "data.a", "data.b"), [])
     assert text == ("cannot replay 20261125-mnist-1 here: 5 comparability field(s) differ (hardware.cpu.model, "
-                    "software.python, environment.X, data.a, …); use --allow-mismatch to run anyway")  # fmt: skip
+                    "software.python, environment.X, data.a, …); use --allow-mismatch to run anyway; this CPU is not "
+                    "the run's: a run made with determinism=portable keys the x86-64 level, not the CPU model, and "
+                    "travels to any x86-64-v3 CPU (docs/sharing.md)")  # fmt: skip
 
 
 def test_a_refusal_over_the_launchers_own_code_says_so_in_words_first():
@@ -119,3 +121,10 @@ def test_a_kept_file_the_job_read_by_its_absolute_path_must_be_there(tmp_path):
     gone.parent.mkdir()
     gone.write_bytes(b"x")
     assert replay.place_data(run, stored, tmp_path / "work", {}) == []
+
+
+def test_a_refusal_on_the_cpu_says_that_portable_runs_travel():
+    text = replay.refusal(RUN, _diffs("hardware.cpu.model"), [])
+    assert text.endswith("; this CPU is not the run's: a run made with determinism=portable keys the x86-64 level, "
+                         "not the CPU model, and travels to any x86-64-v3 CPU (docs/sharing.md)")
+    assert "portable" not in replay.refusal(RUN, _diffs("software.python"), [])
