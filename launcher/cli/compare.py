@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     sealed = compare.sealed_by([args.run_a, args.run_b], signing.trust_from(signing.store_settings(words)))
     result = compare.compare_runs(args.run_a, args.run_b, force=args.force, tolerance=tolerance)
     print(compare.report(result, Path(args.run_a), Path(args.run_b)))
-    print("\n".join(sealed))
+    print("; ".join(sealed))  # who sealed each run, on one line
     if Path(args.run_a).resolve() == Path(args.run_b).resolve():
         print(f"note: both arguments are the same run ({args.run_a}): a run is always identical to itself; "
               "compare it with another run, or replay it (launch replay RUN)")  # fmt: skip

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from launcher.record import fingerprint
 from tests.conftest import TINY, copy_store, is_run, q, run_dir_of, verdict_of
 
 pytestmark = pytest.mark.slow
@@ -105,7 +106,7 @@ def test_fingerprint_schema_and_key_fields(tiny_runs):
     text = (a / "fingerprint.json").read_text()
     fp = json.loads(text)
     assert text == json.dumps(fp, sort_keys=True, indent=2) + "\n"  # canonical JSON
-    assert fp["schema"] == 4
+    assert fp["schema"] == fingerprint.SCHEMA
     assert fp["hardware"]["cpu"]["isa"] and isinstance(fp["hardware"]["gpus"], list)
     assert fp["software"]["tensorflow"] and "is_cuda_build" in fp["software"]["tf_build"]
     assert len(fp["software"]["packages_sha256"]) == 64

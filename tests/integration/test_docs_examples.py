@@ -77,6 +77,9 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/hydra.md", "launch train.ep<Tab>           ->  train.epochs="): "Tab completion needs an interactive shell",
     ("docs/hydra.md", "launch -cd conf train=<Tab>    ->  train=custom  train=mnist  train=script  train=tiny"):
         "Tab completion needs an interactive shell",
+    ("docs/verdicts.md", "launch replay runs/20261126-154001-63eb28"):
+        "needs a machine that refuses user namespaces (tests/integration/test_replay_absolute_data.py forces that "
+        "refusal and checks this message)",
 }
 if _optuna_installed():
     SKIP[("docs/errors.md", "launch -m hydra/sweeper=optuna 'train.learning_rate=interval(0.0001,0.01)'     "

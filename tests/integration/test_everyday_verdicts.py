@@ -35,12 +35,14 @@ def test_data_under_the_users_cache_is_in_the_key(launch, tmp_path):
     (home / ".cache" / "myproject").mkdir(parents=True)
     data = home / ".cache" / "myproject" / "digits.npz"
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", data)
-    (tmp_path / "train.py").write_text(CACHED_DATA)
+    project = tmp_path / "project"  # beside the home, not around it: the data lies outside the project
+    project.mkdir()
+    (project / "train.py").write_text(CACHED_DATA)
     env = {"HOME": str(home), "XDG_CACHE_HOME": ""}
     store = tmp_path / "store"
 
     def run():
-        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path,
+        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=project,
                                  env=env))  # fmt: skip
 
     a, b = run(), run()

@@ -205,7 +205,7 @@ def test_a_sigkilled_launcher_leaves_an_abandoned_run_that_resumes(tmp_path, mni
     refused = run_launch("compare", run, reference["run"])
     assert refused.returncode == 4 and len(refused.stderr.strip().splitlines()) == 1
     assert f"run {run.name} is not complete (state: abandoned: its launcher (pid {proc.pid} on " in refused.stderr
-    assert "`launch resume" in refused.stderr
+    assert f"launch resume {run}" in refused.stderr
     done = _resumed_to_reference(run, reference)
     assert f"[launch] run {run.name} was abandoned: its launcher (pid {proc.pid} on " in done.stdout
 
@@ -253,7 +253,7 @@ def test_a_disk_that_fills_during_a_checkpoint_fails_the_run_and_resume_continue
                         f"no space left on the device of {run / 'checkpoints'}"), last
         assert _status(run)["state"] == "failed" and not (run / "manifest.json").exists()
         assert [p.name for p in (run / "checkpoints").iterdir()] == ["epoch-000001"]  # the partial one is gone
-        from launcher.job.training import checkpoints
+        from launcher.record import checkpoints
         assert checkpoints.verify(run / "checkpoints" / "epoch-000001") is None  # the complete one is intact
         filler.unlink()  # space is back
         _resumed_to_reference(run, reference)
