@@ -237,7 +237,7 @@ def sign_seal(run_dir: Path) -> bool:
         key = signing.signing_key(store.get("signing_key"))
         if key is None:
             return False
-        signing.sign(run_dir, key)
+        write_bytes(run_dir / signing.SIGNATURE, signing.sign(run_dir, key))
         return True
     except (OSError, ValueError, AttributeError, yaml.YAMLError) as exc:
         print(f"[launch] warning: run {run_dir.name} is sealed, not signed: its config cannot be read ({exc})",

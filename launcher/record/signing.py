@@ -166,9 +166,9 @@ def signing_key(setting: object) -> str | None:
     return key
 
 
-def sign(run_dir: Path, key: str) -> None:
-    """Sign the seal of ``run_dir`` with ``key`` and write the signature beside it (atomically).
-    Raises ``SignatureError`` naming why it could not be signed."""
+def sign(run_dir: Path, key: str) -> bytes:
+    """The signature of ``run_dir``'s seal by ``key`` (the caller writes it beside the seal, as
+    ``SIGNATURE``). Raises ``SignatureError`` naming why it could not be signed."""
     manifest = (Path(run_dir) / layout.MANIFEST).read_bytes()
     with tempfile.TemporaryDirectory(prefix="launch-sign-") as tmp:
         if key.startswith("key::"):  # a public key given inline: ssh-keygen signs with its agent's private half
@@ -180,23 +180,7 @@ def sign(run_dir: Path, key: str) -> None:
     if done.returncode != 0 or not done.stdout.startswith(b"-----BEGIN SSH SIGNATURE-----"):
         why = " ".join(done.stderr.split())[-300:] or f"exit status {done.returncode}"
         raise SignatureError(f"ssh-keygen could not sign with {key}: {why}", Path(run_dir).name)
-    _write(Path(run_dir) / SIGNATURE, done.stdout)
-
-
-def _write(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` atomically (a temporary file beside it, renamed)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    return done.stdout
 
 
 def check(run_dir: Path, trust: Trust = NO_TRUST) -> Seal:
