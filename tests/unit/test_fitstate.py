@@ -210,19 +210,23 @@ def test_iterator_counts_are_keyed_by_the_dataset_not_its_id():
     class Dataset:  # stands for tf.data's: an object whose iterators are counted
         pass
 
-    first = Dataset()
-    for _ in range(3):
-        fitstate.note_iterator(first)
-    assert fitstate.made(first) == 3
-    reused = id(first)
-    del first
-    gc.collect()
-    again = []
-    while len(again) < 10_000 and (not again or id(again[-1]) != reused):
-        again.append(Dataset())  # CPython hands the freed address out again, soon
-    assert id(again[-1]) == reused, "no new object reused the id: the test proves nothing here"
+    again: list = []
+    for _attempt in range(20):  # CPython hands a freed address out again, soon; other threads may take it first
+        first = Dataset()
+        for _ in range(3):
+            fitstate.note_iterator(first)
+        assert fitstate.made(first) == 3
+        reused = id(first)
+        del first
+        gc.collect()
+        again = []
+        while len(again) < 10_000 and (not again or id(again[-1]) != reused):
+            again.append(Dataset())
+        if id(again[-1]) == reused:
+            break
+    assert id(again[-1]) == reused, "no new object reused the id in 20 tries: the test proves nothing here"
     assert all(fitstate.made(d) == 0 for d in again)
     fitstate.note_iterator(again[0])
-    assert fitstate.made(again[0]) == 1 and fitstate.made(again[1]) == 0
+    assert fitstate.made(again[0]) == 1 and (len(again) == 1 or fitstate.made(again[1]) == 0)
     fitstate.note_iterator(7)  # not weakly referenceable: never counted, never an error
     assert fitstate.made(7) == 0
