@@ -204,29 +204,25 @@ def test_a_subclassed_model_has_variables_only_once_called():
 
 def test_iterator_counts_are_keyed_by_the_dataset_not_its_id():
     """A count never passes to another dataset that reuses a collected one's id (issue 40): the
-    counts are held by the dataset object, weakly, and go with it."""
+    counts are held by the dataset object, weakly, and go with it. (Whether CPython hands the
+    freed address to the next object depends on what else the process allocated: the test does
+    not wait for a reuse; it checks that nothing of the collected dataset's count remains.)"""
     import gc
 
     class Dataset:  # stands for tf.data's: an object whose iterators are counted
         pass
 
-    again: list = []
-    for _attempt in range(20):  # CPython hands a freed address out again, soon; other threads may take it first
-        first = Dataset()
-        for _ in range(3):
-            fitstate.note_iterator(first)
-        assert fitstate.made(first) == 3
-        reused = id(first)
-        del first
-        gc.collect()
-        again = []
-        while len(again) < 10_000 and (not again or id(again[-1]) != reused):
-            again.append(Dataset())
-        if id(again[-1]) == reused:
-            break
-    assert id(again[-1]) == reused, "no new object reused the id in 20 tries: the test proves nothing here"
+    before = len(fitstate._made)
+    first = Dataset()
+    for _ in range(3):
+        fitstate.note_iterator(first)
+    assert fitstate.made(first) == 3 and len(fitstate._made) == before + 1
+    del first
+    gc.collect()
+    assert len(fitstate._made) == before  # gone with its dataset: no id can inherit it
+    again = [Dataset() for _ in range(100)]
     assert all(fitstate.made(d) == 0 for d in again)
     fitstate.note_iterator(again[0])
-    assert fitstate.made(again[0]) == 1 and (len(again) == 1 or fitstate.made(again[1]) == 0)
+    assert fitstate.made(again[0]) == 1 and fitstate.made(again[1]) == 0
     fitstate.note_iterator(7)  # not weakly referenceable: never counted, never an error
     assert fitstate.made(7) == 0
