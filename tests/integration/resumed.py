@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import DATA, REPO, is_run
@@ -56,3 +58,20 @@ def trained_only_after(output: str, epoch: int, epochs: int) -> None:
     """The resumed process trained epochs ``epoch + 1`` to ``epochs`` only, not from the start: a
     "resume" that restored nothing and trained again from epoch 1 would end with the same bits."""
     assert epoch_lines(output) == [f"Epoch {e}/{epochs}" for e in range(epoch + 1, epochs + 1)], epoch_lines(output)
+
+
+def strict_script(store: Path, script: Path, args: str, *extra: str) -> list[str]:
+    """The overrides of a strict run of ``script`` with ``train.args=[args]``, into ``store``."""
+    return ["train=script", f"train.script={script}", f"train.args=[{args}]", "determinism=strict",
+            f"store.root={store}", *extra]  # fmt: skip
+
+
+def uninterrupted(parent: Path, script: Path, args: str, *extra: str) -> dict:
+    """A run of ``script`` that nothing stops, launched in a directory of its own under ``parent``:
+    what a resumed run must equal, bit for bit."""
+    work, store = work_dir(parent, "work"), parent / "store"
+    done = subprocess.run([sys.executable, "-m", "launcher", *strict_script(store, script, args, *extra)], cwd=work,
+                          env=env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = run_of(store)
+    return {"run": run, **record(run, work)}

@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, is_run
-from tests.integration.resumed import env, epoch_lines, record, run_of, trained_only_after, work_dir
+from tests.integration.resumed import (
+    env,
+    epoch_lines,
+    record,
+    run_of,
+    strict_script,
+    trained_only_after,
+    uninterrupted,
+    work_dir,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -27,44 +36,21 @@ TWO_FITS = (SCRIPTS / "two_fits.py", "data.npz,2,outputs")  # 2 epochs in each f
 KEEP_ONE = "train.checkpoint_keep=1"  # the first fit's end must outlive the pruning (same config in every run)
 
 
-def _args(store: Path, script: Path, script_args: str, *extra: str) -> list[str]:
-    return ["train=script", f"train.script={script}", f"train.args=[{script_args}]", "determinism=strict",
-            f"store.root={store}", *extra]  # fmt: skip
-
-
-
-
-
-
-
-
-
-
-def _reference(parent: Path, script: Path, script_args: str, *extra: str) -> dict:
-    """An uninterrupted run of ``script``: its run directory and its record."""
-    work, store = work_dir(parent, "work"), parent / "store"
-    argv = [sys.executable, "-m", "launcher", *_args(store, script, script_args, *extra)]
-    done = subprocess.run(argv, cwd=work, env=env(), capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = run_of(store)
-    return {"run": run, **record(run, work)}
-
-
 @pytest.fixture(scope="module")
 def arrays_reference(tmp_path_factory) -> dict:
-    return _reference(tmp_path_factory.mktemp("arrays-reference"), *ARRAYS)
+    return uninterrupted(tmp_path_factory.mktemp("arrays-reference"), *ARRAYS)
 
 
 @pytest.fixture(scope="module")
 def two_fits_reference(tmp_path_factory) -> dict:
-    return _reference(tmp_path_factory.mktemp("two-fits-reference"), *TWO_FITS, KEEP_ONE)
+    return uninterrupted(tmp_path_factory.mktemp("two-fits-reference"), *TWO_FITS, KEEP_ONE)
 
 
 def _kill_after(work: Path, store: Path, epoch: int, script: Path, script_args: str, *extra: str) -> Path:
     """Start the script's run and SIGKILL its launcher's process group once checkpoint ``epoch`` exists."""
     store.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store, script, script_args, *extra)], cwd=work,
+    argv = [sys.executable, "-m", "launcher", *strict_script(store, script, script_args, *extra)]
+    proc = subprocess.Popen(argv, cwd=work,
                             env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import is_run
-from tests.integration.resumed import env, record, run_of, trained_only_after, work_dir
+from tests.integration.resumed import env, record, strict_script, trained_only_after, uninterrupted, work_dir
 
 pytestmark = pytest.mark.slow
 
@@ -33,30 +33,16 @@ GENERATOR = (SCRIPTS / "fit_kinds.py", "data.npz,4,outputs,generator,sequential"
 PYDATASET = (SCRIPTS / "fit_kinds.py", "data.npz,4,outputs,pydataset,subclassed")
 
 
-def _args(store: Path, script: Path, script_args: str) -> list[str]:
-    return ["train=script", f"train.script={script}", f"train.args=[{script_args}]", "determinism=strict",
-            f"store.root={store}"]  # fmt: skip
-
-
-def _reference(parent: Path, script: Path, script_args: str) -> dict:
-    work, store = work_dir(parent, "work"), parent / "store"
-    done = subprocess.run([sys.executable, "-m", "launcher", *_args(store, script, script_args)], cwd=work, env=env(),
-                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = run_of(store)
-    return {"run": run, **record(run, work)}
-
-
 @pytest.fixture(scope="module")
 def augment_reference(tmp_path_factory) -> dict:
-    return _reference(tmp_path_factory.mktemp("augment-reference"), *AUGMENT)
+    return uninterrupted(tmp_path_factory.mktemp("augment-reference"), *AUGMENT)
 
 
 def _stop_after(work: Path, store: Path, epoch: int, signum: int, script: Path, script_args: str):
     """Start the run; once checkpoint ``epoch`` exists, SIGKILL its process group or send ``signum`` to the
     launcher. Returns the run and the launcher's (returncode, stdout)."""
     store.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_args(store, script, script_args)], cwd=work,
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *strict_script(store, script, script_args)], cwd=work,
                             env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300
@@ -106,7 +92,7 @@ def test_augmentation_in_the_pipeline_stopped_after_epoch_3_resumes_to_the_same_
 @pytest.mark.parametrize("kind", [GENERATOR, PYDATASET], ids=["generator-lazy-sequential", "pydataset-subclassed"])
 def test_a_fit_fast_forwarded_and_built_before_the_restore_resumes_to_the_same_bits(launch, tmp_path, kind):
     (tmp_path / "reference").mkdir()
-    reference = _reference(tmp_path / "reference", *kind)
+    reference = uninterrupted(tmp_path / "reference", *kind)
     work = work_dir(tmp_path, "work")
     run, _, _ = _stop_after(work, tmp_path / "store", 2, signal.SIGKILL, *kind)
     out = _resumes_to(launch, run, work, reference, 4)
