@@ -45,6 +45,8 @@ ClusterName=launch-ci
 SlurmctldHost=$HOST
 AuthType=auth/munge
 CredType=cred/munge
+# A requeued job (a preemption) starts again after cred_expire seconds: 120 by default.
+AuthInfo=cred_expire=10
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres

@@ -65,6 +65,16 @@ def latest_complete(run_dir: Path) -> tuple[Path | None, int, list[str]]:
     return None, 0, notes
 
 
+def trace_points(path: Path) -> int | None:
+    """How many trace points the run had when the checkpoint at ``path`` was written (None: a
+    checkpoint from a launcher that did not count them, or a count that is not one)."""
+    try:
+        points = json.loads((path / MANIFEST).read_text()).get("trace_points")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return points if isinstance(points, int) and not isinstance(points, bool) and points >= 0 else None
+
+
 def needs(extra: dict | None) -> list[str]:
     """The other checkpoints a resume from a checkpoint with ``extra`` needs: the last epoch's of each
     earlier ``fit`` of the job, which the resumed job fast-forwards (``launcher.job.training.fitstate``)."""

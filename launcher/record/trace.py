@@ -59,13 +59,19 @@ def read(run_dir: Path) -> list[dict]:
     return points
 
 
-def keep_through(run_dir: Path, epoch: int) -> None:
-    """Keep only the points of epochs up to ``epoch`` (resume drops what it will retrain)."""
+def keep_through(run_dir: Path, epoch: int, points: int | None = None) -> None:
+    """Keep what was recorded by the checkpoint a resume continues from: its first ``points``
+    points, or where the checkpoint did not count them, the points of epochs up to ``epoch``.
+
+    The count is what holds: a script that catches the stop and ends normally records its
+    last step, labelled with the epochs it had finished, after the last checkpoint; kept, it
+    would number the retrained steps after it."""
     from launcher.record import runs
 
     path = Path(run_dir) / FILE
     if path.exists():
-        kept = [p for p in read(run_dir) if p["epoch"] <= epoch]
+        recorded = read(run_dir)
+        kept = recorded[:points] if points is not None else [p for p in recorded if (p.get("epoch") or 0) <= epoch]
         runs.write_bytes(path, "".join(_line(p) for p in kept).encode())
 
 

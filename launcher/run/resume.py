@@ -220,7 +220,7 @@ def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epo
     if not user_code:  # user code's outputs stay: what its earlier epochs wrote is kept, later ones rewritten
         shutil.rmtree(run_dir / "outputs", ignore_errors=True)
     keep_metrics_through(run_dir, epoch)
-    trace.keep_through(run_dir, epoch)
+    trace.keep_through(run_dir, epoch, checkpoints.trace_points(checkpoint))
     history = [*((previous.get("resume") or {}).get("history", [])), {"from_epoch": epoch}]
     resume_info = {
         "checkpoint": checkpoint.relative_to(run_dir).as_posix(),

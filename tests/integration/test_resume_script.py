@@ -46,9 +46,10 @@ def uninterrupted(tmp_path_factory) -> dict:
 
 
 
-def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int,
-                           *args: str, script: Path = SCRIPT) -> tuple[Path, subprocess.Popen]:  # fmt: skip
-    """Start the script's run and send ``signum`` to its launcher once checkpoint ``epoch`` exists."""
+def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int, *args: str, script: Path = SCRIPT,
+                           wait: float = 0.0) -> tuple[Path, subprocess.Popen]:  # fmt: skip
+    """Start the script's run and send ``signum`` to its launcher ``wait`` seconds after checkpoint
+    ``epoch`` exists."""
     store.mkdir()
     argv = [sys.executable, "-m", "launcher", *_args(store, *args, script=script)]
     proc = subprocess.Popen(argv, cwd=work, env=env(),
@@ -58,6 +59,7 @@ def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int,
     while time.monotonic() < deadline:
         runs = [p for p in store.iterdir() if is_run(p)]
         if runs and (runs[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
+            time.sleep(wait)
             (os.killpg if signum == signal.SIGKILL else os.kill)(proc.pid, signum)  # SIGKILL: the job too, at once
             return runs[0], proc
         assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
@@ -104,11 +106,15 @@ def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, uninterr
 
 
 def test_a_script_that_catches_the_stop_and_saves_ends_interrupted_and_resumes(launch, tmp_path, uninterrupted):
-    """SIGTERM after epoch 2: the script catches the KeyboardInterrupt, saves its model and ends
-    with status 0. A stop is never a completion: the run ends INTERRUPTED and resumable, and the
-    resume trains epochs 3-6 only, to the uninterrupted run's bits and the model file it saved."""
+    """SIGTERM after epoch 2: the script catches the KeyboardInterrupt inside epoch 3, saves its
+    model and ends with status 0. A stop is never a completion: the run ends INTERRUPTED and
+    resumable, and the resume trains epochs 3-6 only, to the uninterrupted run's bits, the model
+    file it saved, and its trace: the step the stopped job recorded last, after the checkpoint,
+    is not kept (it numbered the retrained steps after it; a Slurm requeue then compared NOT
+    COMPARABLE)."""
     work = work_dir(tmp_path, "work")
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM)
+    # Sent 0.25 s after checkpoint 2, the stop lands in the script's pause after epoch 3's first step.
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM, wait=0.25)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert "stopped: saving the model as it is" in out  # the script's own handler ran
@@ -119,12 +125,17 @@ def test_a_script_that_catches_the_stop_and_saves_ends_interrupted_and_resumes(l
     assert "Traceback" not in err + out
     assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
     assert not (run / "manifest.json").exists()  # not sealed as complete
+    at_checkpoint = json.loads((run / "checkpoints" / "epoch-000002" / "checkpoint.json").read_text())["trace_points"]
+    stopped_at = [json.loads(line) for line in (run / "trace.jsonl").read_text().splitlines()][at_checkpoint:]
+    assert [p["loss"] for p in stopped_at] == [None] and stopped_at[0]["step"] > 8, stopped_at  # inside epoch 3
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     trained_only_after(done.stdout, 2, EPOCHS)
     resumed = record(run, work)
-    for key in ("weights", "metrics", "history", "saved"):
+    for key in ("weights", "metrics", "trace", "history", "saved"):
         assert resumed[key] == uninterrupted[key], key  # "saved": outputs/model.keras, by its weights and config
+    compared = launch("compare", uninterrupted["run"], run)
+    assert compared.returncode == 0 and compared.stdout.startswith("IDENTICAL"), compared.stdout[-2000:]
 
 
 def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path):

@@ -45,3 +45,14 @@ def test_metrics_after_the_checkpoint_are_dropped(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e, "loss": e}) + "\n" for e in (1, 2, 3)))
     keep_metrics_through(tmp_path, 2)
     assert [json.loads(x)["epoch"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_the_trace_count_a_checkpoint_kept_is_read_only_when_it_is_one(tmp_path):
+    path = _checkpoint(tmp_path, 1)
+    assert checkpoints.trace_points(path) is None  # a checkpoint from before the count
+    for kept, read in ((7, 7), (0, 0), (-1, None), (True, None), ("7", None), (2.5, None)):
+        manifest = json.loads((path / checkpoints.MANIFEST).read_text())
+        runs.write_json(path / checkpoints.MANIFEST, {**manifest, "trace_points": kept})
+        assert checkpoints.trace_points(path) == read, kept
+    (path / checkpoints.MANIFEST).write_text("[]")  # a crafted manifest that is not an object
+    assert checkpoints.trace_points(path) is None

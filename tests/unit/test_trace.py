@@ -96,6 +96,17 @@ def test_keep_through_drops_later_epochs_atomically(tmp_path):
     trace.keep_through(tmp_path / "no-such-run", 1)  # no trace: nothing to do
 
 
+def test_keep_through_keeps_the_points_its_checkpoint_counted(tmp_path):
+    """A stopped script records its last step on the way out, labelled with the epochs it had
+    finished: the checkpoint's count drops it, where the epoch label alone would keep it."""
+    points = [*_trace(range(0, 9)), {**_trace([10])[0], "epoch": 2, "loss": None}]
+    (tmp_path / trace.FILE).write_text("".join(json.dumps(p) + "\n" for p in points))
+    trace.keep_through(tmp_path, 2, points=9)
+    assert [p["step"] for p in trace.read(tmp_path)] == list(range(0, 9))
+    trace.keep_through(tmp_path, 2, points=50)  # more than there are: all of them
+    assert len(trace.read(tmp_path)) == 9
+
+
 def test_the_callback_is_a_no_op_outside_a_run_or_at_zero(tmp_path):
     import keras
 

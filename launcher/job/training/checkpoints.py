@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from launcher.errors import StoreError
-from launcher.record import runs
+from launcher.record import runs, trace
 from launcher.record.checkpoints import ARRAYS, DIRNAME, EXTRA, MANIFEST, PREFIX, is_fit_end, name
 
 
@@ -33,6 +33,7 @@ class Checkpointer:
     def __init__(self, run_dir: Path, model, keep: int) -> None:
         import tensorflow as tf
 
+        self.run_dir = run_dir
         self.root = run_dir / DIRNAME
         self.keep = keep
         self.model = model
@@ -64,7 +65,10 @@ class Checkpointer:
                 np.savez(buffer, **arrays)
                 runs.write_bytes(tmp / ARRAYS, buffer.getvalue())
             files = {p.name: runs.file_sha256(p) for p in sorted(tmp.iterdir())}
+            # The trace's points so far: a resume keeps exactly these, and none written after this
+            # checkpoint (a stopped script's last point, labelled with the epoch it had finished).
             runs.write_json(tmp / MANIFEST, {"epoch": epoch, "files": files,
+                                             "trace_points": len(trace.read(self.run_dir)),
                                              "variables": [v.path for v in self.model.variables]})  # fmt: skip
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets its space back

@@ -3,10 +3,13 @@ epoch with a random augmentation map, Dropout, ReduceLROnPlateau and EarlyStoppi
 hand (Ctrl-C, or SIGTERM turned into one), it saves the model it has, as Keras' own examples do,
 and ends with status 0; it saves the model and writes its history when it ends.
 Args: DATA.npz EPOCHS OUT_DIR [PATIENCE MIN_DELTA]
-(EarlyStopping's on val_loss; default 10 0: it never stops early in 6 epochs)."""
+(EarlyStopping's on val_loss; default 10 0: it never stops early in 6 epochs).
+A slow callback of its own (a logger's pause: 0.6 s after epoch 3's first step) gives a stop sent
+just after epoch 2's checkpoint the time to land inside epoch 3."""
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -38,9 +41,21 @@ model = keras.Sequential([
     keras.layers.Dense(10, activation="softmax"),
 ])
 model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-callbacks = [keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
+
+
+class Pause(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.third = epoch == 2
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.third and batch == 0:
+            time.sleep(0.6)
+
+
+callbacks = [Pause(), keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
              keras.callbacks.EarlyStopping(monitor="val_loss", patience=patience, min_delta=min_delta,
                                            restore_best_weights=True)]
+
 os.makedirs(out, exist_ok=True)
 try:
     history = model.fit(train, validation_data=test, epochs=epochs, callbacks=callbacks, verbose=2)
