@@ -1,10 +1,12 @@
 """The wheels of a run's environment, for ``launch pack --with-env``: each distribution the job used,
-from pip's cache or the index, checked against the files the run recorded; the launcher's own
-built from its source and checked module by module against what the job ran.
+from pip's cache or the index, or else packed from its installed files, checked against the files
+the run recorded; the launcher's own built from its source and checked module by module against
+what the job ran.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import shutil
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from launcher import proc
 from launcher.errors import ArchiveError
-from launcher.record import hashing
+from launcher.record import distributions, hashing
 from launcher.share.manifest import (
     LAUNCHER_DISTRIBUTION,
     normalize,
@@ -48,6 +50,7 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
     wanted = wheel_plan(fp, requirement_closure(LAUNCHER_DISTRIBUTION, requires), here)
     have = {wheel_parts(w.name): w for w in dest.glob("*.whl")}
     missing = [f"{n}=={v}" for n, v in wanted.items() if (n, v) not in have]
+    failed, pip_said = False, ""
     if missing:
         if echo:
             print(f"[launch] collecting {len(missing)} wheel(s) for the archive (pip wheel --no-deps)",
@@ -55,19 +58,24 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
         log = dest / "pip.log"
         argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "--wheel-dir",
                 str(dest), *missing]  # fmt: skip
-        if proc.run_streaming(argv, os.environ, log, echo=False) != 0:
-            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
-            raise ArchiveError(f"the wheels of the run's distributions could not be had (pip wheel: {tail})")
+        failed = proc.run_streaming(argv, os.environ, log, echo=False) != 0
+        pip_said = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
         log.unlink()
     have = {wheel_parts(w.name): w for w in dest.glob("*.whl")}
     used = (fp.get("software") or {}).get("distributions") or {}
     out: dict[Path, dict] = {}
     for name, version in wanted.items():
         wheel = have.get((name, version))
-        if wheel is None:
-            raise ArchiveError(f"no wheel of {name}=={version} was found or built: the run's environment cannot travel")
-        identity = _wheel_record_identity(wheel)
         want = (used.get(name) or {}).get("files_sha256")
+        identity = _wheel_record_identity(wheel) if wheel is not None else None
+        if wheel is None or (want and identity != want):  # none to be had, or rebuilt from an sdist: its files
+            repacked = installed_wheel(name, version, want, dest)
+            if repacked is not None:
+                wheel, identity = repacked, _wheel_record_identity(repacked)
+        if wheel is None:
+            if failed:
+                raise ArchiveError(f"the wheels of the run's distributions could not be had (pip wheel: {pip_said})")
+            raise ArchiveError(f"no wheel of {name}=={version} was found or built: the run's environment cannot travel")
         if want and identity != want:
             raise ArchiveError(f"the wheel {wheel.name} installs other files than the run's {name} {version} "
                                f"(files {str(identity)[:12]}, the run's {want[:12]}): a rebuilt or different "
@@ -76,6 +84,53 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
     out[built] = {"sha256": sha256_file(built), "name": LAUNCHER_DISTRIBUTION, "version": wheel_parts(built.name)[1],
                   "files_sha256": _wheel_record_identity(built)}  # fmt: skip
     return out
+
+
+def installed_wheel(name: str, version: str, want: str | None, dest: Path,
+                    path: list[str] | None = None) -> Path | None:
+    """A wheel of ``name`` ``version`` packed from its files installed here (``python -m wheel pack``),
+    when the installed one has the files the run recorded (``want``, its RECORD's identity) and each
+    of them still holds what its RECORD says; None otherwise. For what the index cannot give again:
+    a distribution it has only as an sdist, rebuilt with today's build tools, installs other files.
+
+    The wheel holds what the identity covers: the files below site-packages and the ``.dist-info``
+    (its entry points make the console scripts again); files installed outside site-packages
+    (data files, headers, scripts that are not entry points) are left out. ``path``: where to look
+    for installed distributions (``sys.path`` by default)."""
+    from importlib import metadata
+
+    found = [d for d in metadata.distributions(path=path or sys.path) if normalize(d.metadata["Name"] or "") == name]
+    info = Path(getattr(found[0], "_path", "")) if found and found[0].version == version else None
+    if info is None or not (info / "RECORD").is_file() or not (info / "WHEEL").is_file():
+        return None  # not installed at that version, or not from a wheel (an egg-info install)
+    entries = distributions.parse_record((info / "RECORD").read_text(errors="replace"))
+    if want and distributions.files_sha256(entries) != want:
+        return None
+    site = info.parent.resolve()
+    with tempfile.TemporaryDirectory(prefix=".launch-repack-", dir=dest) as tmp:
+        unpacked = Path(tmp) / info.name.removesuffix(".dist-info")
+        for path, digest in distributions.content_entries(entries):
+            source = (site / path).resolve()
+            if not source.is_relative_to(site) or not source.is_file():
+                return None
+            data = source.read_bytes()
+            if digest != "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode():
+                return None  # changed since it was installed: not the files the run recorded
+            target = unpacked / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        log = Path(tmp) / "pack.log"
+        out = Path(tmp) / "out"
+        out.mkdir()
+        argv = [sys.executable, "-m", "wheel", "pack", "--dest-dir", str(out), str(unpacked)]
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}  # the same bytes every time: 1980-01-01
+        if proc.run_streaming(argv, env, log, echo=False) != 0:
+            return None
+        (packed,) = out.glob("*.whl")
+        for old in dest.glob("*.whl"):
+            if wheel_parts(old.name) == (name, version):
+                old.unlink()  # pip's rebuilt wheel of it: not the run's files
+        return Path(shutil.move(packed, dest / packed.name))
 
 
 def _wheel_requires(wheel: Path) -> list[str]:

@@ -403,3 +403,50 @@ def test_compression_of():
     assert archive_manifest.compression_of(b"\x1f\x8b\x08\x00") == "gzip"
     assert archive_manifest.compression_of(b"\x28\xb5\x2f\xfd") == "zstd"
     assert archive_manifest.compression_of(b"laun") == "plain"
+
+
+def _installed(site: Path, files: dict[str, bytes]) -> str:
+    """A distribution ``fake`` 1.0 installed from a wheel into ``site``: its files, METADATA, WHEEL,
+    an INSTALLER marker and a RECORD of them all; returns its identity (files_sha256)."""
+    import base64
+
+    from launcher.record import distributions
+
+    info = site / "fake-1.0.dist-info"
+    content = {**files, f"{info.name}/METADATA": b"Metadata-Version: 2.1\nName: fake\nVersion: 1.0\n",
+               f"{info.name}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+               f"{info.name}/INSTALLER": b"pip\n"}  # fmt: skip
+    lines = []
+    for path, data in content.items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{path},sha256={digest},{len(data)}\n")
+    record = "".join(lines) + f"{info.name}/RECORD,,\n"
+    (info / "RECORD").write_text(record)
+    return distributions.files_sha256(distributions.parse_record(record))
+
+
+def test_a_distribution_is_packed_from_its_installed_files_when_they_are_the_runs(tmp_path):
+    """What pip's cache or the index cannot give again (an sdist rebuilt with today's tools installs
+    other files): the wheel packed from the installed files has the run's identity, the same bytes
+    each time, and installs them; a file changed since the install, or another version, packs nothing."""
+    import zipfile
+
+    from launcher.share import wheels
+
+    site, dest = tmp_path / "site", tmp_path / "wheels"
+    site.mkdir(), dest.mkdir()
+    identity = _installed(site, {"fake/__init__.py": b"x = 1\n", "fake/data.txt": b"digits\n"})
+    wheel = wheels.installed_wheel("fake", "1.0", identity, dest, path=[str(site)])
+    assert wheel is not None and wheel.name == "fake-1.0-py3-none-any.whl"
+    assert wheels._wheel_record_identity(wheel) == identity
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("fake/data.txt") == b"digits\n" and "fake-1.0.dist-info/INSTALLER" not in z.namelist()
+    first = wheel.read_bytes()
+    assert wheels.installed_wheel("fake", "1.0", identity, dest, path=[str(site)]).read_bytes() == first
+    assert [p.name for p in dest.iterdir()] == [wheel.name]
+    assert wheels.installed_wheel("fake", "2.0", identity, dest, path=[str(site)]) is None
+    assert wheels.installed_wheel("fake", "1.0", "0" * 64, dest, path=[str(site)]) is None  # not the run's files
+    (site / "fake" / "data.txt").write_bytes(b"edited\n")  # RECORD unchanged: the file is not what it says
+    assert wheels.installed_wheel("fake", "1.0", identity, dest, path=[str(site)]) is None
