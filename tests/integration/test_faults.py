@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import QUICK, REPO, THREE_EPOCHS, copy_store, run_launch
+from tests.integration.resumed import trained_only_after
 
 STRICT = ("train=mnist", "determinism=strict")
 ROOT = os.geteuid() == 0
@@ -148,6 +149,7 @@ def _resumed_to_reference(run: Path, reference: dict) -> subprocess.CompletedPro
     _sealed_intact(run)
     result = json.loads((run / "result.json").read_text())
     assert result["weights_sha256"] == reference["result"]["weights_sha256"]  # nothing complete was lost
+    trained_only_after(done.stdout, result["resumed_from_epoch"], 3)  # not a restart that ended on the same bits
     return done
 
 

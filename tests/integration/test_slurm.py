@@ -90,6 +90,7 @@ def test_a_preempted_slurm_job_is_requeued_and_resumes_its_run_to_the_same_bits(
     import time
 
     from tests.conftest import REPO, is_run
+    from tests.integration.resumed import epoch_lines
 
     script = REPO / "tests" / "integration" / "scripts" / "keras_resume.py"
     work = tmp_path / "work"
@@ -131,6 +132,9 @@ def test_a_preempted_slurm_job_is_requeued_and_resumes_its_run_to_the_same_bits(
     assert [p for p in store.iterdir() if is_run(p)] == [run]
     history = json.loads((run / "job.json").read_text())["resume"]["history"]
     assert history and history[0]["from_epoch"] >= 1
+    # The requeued attempt trained the remaining epochs only (its part of the run's log.txt).
+    resumed_part = (run / "log.txt").read_text().rpartition("[launch] resumed from ")[2]
+    assert epoch_lines(resumed_part) == [f"Epoch {e}/3" for e in range(history[0]["from_epoch"] + 1, 4)], resumed_part
     local = run_launch(*args, "+seed=0", f"store.root={tmp_path / 'local'}", cwd=work)
     assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-2000:]
     (local_run,) = (tmp_path / "local").glob("2*")
