@@ -59,6 +59,16 @@ def read(run_dir: Path) -> list[dict]:
     return points
 
 
+def count(run_dir: Path) -> int:
+    """How many points the run's trace holds (its complete lines): what a checkpoint counts, read
+    without parsing them, as it is read at every checkpoint."""
+    path = Path(run_dir) / FILE
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
 def keep_through(run_dir: Path, epoch: int, points: int | None = None) -> None:
     """Keep what was recorded by the checkpoint a resume continues from: its first ``points``
     points, or where the checkpoint did not count them, the points of epochs up to ``epoch``.

@@ -101,6 +101,7 @@ def test_keep_through_keeps_the_points_its_checkpoint_counted(tmp_path):
     finished: the checkpoint's count drops it, where the epoch label alone would keep it."""
     points = [*_trace(range(0, 9)), {**_trace([10])[0], "epoch": 2, "loss": None}]
     (tmp_path / trace.FILE).write_text("".join(json.dumps(p) + "\n" for p in points))
+    assert trace.count(tmp_path) == 10 and trace.count(tmp_path / "no-such-run") == 0
     trace.keep_through(tmp_path, 2, points=9)
     assert [p["step"] for p in trace.read(tmp_path)] == list(range(0, 9))
     trace.keep_through(tmp_path, 2, points=50)  # more than there are: all of them

@@ -68,7 +68,7 @@ class Checkpointer:
             # The trace's points so far: a resume keeps exactly these, and none written after this
             # checkpoint (a stopped script's last point, labelled with the epoch it had finished).
             runs.write_json(tmp / MANIFEST, {"epoch": epoch, "files": files,
-                                             "trace_points": len(trace.read(self.run_dir)),
+                                             "trace_points": trace.count(self.run_dir),
                                              "variables": [v.path for v in self.model.variables]})  # fmt: skip
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets its space back
