@@ -109,14 +109,14 @@ def installed_wheel(name: str, version: str, want: str | None, dest: Path,
     site = info.parent.resolve()
     with tempfile.TemporaryDirectory(prefix=".launch-repack-", dir=dest) as tmp:
         unpacked = Path(tmp) / info.name.removesuffix(".dist-info")
-        for path, digest in distributions.content_entries(entries):
-            source = (site / path).resolve()
+        for member, digest in distributions.content_entries(entries):
+            source = (site / member).resolve()
             if not source.is_relative_to(site) or not source.is_file():
                 return None
             data = source.read_bytes()
             if digest != "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode():
                 return None  # changed since it was installed: not the files the run recorded
-            target = unpacked / path
+            target = unpacked / member
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
         log = Path(tmp) / "pack.log"
