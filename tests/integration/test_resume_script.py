@@ -113,8 +113,8 @@ def test_a_script_that_catches_the_stop_and_saves_ends_interrupted_and_resumes(l
     is not kept (it numbered the retrained steps after it; a Slurm requeue then compared NOT
     COMPARABLE)."""
     work = work_dir(tmp_path, "work")
-    # Sent 0.25 s after checkpoint 2, the stop lands in the script's pause after epoch 3's first step.
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM, wait=0.25)
+    # Sent 0.4 s after checkpoint 2, the stop lands in the script's 1 s pause after epoch 3's first step.
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM, wait=0.4)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert "stopped: saving the model as it is" in out  # the script's own handler ran
