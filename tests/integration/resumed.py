@@ -7,8 +7,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import DATA, REPO, is_run
@@ -75,3 +77,25 @@ def uninterrupted(parent: Path, script: Path, args: str, *extra: str) -> dict:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run = run_of(store)
     return {"run": run, **record(run, work)}
+
+
+def stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int, overrides: list[str],
+                          wait: float = 0.0) -> tuple[Path, subprocess.Popen]:  # fmt: skip
+    """Launch ``overrides`` in ``work`` (``store``, made here, its store) and, ``wait`` seconds after
+    checkpoint ``epoch`` of its run exists, SIGKILL the launch's process group (the job too, at once) or
+    send ``signum`` to the launcher alone. Returns the run and the launch, not yet waited for."""
+    store.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *overrides], cwd=work, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = [p for p in store.iterdir() if is_run(p)]
+        if found and (found[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
+            time.sleep(wait)
+            (os.killpg if signum == signal.SIGKILL else os.kill)(proc.pid, signum)
+            return found[0], proc
+        assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("no checkpoint appeared")

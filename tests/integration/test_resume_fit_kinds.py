@@ -21,6 +21,7 @@ from tests.integration.resumed import (
     epoch_lines,
     record,
     run_of,
+    stop_after_checkpoint,
     strict_script,
     trained_only_after,
     uninterrupted,
@@ -48,23 +49,11 @@ def two_fits_reference(tmp_path_factory) -> dict:
 
 def _kill_after(work: Path, store: Path, epoch: int, script: Path, script_args: str, *extra: str) -> Path:
     """Start the script's run and SIGKILL its launcher's process group once checkpoint ``epoch`` exists."""
-    store.mkdir()
-    argv = [sys.executable, "-m", "launcher", *strict_script(store, script, script_args, *extra)]
-    proc = subprocess.Popen(argv, cwd=work,
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        runs = [p for p in store.iterdir() if is_run(p)]
-        if runs and (runs[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=60)
-            assert not (runs[0] / "manifest.json").exists(), "the run finished before it could be killed"
-            return runs[0]
-        assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError("no checkpoint appeared")
+    overrides = strict_script(store, script, script_args, *extra)
+    run, proc = stop_after_checkpoint(work, store, epoch, signal.SIGKILL, overrides)
+    proc.communicate(timeout=60)
+    assert not (run / "manifest.json").exists(), "the run finished before it could be killed"
+    return run
 
 
 def _resumes_to_the_reference(launch, run: Path, work: Path, reference: dict) -> str:

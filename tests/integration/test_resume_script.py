@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import is_run
-from tests.integration.resumed import env, epoch_lines, record, run_of, trained_only_after, work_dir
+from tests.integration import resumed
+from tests.integration.resumed import (
+    env,
+    epoch_lines,
+    record,
+    run_of,
+    stop_after_checkpoint,
+    trained_only_after,
+    work_dir,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -26,46 +35,15 @@ def _args(store: Path, script_args: str = f"data.npz,{EPOCHS},outputs", script: 
             f"store.root={store}"]  # fmt: skip
 
 
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("reference")
-    work, store = work_dir(tmp, "work"), tmp / "store"
-    done = subprocess.run([sys.executable, "-m", "launcher", *_args(store)], cwd=work, env=env(),
-                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = run_of(store)
-    return {"run": run, **record(run, work)}
-
-
-
+    return resumed.uninterrupted(tmp_path_factory.mktemp("reference"), SCRIPT, f"data.npz,{EPOCHS},outputs")
 
 
 def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int, *args: str, script: Path = SCRIPT,
                            wait: float = 0.0) -> tuple[Path, subprocess.Popen]:  # fmt: skip
-    """Start the script's run and send ``signum`` to its launcher ``wait`` seconds after checkpoint
-    ``epoch`` exists."""
-    store.mkdir()
-    argv = [sys.executable, "-m", "launcher", *_args(store, *args, script=script)]
-    proc = subprocess.Popen(argv, cwd=work, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        runs = [p for p in store.iterdir() if is_run(p)]
-        if runs and (runs[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
-            time.sleep(wait)
-            (os.killpg if signum == signal.SIGKILL else os.kill)(proc.pid, signum)  # SIGKILL: the job too, at once
-            return runs[0], proc
-        assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError("no checkpoint appeared")
+    """The script's run (``train.args=[args]``), stopped ``wait`` seconds after checkpoint ``epoch``."""
+    return stop_after_checkpoint(work, store, epoch, signum, _args(store, *args, script=script), wait)
 
 
 def _gone(run: Path, seconds: float) -> None:

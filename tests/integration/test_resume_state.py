@@ -13,17 +13,19 @@ with an uninterrupted run's.
 Each resumed process must have trained the remaining epochs only (its epoch lines)."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import is_run
-from tests.integration.resumed import env, record, strict_script, trained_only_after, uninterrupted, work_dir
+from tests.integration.resumed import (
+    record,
+    stop_after_checkpoint,
+    strict_script,
+    trained_only_after,
+    uninterrupted,
+    work_dir,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -41,22 +43,10 @@ def augment_reference(tmp_path_factory) -> dict:
 def _stop_after(work: Path, store: Path, epoch: int, signum: int, script: Path, script_args: str):
     """Start the run; once checkpoint ``epoch`` exists, SIGKILL its process group or send ``signum`` to the
     launcher. Returns the run and the launcher's (returncode, stdout)."""
-    store.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *strict_script(store, script, script_args)], cwd=work,
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        runs = [p for p in store.iterdir() if is_run(p)]
-        if runs and (runs[0] / "checkpoints" / f"epoch-{epoch:06d}").is_dir():
-            (os.killpg if signum == signal.SIGKILL else os.kill)(proc.pid, signum)
-            out, err = proc.communicate(timeout=120)
-            assert not (runs[0] / "manifest.json").exists(), "the run finished before it could be stopped"
-            return runs[0], proc.returncode, out + err
-        assert proc.poll() is None, "the run ended before its checkpoint: " + proc.communicate()[0][-2000:]
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError("no checkpoint appeared")
+    run, proc = stop_after_checkpoint(work, store, epoch, signum, strict_script(store, script, script_args))
+    out, err = proc.communicate(timeout=120)
+    assert not (run / "manifest.json").exists(), "the run finished before it could be stopped"
+    return run, proc.returncode, out + err
 
 
 def _resumes_to(launch, run: Path, work: Path, reference: dict, epochs: int) -> str:
