@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from launcher.cli.args import parser
 
 
@@ -24,14 +27,30 @@ def main(argv: list[str]) -> int:
                    help="also the wheels of every distribution the job used and of the launcher (a folder wheels/)")
     p.add_argument("--compression", choices=("zstd", "gzip", "none"),
                    help="default: zstd when the zstandard package is installed, else gzip")
+    p.add_argument("--mode", metavar="OCTAL", type=_octal,
+                   help="the archive file's mode (default: the most private of the files it holds, 600 or 644)")
     args = p.parse_args(rest)
     trust = signing.trust_from(signing.store_settings(words))
     compression = "plain" if args.compression == "none" else args.compression
-    packed = packing.pack(args.run, args.output, with_env=args.with_env, compression=compression, trust=trust)
+    packed = packing.pack(args.run, args.output, with_env=args.with_env, compression=compression, trust=trust,
+                          mode=args.mode)  # fmt: skip
     data = packed.manifest
     wheels = f", {len(data['wheels'])} wheel(s)" if data["wheels"] else ""
     left = f"; {len(data['left_out'])} data file(s) left out (listed with their hashes)" if data["left_out"] else ""
     print(f"packed run {data['run']} into {packed.path} ({len(data['run_files'])} run files, "
           f"{len(data['objects'])} object(s){wheels}, {packed.size / (1 << 20):.1f} MiB){left}; "
           f"{signing.describe(packed.seal)}")  # fmt: skip
+    if packed.mode & 0o044 != 0o044 and args.mode is None:
+        print(f"[launch] {packed.path} is mode {packed.mode:04o}: it holds files only their owner may read "
+              "(--mode 644 to widen)", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _octal(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode such as 600 or 644") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file mode (000 to 777)")
+    return mode

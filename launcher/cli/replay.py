@@ -31,8 +31,9 @@ def main(argv: list[str]) -> int:
     run = args.run
     if unpacking.is_archive(run):  # checked whole and imported into store.root before anything runs
         from launcher.cli.unpack import imported_line
+        from launcher.share.manifest import limits_from
 
-        imported = unpacking.unpack(run, str(settings["root"]), trust)
+        imported = unpacking.unpack(run, str(settings["root"]), trust, limits_from(settings))
         print(imported_line(imported), flush=True)
         run, seal = imported.run_dir, imported.seal
     else:

@@ -17,10 +17,13 @@ def main(argv: list[str]) -> int:
     p = parser("verify", "Check a run's (or an archive's) seal and signature; print who sealed it.")
     p.add_argument("target", metavar="RUN|FILE")
     args = p.parse_args(rest)
-    trust = signing.trust_from(signing.store_settings(words))
+    settings = signing.store_settings(words)
+    trust = signing.trust_from(settings)
     if unpacking.is_archive(args.target):  # checked whole, as unpack would, in a store of its own thrown away
         with tempfile.TemporaryDirectory(prefix="launch-verify-") as tmp:
-            imported = unpacking.unpack(args.target, Path(tmp) / "store", trust)
+            from launcher.share.manifest import limits_from
+
+            imported = unpacking.unpack(args.target, Path(tmp) / "store", trust, limits_from(settings))
             files = len(imported.manifest["run_files"])
             print(f"archive {args.target}: {files} run files, {len(imported.manifest['objects'])} object(s) and "
                   f"{len(imported.manifest['wheels'])} wheel(s) match their hashes")  # fmt: skip

@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -28,12 +27,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from launcher.errors import StoreError
+from launcher.record import layout
 
-INDEX = "index.sqlite"
-LOCK = ".index.lock"
+INDEX = layout.INDEX
+LOCK = layout.INDEX_LOCK
 COLUMNS = ("id", "path", "time", "task", "level", "seed", "status", "key_sha256",
            "metrics", "weights_sha256", "replay_of")  # fmt: skip
-RUN_NAME = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")  # runs.create's names
+RUN_NAME = layout.RUN_ID  # runs.create's names: the one rule (layout.is_run_id)
 WRITE_TIMEOUT_S = 5  # a run waits at most this long for a busy index, then moves on
 READ_TIMEOUT_S = 30
 FINAL = ("complete",)  # an index row in these states never changes again
@@ -123,7 +123,7 @@ def run_dirs(store_root: Path) -> list[Path]:
         entries = list(store_root.iterdir())
     except OSError:
         return []
-    return sorted(p for p in entries if RUN_NAME.match(p.name) and (p / "config.yaml").is_file())
+    return sorted(p for p in entries if RUN_NAME.fullmatch(p.name) and (p / "config.yaml").is_file())
 
 
 def _json(path: Path) -> dict:

@@ -296,14 +296,50 @@ def _object_dir(store_root: Path, sha256: str) -> Path:
     return directory
 
 
-def put(store_root: Path, path: str, sha256: str) -> bool:
+def _digest_of(fd: int) -> str:
+    h = hashlib.sha256()
+    for block in iter(lambda: os.read(fd, 1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
+
+
+def holds(store_root: Path, sha256: str) -> bool:
+    """Does the store hold object ``sha256`` intact: a regular file (not a link) whose content is that?"""
+    try:
+        fd = os.open(object_path(store_root, sha256), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and _digest_of(fd) == sha256
+    finally:
+        os.close(fd)
+
+
+def put(store_root: Path, path: str, sha256: str, move: bool = False) -> bool:
     """Keep the file at ``path`` as object ``sha256``; False when its content is not that
     (it changed since the job read it: what is there now is not what ran). The object
-    gets ``object_mode`` of the file's mode."""
+    gets ``object_mode`` of the file's mode. ``move``: rename ``path`` into place (a file of
+    this process's own, on the store's filesystem: an archive's member) instead of copying it.
+
+    An object already in the store is trusted only once it is found intact (``holds``): one that
+    is not (a planted file, a link, a damaged copy) is replaced by this content."""
     target = object_path(store_root, sha256)
-    if target.exists():
+    if holds(store_root, sha256):
         return True
     directory = _object_dir(store_root, sha256)
+    if move:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or _digest_of(fd) != sha256:
+                return False
+            os.fchmod(fd, object_mode(os.fstat(fd).st_mode))
+        finally:
+            os.close(fd)
+        os.replace(path, target)
+        return True
     h = hashlib.sha256()
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".obj.", suffix=".tmp")
     try:

@@ -188,7 +188,7 @@ def _files_below(path: str) -> list[str]:
 def _in_a_run(directory: str, depth: int = 3) -> bool:
     """Whether ``directory`` is a run directory or lies in one (outputs/, checkpoints/, ...)."""
     for _ in range(depth + 1):
-        if RUN_NAME.match(os.path.basename(directory)) and all(
+        if RUN_NAME.fullmatch(os.path.basename(directory)) and all(
                 os.path.isfile(os.path.join(directory, marker)) for marker in RUN_MARKERS):  # fmt: skip
             return True
         directory = os.path.dirname(directory)

@@ -60,7 +60,7 @@ LAUNCHER_DISTRIBUTION = "tf-repro-launcher"  # the launcher itself: the replay r
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])  # put on the job's PYTHONPATH (job.LAUNCHER_ROOT)
 SHARED_PTH = "_launch_shared.pth"
 INFO = layout.REBUILD  # what was built, for reading
-LAYOUT = 2  # how an overlay is made (2: its .pth moves shared directories behind it); in the cache key
+LAYOUT = 3  # how an overlay is made (3: --no-compile, checked statically); in the cache key
 CHUNK = 1 << 20  # bytes hashed at a time: a wheel (TensorFlow's: 0.5-1 GB) is never read whole
 
 
@@ -117,13 +117,14 @@ def plan(stored_fp: dict, here: Mapping[str, str], here_used: Mapping[str, dict 
     return Plan(recorded=recorded, install=tuple(install), used=used)
 
 
-def cache_key(p: Plan, interpreter: str, shared: Iterable[str]) -> str:
+def cache_key(p: Plan, interpreter: str, shared: Iterable[str], wheels: Mapping[str, str] | None = None) -> str:
     """The environment's name: the recorded distribution set, what is installed over this
-    interpreter (its path and version), the site directories shared and ``LAYOUT`` (an
-    overlay made by an older launcher is not reused)."""
+    interpreter (its path and version), the site directories shared, the sha256 of each wheel
+    an archive brought for it (``wheels``: an environment built from other wheels is another
+    one) and ``LAYOUT`` (an overlay made by an older launcher is not reused)."""
     canonical = json.dumps({"recorded": sorted(f"{n}=={v}" for n, v in p.recorded.items()), "install": list(p.install),
-                            "interpreter": interpreter, "shared": list(shared), "layout": LAYOUT},
-                           sort_keys=True)  # fmt: skip
+                            "interpreter": interpreter, "shared": list(shared), "layout": LAYOUT,
+                            "wheels": sorted((wheels or {}).items())}, sort_keys=True)  # fmt: skip
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 
@@ -153,7 +154,7 @@ def install_argv(python: str, venv_python: Path, wheels: Path, requirements_file
     by this interpreter for the venv's, the venv seeing nothing else; no pip configuration)."""
     return [python, "-m", "pip", "--isolated", "--python", str(venv_python), "install", "--no-index", "--no-deps",
             "--require-hashes", "--ignore-installed", "--no-warn-script-location", "--disable-pip-version-check",
-            "--find-links", str(wheels), "-r", str(requirements_file)]  # fmt: skip
+            "--no-compile", "--find-links", str(wheels), "-r", str(requirements_file)]  # fmt: skip
 
 
 def wheel_name(filename: str) -> tuple[str, str]:
@@ -255,11 +256,15 @@ def here_versions() -> dict[str, str]:
 
 
 def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool = True,
-                find_links: Path | None = None) -> Path:
+                find_links: Path | None = None, wheel_hashes: Mapping[str, str] | None = None) -> Path:
     """The Python interpreter of an environment holding the run's recorded distributions,
     built (or found in the cache under ``cache_root``, default ``default_cache_root()``) and
     verified; raises ``RebuildError``. ``find_links``: a folder of wheels (an archive's,
-    ``launch pack --with-env``) used first, with no index when it holds them all."""
+    ``launch pack --with-env``, checked against the run's record: ``wheel_hashes``, file name
+    -> sha256) used first, with no index when it holds them all.
+
+    No interpreter of the environment starts before every file of its overlay is checked
+    (``check_overlay``): after a build, and again each time a cached one is reused."""
     root = cache_root or default_cache_root()
     used_names = list((stored_fp.get("software") or {}).get("distributions") or {})
     p = plan(stored_fp, here_versions(), {n: distributions.distribution_identity(n) for n in used_names},
@@ -268,19 +273,100 @@ def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool =
         have = {wheel_name(w.name)[0] for w in Path(find_links).glob("*.whl")}
         p = replace(p, install=tuple(i for i in p.install if i.partition("==")[0] in {*p.used, *have}))
     shared = shared_site_dirs()
-    final = root / cache_key(p, os.path.realpath(sys.executable) + " " + sys.version, shared)
+    final = root / cache_key(p, os.path.realpath(sys.executable) + " " + sys.version, shared, wheel_hashes)
     if not (final / "bin" / "python").exists():
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             with build_lock(final, echo):
                 if not (final / "bin" / "python").exists():  # not built meanwhile by the launch we waited for
-                    _build(p, final, shared, echo, find_links)
+                    _build(p, final, shared, echo, find_links, wheel_hashes)
         except OSError as exc:
             raise RebuildError(f"cannot write the rebuilt environment at {final} ({exc.strerror or exc}): "
                                "remove it, or free or fix the cache directory") from None  # fmt: skip
+    check_overlay(overlay_site(final), p, pth_text(shared))
     python = final / "bin" / "python"
     verify(python, p)
     return python
+
+
+def _record_digest(data: bytes) -> str:
+    """A file's hash as a RECORD writes it: ``sha256=`` and its urlsafe base64, unpadded."""
+    import base64
+
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+_STARTUP = ("sitecustomize.py", "usercustomize.py")  # imported by every start of the interpreter, as .pth files are
+
+
+def check_overlay(site_dir: Path, p: Plan, shared_pth: str) -> None:
+    """Refuse (``RebuildError``) an overlay holding anything but what the rebuild installed, as installed.
+
+    Read, never imported, before any interpreter of the environment starts: each distribution
+    (its ``.dist-info``) must be one of ``p.install`` at its version; each file its RECORD lists
+    below site-packages must hold what the RECORD says, and none may be compiled code (pip
+    installs ``--no-compile``: a ``.pyc`` came from the wheel); a distribution the job used must
+    install the recorded files (``files_sha256``); a ``.pth`` file or ``sitecustomize``, which
+    every start of the interpreter runs, only from a distribution whose files the run recorded;
+    and no file may be there that no RECORD lists, but the overlay's own ``.pth`` (``shared_pth``)
+    and the bytecode imports write in ``__pycache__``. No link, anywhere."""
+    from email.parser import HeaderParser
+
+    site_dir = Path(site_dir)
+    wanted = {name: version for name, _, version in (i.partition("==") for i in p.install)}
+    claimed: set[str] = set()
+
+    def refuse(why: str, name: str | None = None) -> RebuildError:
+        return RebuildError(f"the rebuilt environment {site_dir.parent.parent.parent.parent} {why}: refused before "
+                            "its Python started; remove it and replay again", distribution=name)  # fmt: skip
+
+    for info in sorted(site_dir.glob("*.dist-info")):
+        try:
+            headers = HeaderParser().parsestr((info / "METADATA").read_text(errors="replace"))
+            entries = distributions.parse_record((info / "RECORD").read_text(errors="replace"))
+        except OSError:
+            raise refuse(f"holds {info.name} without its METADATA or RECORD") from None
+        name, version = _normalize(headers.get("Name") or ""), headers.get("Version")
+        if wanted.get(name) != version:
+            raise refuse(f"holds {name} {version}, which the rebuild did not install", name)
+        for path, digest in entries:
+            rel = os.path.normpath(path.replace("\\", "/"))
+            if rel.startswith(("..", "/")):
+                continue  # a console script or a data file, outside site-packages: nothing runs it at start
+            if not digest and rel == f"{info.name}/RECORD":
+                claimed.add(rel)
+                continue
+            file = site_dir / rel
+            try:
+                content = file.read_bytes() if not file.is_symlink() else None
+            except OSError:
+                content = None
+            if content is None or not digest or _record_digest(content) != digest:
+                raise refuse(f"holds {name}'s {rel}, which is not what its RECORD lists", name)
+            if rel.endswith((".pyc", ".pyo")):
+                raise refuse(f"holds {name}'s {rel}: compiled code shipped in a wheel", name)
+            claimed.add(rel)
+        want = p.used.get(name) or {}
+        recorded = bool(want.get("files_sha256")) and distributions.files_sha256(entries) == want["files_sha256"]
+        if want.get("files_sha256") and not recorded:
+            raise refuse(f"holds {name} {version} with other files than the run's", name)
+        startup = sorted(rel for rel, _ in entries if "/" not in rel and (rel.endswith(".pth") or rel in _STARTUP))
+        if startup and not recorded:
+            raise refuse(f"holds {startup[0]} from {name}, which every start of its Python would run, and the run's "
+                         f"record does not name {name}'s files", name)  # fmt: skip
+    for current, dirs, files in os.walk(site_dir):
+        for entry in [*dirs, *files]:
+            path = Path(current, entry)
+            rel = path.relative_to(site_dir).as_posix()
+            if path.is_symlink():
+                raise refuse(f"holds a link, {rel}")
+            if entry in dirs:
+                continue
+            if rel == SHARED_PTH:
+                if path.read_text(errors="replace") != shared_pth:
+                    raise refuse(f"holds a {SHARED_PTH} this launcher did not write")
+            elif rel not in claimed and not ("__pycache__" in rel.split("/") and rel.endswith(".pyc")):
+                raise refuse(f"holds {rel}, which no distribution it installed lists")
 
 
 def overlay_site(venv: Path) -> Path:
@@ -369,7 +455,8 @@ def probe(python: Path, names: list[str]) -> dict:
     return probed
 
 
-def _build(p: Plan, final: Path, shared: list[str], echo: bool, find_links: Path | None = None) -> None:
+def _build(p: Plan, final: Path, shared: list[str], echo: bool, find_links: Path | None = None,
+           wheel_hashes: Mapping[str, str] | None = None) -> None:
     """Build the overlay in a temporary directory beside ``final``, then rename it there."""
     started = time.monotonic()
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -383,7 +470,7 @@ def _build(p: Plan, final: Path, shared: list[str], echo: bool, find_links: Path
     try:
         _run([sys.executable, "-m", "venv", "--without-pip", str(tmp)], log, "creating the venv")
         if p.install:
-            _install(p.install, tmp, log, find_links)
+            _install(p.install, tmp, log, find_links, wheel_hashes)
         (overlay_site(tmp) / SHARED_PTH).write_text(pth_text(shared))
         info = {"install": list(p.install), "shared": shared, "seconds": round(time.monotonic() - started, 1)}
         (tmp / INFO).write_text(json.dumps(info, indent=2) + "\n")
@@ -394,7 +481,8 @@ def _build(p: Plan, final: Path, shared: list[str], echo: bool, find_links: Path
         print(f"[launch] rebuilt in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
 
 
-def _install(wanted: tuple[str, ...], venv: Path, log: Path, find_links: Path | None = None) -> None:
+def _install(wanted: tuple[str, ...], venv: Path, log: Path, find_links: Path | None = None,
+             wheel_hashes: Mapping[str, str] | None = None) -> None:
     wheels = venv / "wheels"
     if find_links and proc.run_streaming(download_argv(sys.executable, wheels, wanted, find_links, no_index=True),
                                          os.environ, log, echo=False) == 0:  # fmt: skip
@@ -410,6 +498,10 @@ def _install(wanted: tuple[str, ...], venv: Path, log: Path, find_links: Path | 
     found = {}
     for wheel in sorted(wheels.glob("*.whl")):
         found[wheel_name(wheel.name)[0]] = (wheel_name(wheel.name)[1], file_sha256(wheel))
+        checked = (wheel_hashes or {}).get(wheel.name)
+        if checked is not None and checked != found[wheel_name(wheel.name)[0]][1]:
+            raise RebuildError(f"the archive's wheel {wheel.name} changed after it was checked: it is not installed",
+                               distribution=wheel_name(wheel.name)[0])  # fmt: skip
     for one in wanted:
         name, _, version = one.partition("==")
         if found.get(name, ("",))[0] != version:

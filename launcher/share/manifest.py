@@ -12,21 +12,27 @@ wheels/*.whl                 with --with-env: the wheels of every distribution t
                              `pip install --no-index --find-links wheels tf-repro-launcher` works
 ```
 
+Every member is declared with its sha256 and its size, so a reader refuses a member larger than
+declared before reading it, and can tell before the first write whether the whole fits its bounds
+(``Limits``, ``store.snapshot_max_*``) and the disk.
+
 Pure: the manifest (``manifest``, ``check_manifest``), member names and checks
 (``member_name``, ``member_problem``, ``missing_and_extra``), what goes in (``wheel_plan``,
-``requirement_closure``, ``wheel_identity``), the compression (``compression_of``).
+``requirement_closure``, ``wheel_identity``), which wheels a run's record names
+(``wheel_refusal``), the compression (``compression_of``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ArchiveError
 from launcher.record import distributions, layout, snapshot
+from launcher.share.tarstream import MAX_SIZE, name_problem
 
 NAME = "launch-archive.json"
 
@@ -34,36 +40,39 @@ NAME = "launch-archive.json"
 FORMAT = "launch-archive"
 
 
-VERSION = 1
+VERSION = 2  # 2: every member with its size (1 had sizes for objects only: its readers trusted tarfile)
 
 
 RUN = "run"
 
 
-OBJECTS = "objects"
+OBJECTS = layout.OBJECTS
 
 
-WHEELS = "wheels"
+WHEELS = layout.WHEELS
 
 
 LAUNCHER_DISTRIBUTION = "tf-repro-launcher"
 
 
 MAX_MANIFEST = 16 << 20  # bytes: a manifest is small; a huge one is not ours
+MAX_RUN_FILES = 100_000  # files of one run directory (its records, checkpoints and outputs)
+MAX_WHEELS = 2_000  # a run's environment: 44 wheels for the mnist job
 
 
 _GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
-_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 
 
 _WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """A distribution's name as PEP 503 compares them."""
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
 
 
 def sha256_file(path: Path) -> str:
@@ -85,9 +94,9 @@ def member_name(kind: str, *parts: str) -> str:
 def manifest(run_name: str, run_files: Mapping[str, str], objects: Mapping[str, int],
              left_out: Mapping[str, dict], wheels: Mapping[str, dict], signed: bool, launcher_version: str,
              created: str) -> dict:  # fmt: skip
-    """The archive's manifest: ``run_files`` (path in the run -> sha256), ``objects`` (sha256 -> size),
-    ``left_out`` (data the snapshot did not keep: path -> {sha256, why}), ``wheels`` (file name ->
-    {sha256, name, version}), whether the seal is signed."""
+    """The archive's manifest: ``run_files`` (path in the run -> {sha256, size}), ``objects`` (sha256 ->
+    size), ``left_out`` (data the snapshot did not keep: path -> {sha256, why}), ``wheels`` (file name ->
+    {sha256, size, name, version, files_sha256}), whether the seal is signed."""
     return {
         "format": FORMAT, "version": VERSION, "run": run_name, "created": created,
         "launcher_version": launcher_version, "signed": signed,
@@ -96,57 +105,114 @@ def manifest(run_name: str, run_files: Mapping[str, str], objects: Mapping[str, 
     }  # fmt: skip
 
 
-def _relative_problem(path: object) -> str | None:
-    if not isinstance(path, str) or not path:
-        return "is not a path"
-    if path.startswith("/") or _CONTROL.search(path):
-        return "is absolute or holds a control character or a backslash"
-    if any(part in ("", ".", "..") for part in path.split("/")):
-        return "is not a normalised relative path (an empty, '.' or '..' component)"
+@dataclass(frozen=True)
+class Limits:
+    """What one archive may bring into a store, as one run may (``store.snapshot_max_files`` and
+    ``store.snapshot_max_total_mb``; None: no cap), and the disk's free bytes (None: not checked)."""
+
+    max_objects: int | None = snapshot.DEFAULT_MAX_FILES
+    max_object_bytes: int | None = snapshot.DEFAULT_MAX_TOTAL_MB << 20
+    free_bytes: int | None = None
+
+
+def limits_from(store: Mapping) -> Limits:
+    """The ``Limits`` of a config's ``store`` node (``snapshot_max_files``, ``snapshot_max_total_mb``; null: no cap)."""
+
+    def number(key: str, default: int) -> int | None:
+        value = store.get(key, default)
+        if value is None or str(value).strip().lower() in ("null", "none", ""):
+            return None
+        try:
+            return int(str(value))
+        except ValueError:
+            raise ArchiveError(f"store.{key} must be a whole number or null, got {value!r}") from None
+
+    files = number("snapshot_max_files", snapshot.DEFAULT_MAX_FILES)
+    total = number("snapshot_max_total_mb", snapshot.DEFAULT_MAX_TOTAL_MB)
+    return Limits(files, None if total is None else total << 20)
+
+
+def _size_problem(size: object) -> str | None:
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_SIZE:
+        return f"has the size {size!r}, not a number of bytes"
     return None
 
 
-def check_manifest(data: object) -> dict:
+def check_manifest(data: object, limits: Limits = Limits()) -> dict:
     """``data`` (a ``launch-archive.json``) checked whole before any of it names a member: its format
-    and version, a run name that is one plain directory name, relative normalised run paths, object
-    names of 64 hex digits, wheel file names; every digest 64 hex digits. ``ArchiveError`` names the first fault."""
+    and version, a run name that is a run's id (``layout.is_run_id``: never a name the store
+    keeps for itself), relative normalised run paths, object names of 64 hex digits, wheel file
+    names; every digest 64 hex digits and every size a number; the objects within ``limits``, and
+    the whole within the disk's free space. ``ArchiveError`` names the first fault."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ArchiveError(f"{NAME} is not a launch archive's manifest")
     if data.get("version") != VERSION:
-        raise ArchiveError(f"{NAME} is of version {data.get('version')!r}; this launcher reads version {VERSION}")
+        raise ArchiveError(f"{NAME} is of version {data.get('version')!r}; this launcher reads version {VERSION} "
+                           "(pack the run again with this launcher)")  # fmt: skip
     name = data.get("run")
-    if not isinstance(name, str) or not _RUN_NAME.fullmatch(name) or name in (".", ".."):
-        raise ArchiveError(f"{NAME} names the run {name!r}, which is not a plain directory name", NAME)
+    if not layout.is_run_id(name):
+        raise ArchiveError(f"{NAME} names the run {name!r}, which is not a run's id (YYYYMMDD-HHMMSS-xxxxxx)", NAME)
     for key in ("run_files", "objects", "left_out", "wheels"):
         if not isinstance(data.get(key), dict):
             raise ArchiveError(f"{NAME} has no {key} table", NAME)
-    for path, digest in data["run_files"].items():
-        if (problem := _relative_problem(path)) is not None:
-            raise ArchiveError(f"{NAME} names a run file {path!r} that {problem}", path)
-        if not snapshot.is_sha256(digest):
-            raise ArchiveError(f"{NAME} gives run file {path!r} the hash {digest!r}, not 64 hex digits", path)
+    if len(data["run_files"]) > MAX_RUN_FILES or len(data["wheels"]) > MAX_WHEELS:
+        raise ArchiveError(f"{NAME} lists {len(data['run_files'])} run files and {len(data['wheels'])} wheels, over "
+                           f"the {MAX_RUN_FILES} and {MAX_WHEELS} an archive may hold", NAME)  # fmt: skip
+    for path, entry in data["run_files"].items():
+        if (problem := name_problem(path) if isinstance(path, str) else "is not a path") is not None:
+            raise ArchiveError(f"{NAME} names a run file {path!r} that {problem}", str(path))
+        if not isinstance(entry, dict) or not snapshot.is_sha256(entry.get("sha256")):
+            raise ArchiveError(f"{NAME} gives run file {path!r} no sha256 of 64 hex digits", path)
+        if (problem := _size_problem(entry.get("size"))) is not None:
+            raise ArchiveError(f"{NAME}: run file {path!r} {problem}", path)
     if layout.MANIFEST not in data["run_files"]:
         raise ArchiveError(f"{NAME} lists no {layout.MANIFEST}: the archive holds no sealed run", NAME)
-    for digest in data["objects"]:
+    for digest, size in data["objects"].items():
         if not snapshot.is_sha256(digest):
             raise ArchiveError(f"{NAME} names an object {digest!r}, not 64 lowercase hex digits", str(digest))
+        if (problem := _size_problem(size)) is not None:
+            raise ArchiveError(f"{NAME}: object {digest[:12]} {problem}", digest)
     for wheel, entry in data["wheels"].items():
         if not isinstance(wheel, str) or not _WHEEL.fullmatch(wheel):
             raise ArchiveError(f"{NAME} names a wheel {wheel!r}, not a wheel's file name", str(wheel))
         if not isinstance(entry, dict) or not snapshot.is_sha256(entry.get("sha256")):
             raise ArchiveError(f"{NAME} gives wheel {wheel} no sha256 of 64 hex digits", wheel)
+        if (problem := _size_problem(entry.get("size"))) is not None:
+            raise ArchiveError(f"{NAME}: wheel {wheel} {problem}", wheel)
+    _check_bounds(data, limits)
     return data
 
 
-def expected_members(data: Mapping) -> dict[str, str]:
-    """Every file member the manifest names -> its sha256 (the manifest itself left out)."""
-    out = {member_name(RUN, data["run"], path): digest for path, digest in data["run_files"].items()}
-    out.update({member_name(OBJECTS, digest): digest for digest in data["objects"]})
-    out.update({member_name(WHEELS, wheel): entry["sha256"] for wheel, entry in data["wheels"].items()})
+def _check_bounds(data: Mapping, limits: Limits) -> None:
+    objects = sum(data["objects"].values())
+    if limits.max_objects is not None and len(data["objects"]) > limits.max_objects:
+        raise ArchiveError(f"the archive holds {len(data['objects'])} objects, over store.snapshot_max_files "
+                           f"({limits.max_objects}): nothing was imported", NAME)  # fmt: skip
+    if limits.max_object_bytes is not None and objects > limits.max_object_bytes:
+        raise ArchiveError(f"the archive's objects hold {objects} bytes, over store.snapshot_max_total_mb "
+                           f"({limits.max_object_bytes >> 20} MiB): nothing was imported", NAME)  # fmt: skip
+    total = declared_bytes(data)
+    if limits.free_bytes is not None and 2 * total > limits.free_bytes:  # extracted, then stored
+        raise ArchiveError(f"the archive declares {total} bytes, and the store's disk has {limits.free_bytes} free "
+                           "(twice as much is needed while it is checked): nothing was imported", NAME)  # fmt: skip
+
+
+def declared_bytes(data: Mapping) -> int:
+    """The bytes of every member the manifest declares."""
+    return (sum(e["size"] for e in data["run_files"].values()) + sum(data["objects"].values())
+            + sum(e["size"] for e in data["wheels"].values()))  # fmt: skip
+
+
+def expected_members(data: Mapping) -> dict[str, tuple[str, int]]:
+    """Every file member the manifest names -> (its sha256, its size) (the manifest itself left out)."""
+    out = {member_name(RUN, data["run"], path): (e["sha256"], e["size"]) for path, e in data["run_files"].items()}
+    out.update({member_name(OBJECTS, digest): (digest, size) for digest, size in data["objects"].items()})
+    out.update({member_name(WHEELS, wheel): (e["sha256"], e["size"]) for wheel, e in data["wheels"].items()})
     return out
 
 
-def _directories(names: Iterable[str]) -> set[str]:
+def directories(names: Iterable[str]) -> set[str]:
+    """Every directory above these member names."""
     out = set()
     for name in names:
         parts = name.split("/")[:-1]
@@ -154,28 +220,21 @@ def _directories(names: Iterable[str]) -> set[str]:
     return out
 
 
-def member_problem(name: str, kind: str, linkname: str, run_name: str, expected: Mapping[str, str]) -> str | None:
-    """Why a member of kind ``kind`` (file, dir, symlink, link, device...) cannot be extracted, or None.
-
-    Files must be ones the manifest names; directories the ones above them; a symbolic link only
-    inside the run, pointing inside the run; nothing else (hard links, devices, fifos) at all."""
-    if (problem := _relative_problem(name.rstrip("/") if kind == "dir" else name)) is not None:
+def member_problem(name: str, kind: str, run_name: str, expected: Mapping[str, object],
+                   needed_dirs: set[str]) -> str | None:  # fmt: skip
+    """Why a member of kind ``kind`` (``file``, ``directory``, or what else ``tarstream`` names) cannot
+    be extracted, or None. Files must be ones the manifest names; directories the ones above them
+    (``needed_dirs``) or inside the run (an empty ``outputs/``); nothing else at all: the
+    archive format has no links, devices or fifos."""
+    if (problem := name_problem(name.rstrip("/") if kind == "directory" else name)) is not None:
         return f"its name {problem}"
     name = name.rstrip("/")
     if kind == "file":
         return None if name in expected else "is not named by the archive's manifest"
-    if kind == "dir":  # above a file the manifest names, or in the run (an empty outputs/)
+    if kind == "directory":
         inside = name.startswith(f"{RUN}/{run_name}/")
-        return None if inside or name in _directories(expected) else "is a directory the manifest's files do not need"
-    if kind == "symlink":
-        top = f"{RUN}/{run_name}"
-        if not name.startswith(top + "/"):
-            return f"is a link outside {top}/"
-        target = os.path.normpath(os.path.join(os.path.dirname(name), linkname))
-        if linkname.startswith("/") or not (target == top or target.startswith(top + "/")):
-            return f"is a link pointing out of the run (to {linkname!r})"
-        return None
-    return f"is a {kind}, not a file or a directory"
+        return None if inside or name in needed_dirs else "is a directory the manifest's files do not need"
+    return f"is a {kind}: a launch archive holds files and directories only"
 
 
 def missing_and_extra(expected: Iterable[str], seen: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -225,6 +284,47 @@ def wheel_parts(filename: str) -> tuple[str, str]:
     return normalize(name), version
 
 
+def recorded_versions(fp: Mapping) -> dict[str, str]:
+    """name -> version of every distribution the run recorded as installed (``software.packages``)."""
+    out = {}
+    for line in (fp.get("software") or {}).get("packages") or []:
+        name, sep, version = str(line).partition("==")
+        if sep:
+            out[normalize(name)] = version.strip()
+    return out
+
+
+def wheel_refusal(name: str, version: str, identity: str | None, fp: Mapping,
+                  launcher_modules: Mapping[str, str] | None = None) -> str | None:  # fmt: skip
+    """Why the run's sealed record ``fp`` (its fingerprint) does not name this wheel, or None when it does.
+
+    A distribution the job used must be at its recorded version and install the recorded files
+    (``identity``, from the wheel's RECORD, against ``files_sha256``); any other at the version
+    ``software.packages`` lists; the launcher's own must hold every launcher module the job ran
+    as it ran (``launcher_modules``: module -> sha256 of the wheel's copy)."""
+    software = fp.get("software") or {}
+    if name == LAUNCHER_DISTRIBUTION:
+        recorded = (fp.get("code") or {}).get("launcher_modules") or {}
+        if not recorded:
+            return "the run recorded none of the launcher's modules to check the launcher's wheel against"
+        for module, digest in sorted(recorded.items()):
+            if (launcher_modules or {}).get(module) != digest:
+                return f"its {module} is not the code the run ran"
+        return None
+    used = {normalize(n): d for n, d in (software.get("distributions") or {}).items() if d}
+    if name in used:
+        want = used[name]
+        if str(want.get("version")) != version:
+            return f"the run used {name} {want.get('version')}, not {version}"
+        if want.get("files_sha256") and identity != want["files_sha256"]:
+            return (f"it installs other files than the run's {name} {version} (files {str(identity)[:12]}, the "
+                    f"run's {str(want['files_sha256'])[:12]})")  # fmt: skip
+        return None
+    if recorded_versions(fp).get(name) != version:
+        return f"the run's record names no {name} {version}"
+    return None
+
+
 def requirement_closure(root: str, requires: Mapping[str, Iterable[str]]) -> set[str]:
     """``root`` and every distribution it needs, transitively, for this platform: ``requires`` maps a
     normalized name to its ``Requires-Dist`` lines; a line only an extra or another platform needs
@@ -253,11 +353,7 @@ def wheel_plan(fp: Mapping, needed_by_launcher: Iterable[str], here: Mapping[str
     installed, at the versions the run recorded (``software.packages``), or, for one the run did not
     record (installed since), at the version installed ``here`` (name -> version)."""
     software = fp.get("software") or {}
-    recorded = {}
-    for line in software.get("packages") or []:
-        name, sep, version = str(line).partition("==")
-        if sep:
-            recorded[normalize(name)] = version.strip()
+    recorded = recorded_versions(fp)
     out = {}
     for name, identity in (software.get("distributions") or {}).items():
         if identity and normalize(name) != LAUNCHER_DISTRIBUTION:

@@ -41,6 +41,7 @@ class Packed:
     manifest: dict
     size: int
     seal: signing.Seal
+    mode: int  # the archive file's: no wider than the most private file it holds, unless asked
 
 
 def default_compression() -> str:
@@ -54,12 +55,23 @@ def default_compression() -> str:
 
 def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool = False,
          compression: str | None = None, trust: signing.Trust = signing.NO_TRUST, echo: bool = True,
-         wheel_dir: Path | None = None) -> Packed:  # fmt: skip
+         wheel_dir: Path | None = None, mode: int | None = None) -> Packed:  # fmt: skip
     """Write the archive of the sealed run ``run_dir`` to ``out`` (default ``<run name>.launch.tar.gz``
     or ``.tar.zst`` in the current directory), atomically. Refuses a run that is not sealed (naming
     why), whose seal or signature does not verify, or an object missing from the store.
-    ``with_env``: the wheels too (``collect_wheels``; ``wheel_dir``: reuse wheels already there)."""
+    ``with_env``: the wheels too (``collect_wheels``; ``wheel_dir``: reuse wheels already there).
+    ``mode``: the archive file's mode; by default the most private of what it holds (``private_mode``):
+    a run of ``0600`` data packs into a ``0600`` archive.
+
+    Raises:
+        SealError: the run is not sealed, or its seal or an object does not verify (exit 4).
+        SignatureError: its signature does not verify, or a required one is missing (exit 3).
+        ArchiveError: the run cannot travel (its name, its wheels) or the archive cannot be written (exit 2).
+    """
     run_dir = Path(os.path.abspath(runs.verify_seal(run_dir)))
+    if not layout.is_run_id(run_dir.name):
+        raise ArchiveError(f"run {run_dir.name} is not named as runs are (YYYYMMDD-HHMMSS-xxxxxx), and an archive's "
+                           "run must be: give it back its name to pack it")  # fmt: skip
     seal = signing.check(run_dir, trust)
     compression = compression or (compression_for(str(out)) if out else None) or default_compression()
     suffix = {"zstd": ".tar.zst", "gzip": ".tar.gz", "plain": ".tar"}[compression]
@@ -74,19 +86,40 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool =
             raise snapshot.SnapshotError(f"run {run_dir.name}: the object of {path} is missing from the store "
                                          f"({source}): the run cannot travel without it")  # fmt: skip
         objects[entry["sha256"]] = source
-    run_files = {p.relative_to(run_dir).as_posix(): sha256_file(p) for p in sorted(run_dir.rglob("*"))
-                 if p.is_file() and not p.is_symlink()}  # fmt: skip
+    # every file the seal lists (a link inside the run is packed as the file it names: an archive has no links)
+    run_files = {name: {"sha256": sha256_file(run_dir / name), "size": (run_dir / name).stat().st_size}
+                 for name in runs.read_json(run_dir / layout.MANIFEST)["files"]}  # fmt: skip
+    run_files[layout.MANIFEST] = _entry(run_dir / layout.MANIFEST)
+    if (run_dir / layout.SIGNATURE).is_file():
+        run_files[layout.SIGNATURE] = _entry(run_dir / layout.SIGNATURE)
     try:
-        data = _write_archive(run_dir, out, objects, run_files, fp, snap, with_env, compression, echo, wheel_dir)
+        data, wheels = _write_archive(run_dir, out, objects, run_files, fp, snap, with_env, compression, echo,
+                                      wheel_dir)  # fmt: skip
+        chosen = private_mode([*(run_dir / n for n in run_files), *objects.values()]) if mode is None else mode
+        os.chmod(out, chosen)
     except OSError as exc:  # no such directory, a full disk, no permission
         raise ArchiveError(f"cannot write {out}: {exc.strerror or exc}") from None
-    return Packed(out, data, out.stat().st_size, seal)
+    return Packed(out, data, out.stat().st_size, seal, chosen)
 
 
-def _write_archive(run_dir: Path, out: Path, objects: Mapping[str, Path], run_files: Mapping[str, str],
+def _entry(path: Path) -> dict:
+    return {"sha256": sha256_file(path), "size": path.stat().st_size}
+
+
+def private_mode(paths: list[Path]) -> int:
+    """The archive's mode: ``0600``, with the group's and others' read bits only where every file it
+    holds has them (a run with one ``0600`` data file packs into a ``0600`` archive)."""
+    readable = 0o044
+    for path in paths:
+        readable &= os.stat(path).st_mode
+    return 0o600 | readable
+
+
+def _write_archive(run_dir: Path, out: Path, objects: Mapping[str, Path], run_files: Mapping[str, dict],
                    fp: Mapping, snap: Mapping, with_env: bool, compression: str, echo: bool,
-                   wheel_dir: Path | None) -> dict:  # fmt: skip
-    """The archive written to a temporary file beside ``out``, renamed to ``out`` once complete; its manifest."""
+                   wheel_dir: Path | None) -> tuple[dict, list[Path]]:  # fmt: skip
+    """The archive written to a temporary file beside ``out`` (mode 0600 while it is written), renamed to
+    ``out`` once complete; its manifest and the wheels it holds."""
     with tempfile.TemporaryDirectory(prefix=".launch-pack-", dir=out.parent.resolve()) as tmp:
         wheels = {}
         if with_env:
@@ -97,19 +130,20 @@ def _write_archive(run_dir: Path, out: Path, objects: Mapping[str, Path], run_fi
         from launcher.version import __version__
 
         data = manifest(run_dir.name, run_files, {d: p.stat().st_size for d, p in objects.items()},
-                        left_out_data(fp, snap), {w.name: info for w, info in wheels.items()},
+                        left_out_data(fp, snap), {w.name: {**info, "size": w.stat().st_size}
+                                                  for w, info in wheels.items()},
                         (run_dir / layout.SIGNATURE).is_file(), __version__,
                         _dt.datetime.now().astimezone().isoformat(timespec="seconds"))  # fmt: skip
         partial = Path(tmp) / "archive.part"
         with _writer(partial, compression) as tar:
             _add_bytes(tar, NAME, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-            _add_tree(tar, run_dir, f"{RUN}/{run_dir.name}")
+            _add_run(tar, run_dir, f"{RUN}/{run_dir.name}", run_files)
             for digest, source in sorted(objects.items()):
                 _add_file(tar, source, member_name(OBJECTS, digest))
             for wheel in sorted(wheels, key=lambda w: w.name):
                 _add_file(tar, wheel, member_name(WHEELS, wheel.name))
         os.replace(partial, out)
-    return data
+    return data, list(wheels)
 
 
 def _info(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
@@ -131,35 +165,21 @@ def _add_file(tar: tarfile.TarFile, path: Path, name: str) -> None:
         tar.addfile(_info(name, os.fstat(f.fileno()).st_size, mode), f)
 
 
-def _add_tree(tar: tarfile.TarFile, top: Path, name: str) -> None:
+def _add_run(tar: tarfile.TarFile, top: Path, name: str, files: Mapping[str, dict]) -> None:
+    """The run directory: its directories (an empty ``outputs/`` too; not through links), then each of ``files``."""
     tar.addfile(_info(name, 0, 0o755, tarfile.DIRTYPE))
-    for current, dirs, files in os.walk(top):
-        dirs.sort()
+    for current, dirs, _ in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(current, d)))
         rel = Path(current).relative_to(top).as_posix()
-        base = name if rel == "." else f"{name}/{rel}"
         for d in dirs:
-            path = Path(current) / d
-            if path.is_symlink():
-                tar.addfile(_link(f"{base}/{d}", os.readlink(path)))
-            else:
-                tar.addfile(_info(f"{base}/{d}", 0, 0o755, tarfile.DIRTYPE))
-        for f in sorted(files):
-            path = Path(current) / f
-            if path.is_symlink():
-                tar.addfile(_link(f"{base}/{f}", os.readlink(path)))
-            else:
-                _add_file(tar, path, f"{base}/{f}")
-
-
-def _link(name: str, target: str) -> tarfile.TarInfo:
-    info = _info(name, 0, 0o777, tarfile.SYMTYPE)
-    info.linkname = target
-    return info
+            tar.addfile(_info(f"{name}/{d}" if rel == "." else f"{name}/{rel}/{d}", 0, 0o755, tarfile.DIRTYPE))
+    for rel in sorted(files):
+        _add_file(tar, top / rel, f"{name}/{rel}")
 
 
 @contextmanager
 def _writer(path: Path, compression: str) -> Iterator[tarfile.TarFile]:
-    with open(path, "wb") as raw:
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw:
         if compression == "zstd":
             import zstandard
 

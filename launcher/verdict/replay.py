@@ -35,7 +35,6 @@ from launcher import proc
 from launcher.errors import ConfigError, NotComparable, StoreError
 from launcher.record import key, runs, signing, snapshot, tracking
 from launcher.run import job, precheck
-from launcher.share import manifest as archive_manifest
 from launcher.share import unpack as unpacking
 from launcher.verdict import compare
 
@@ -86,8 +85,11 @@ def replay(
     if rebuild:
         from launcher.run import rebuild as _rebuild
         fp = runs.read_json(original / job.FINGERPRINT)
-        wheels = original.parent / archive_manifest.WHEELS  # an archive's wheels, unpacked into the store: used first
-        python = _rebuild.environment(fp, echo=echo, find_links=wheels if wheels.is_dir() else None)
+        # the wheels an archive brought for this run (unpacked into its own folder), checked again against
+        # its sealed record before pip sees them, and used first
+        wheels = unpacking.checked_wheels(original.parent, original.name, fp)
+        python = _rebuild.environment(fp, echo=echo, find_links=wheels.folder if wheels else None,
+                                      wheel_hashes=wheels.hashes if wheels else None)  # fmt: skip
         probed = _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
     work = None
     try:

@@ -221,12 +221,13 @@ def test_a_link_pointing_out_of_the_run_is_refused(tmp_path, capsys):
             link.type, link.linkname = tarfile.SYMTYPE, "../../../../etc/passwd"
             yield link, None
 
-    err = refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "link.tar", change), "pointing out of the run")
+    err = refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "link.tar", change), "is a symbolic link")
     assert "outputs/passwd" in err
 
 
-@pytest.mark.parametrize("kind", [tarfile.LNKTYPE, tarfile.CHRTYPE, tarfile.FIFOTYPE])
-def test_hard_links_devices_and_fifos_are_refused(tmp_path, capsys, kind):
+@pytest.mark.parametrize(("kind", "called"), [(tarfile.LNKTYPE, "a hard link"), (tarfile.CHRTYPE, "a character device"),
+                                              (tarfile.FIFOTYPE, "a fifo"), (tarfile.SYMTYPE, "a symbolic link")])
+def test_links_devices_and_fifos_are_refused_each_by_its_name(tmp_path, capsys, kind, called):
     path, data = good_archive(tmp_path)
 
     def change(info, content):
@@ -236,7 +237,8 @@ def test_hard_links_devices_and_fifos_are_refused(tmp_path, capsys, kind):
             odd.type, odd.linkname = kind, f"run/{data['run']}/config.yaml"
             yield odd, None
 
-    refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "odd.tar", change), "not a file or a directory")
+    refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "odd.tar", change), f"is {called}:",
+                        "holds files and directories only")
 
 
 def test_an_object_whose_content_does_not_match_its_name_is_refused(tmp_path, capsys):
@@ -283,7 +285,7 @@ def test_a_run_edited_and_its_manifest_relisted_is_refused_by_its_seal(tmp_path,
     def change(info, content):
         if info.name == archive_manifest.NAME:
             relisted = json.loads(content)
-            relisted["run_files"]["result.json"] = hashlib.sha256(forged).hexdigest()
+            relisted["run_files"]["result.json"] = {"sha256": hashlib.sha256(forged).hexdigest(), "size": len(forged)}
             yield info, with_manifest(relisted)
         elif info.name == name:
             yield info, forged
@@ -304,7 +306,7 @@ def test_a_manifest_naming_a_climbing_run_is_refused_before_any_member_is_read(t
         else:
             yield info, content
 
-    refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "dots.tar", change), "not a plain directory name")
+    refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "dots.tar", change), "not a run's id")
 
 
 def test_another_run_of_the_same_name_in_the_store_is_refused(tmp_path, capsys):
@@ -315,36 +317,43 @@ def test_another_run_of_the_same_name_in_the_store_is_refused(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- pure
-@pytest.mark.parametrize(("name", "kind", "link", "why"), [
-    ("run/R/config.yaml", "file", "", None),
-    ("run/R/outputs/", "dir", "", None),
-    ("objects/ab", "dir", "", None),
-    ("run/R/x", "file", "", "is not named by the archive's manifest"),
-    ("run/R/../R/config.yaml", "file", "", "not a normalised relative path"),
-    ("/run/R/config.yaml", "file", "", "absolute"),
-    ("run\\R", "file", "", "backslash"),
-    ("run/R/latest", "symlink", "outputs/model.keras", None),
-    ("run/R/latest", "symlink", "../S/x", "pointing out of the run"),
-    ("run/R/latest", "symlink", "/etc/passwd", "pointing out of the run"),
-    ("objects/ab/link", "symlink", "ab", "a link outside run/R/"),
-    ("run/R/dev", "device", "", "not a file or a directory"),
-    ("wheels", "dir", "", "do not need"),
+@pytest.mark.parametrize(("name", "kind", "why"), [
+    ("run/R/config.yaml", "file", None),
+    ("run/R/outputs/", "directory", None),
+    ("objects/ab", "directory", None),
+    ("run/R/x", "file", "is not named by the archive's manifest"),
+    ("run/R/../R/config.yaml", "file", "not a normalised relative path"),
+    ("/run/R/config.yaml", "file", "absolute"),
+    ("run\\R", "file", "backslash"),
+    ("run/R/latest", "symbolic link", "is a symbolic link: a launch archive holds files and directories only"),
+    ("run/R/dev", "block device", "is a block device"),
+    ("run/R/pipe", "fifo", "is a fifo"),
+    ("wheels", "directory", "do not need"),
+    ("run/R/" + "d/" * 40 + "x", "file", "components"),
+    ("run/R/" + "x" * 300, "file", "longer than 255"),
 ])  # fmt: skip
-def test_member_problem(name, kind, link, why):
-    expected = {"run/R/config.yaml": "a" * 64, "objects/ab/" + "ab" * 32: "ab" * 32}
-    problem = archive_manifest.member_problem(name, kind, link, "R", expected)
+def test_member_problem(name, kind, why):
+    expected = {"run/R/config.yaml": ("a" * 64, 1), "objects/ab/" + "ab" * 32: ("ab" * 32, 1)}
+    problem = archive_manifest.member_problem(name, kind, "R", expected, archive_manifest.directories(expected))
     assert (problem is None) if why is None else (why in problem), problem
 
 
+RUN_ID = "20261126-120000-abcdef"
+
+
 def test_check_manifest_refuses_names_that_would_become_paths_elsewhere():
-    good = archive_manifest.manifest("R", {"manifest.json": "a" * 64}, {"b" * 64: 3}, {}, {}, False, "0", "now")
+    entry = {"sha256": "a" * 64, "size": 1}
+    good = archive_manifest.manifest(RUN_ID, {"manifest.json": entry}, {"b" * 64: 3}, {}, {}, False, "0", "now")
     assert archive_manifest.check_manifest(good) is good
-    for change, words in (({"run": "../x"}, "plain directory name"), ({"run": "a/b"}, "plain directory name"),
-                          ({"run_files": {"../x": "a" * 64, "manifest.json": "a" * 64}}, "normalised"),
-                          ({"run_files": {"config.yaml": "a" * 64}}, "no manifest.json"),
+    for change, words in (({"run": "../x"}, "not a run's id"), ({"run": "a/b"}, "not a run's id"),
+                          ({"run_files": {"../x": entry, "manifest.json": entry}}, "normalised"),
+                          ({"run_files": {"config.yaml": entry}}, "no manifest.json"),
+                          ({"run_files": {"manifest.json": "a" * 64}}, "no sha256"),
+                          ({"run_files": {"manifest.json": {"sha256": "a" * 64, "size": -1}}}, "not a number"),
                           ({"objects": {"../../etc": 1}}, "64 lowercase"),
-                          ({"wheels": {"../x.whl": {"sha256": "a" * 64}}}, "not a wheel's file name"),
-                          ({"version": 2}, "version"), ({"format": "zip"}, "not a launch archive")):  # fmt: skip
+                          ({"objects": {"b" * 64: "3"}}, "not a number"),
+                          ({"wheels": {"../x.whl": {"sha256": "a" * 64, "size": 1}}}, "not a wheel's file name"),
+                          ({"version": 1}, "version"), ({"format": "zip"}, "not a launch archive")):  # fmt: skip
         with pytest.raises(ArchiveError, match=words):
             archive_manifest.check_manifest({**good, **change})
 
