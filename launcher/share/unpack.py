@@ -374,6 +374,7 @@ def _store_objects(tmp: Path, store: Path, data: Mapping, snap: Mapping | None, 
     for digest in sorted(data["objects"]):
         if not snapshot.put(store, str(tmp / member_name(OBJECTS, digest)), digest, move=True):
             raise ArchiveError(f"{path}: object {digest[:12]} could not be stored in {store}", digest)
+        snapshot.refresh(store, digest)  # one the store held already is now in use again
     for file, entry in sorted(((snap or {}).get("files") or {}).items()):
         digest = entry["sha256"]
         if digest in data["objects"]:
