@@ -7,7 +7,10 @@ from launcher.cli.args import parser
 
 def main(argv: list[str]) -> int:
     """Mark and sweep the store's objects; each one removed (or, ``--dry-run``, that would be) is
-    printed by its sha256, then the space freed. Exit 1 when an object could not be removed."""
+    printed by its sha256, then the space freed. Exit 1 when an object could not be removed; 2
+    (``StoreError``, nothing removed) when the store is missing, not a directory or a run
+    directory, or busy, or the mark cannot tell what a run references (a directory it cannot
+    list, a ``snapshot.json`` replay would refuse, a link to a run outside the store)."""
     from launcher.record import gc
 
     p = parser("gc", "Remove the objects of a store that no run references (mark and sweep; "

@@ -19,14 +19,29 @@ It is safe while other launches write to the store, without stopping them:
   never run at once, and a run holds it shared while it stores its snapshot and writes its
   ``snapshot.json`` (``launcher.record.keep``), so a gc never marks between the two.
 
-A ``snapshot.json`` that cannot be read stops the gc before anything is removed: what a
-run references must be known, never guessed. Which objects go is pure (``unreferenced``).
+The gc removes nothing it cannot account for: each of these stops it (``StoreError``, one
+line naming the path and what to do) before anything is removed, since what a run
+references must be known, never guessed:
+
+- a store that is missing, not a directory, or a run directory itself (``check_store``:
+  a run's own ``config.yaml`` would make the whole store look like one run without a
+  snapshot, so every object would go);
+- a directory of the store the mark cannot list (another user's private run: ``os.walk``
+  would skip it in silence);
+- a ``snapshot.json`` that cannot be read, or that replay would refuse
+  (``snapshot.read``: the wrong shape or schema, an entry that is not a sha256, a link);
+- an entry of the store that is a link to a run outside it (a replay of it reads this
+  store's objects, but the gc never follows a link out of the store), and an ``objects/``
+  that is a link (its sweep would remove files outside the store).
+
+Which objects go is pure (``unreferenced``), and so is what looks like a run
+(``run_marker``) and which links the mark reaches (``walked``).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
-import json
 import os
 import stat
 import time
@@ -35,11 +50,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.errors import StoreError
-from launcher.record import snapshot
+from launcher.errors import LauncherError, StoreError
+from launcher.record import layout, snapshot
 
 LOCK = ".gc.lock"
-CONFIG = "config.yaml"  # what makes a directory holding a snapshot.json a run (runs.require_run's test)
+CONFIG = layout.CONFIG  # what makes a directory holding a snapshot.json a run (runs.require_run's test)
+# What only a run directory holds at its top: a store root holding one of them is a run given by mistake.
+RUN_FILES = (layout.CONFIG, layout.FINGERPRINT, layout.MANIFEST)
+_NOTHING_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # a dangling or looping link: no run behind it
 # File times come from a coarse clock (a few ms behind time.time()): an object stored just
 # after the mark started must not look older than it.
 CLOCK_SLACK_S = 0.25
@@ -124,6 +142,24 @@ def unreferenced(objects: Iterable[StoredObject], marked: set[str], started: flo
                   key=lambda o: o.sha256)  # fmt: skip
 
 
+def run_marker(names: Iterable[str]) -> str | None:
+    """The first of ``RUN_FILES`` among ``names`` (a directory's entries), or None: a directory
+    holding one is a run, not a store."""
+    present = set(names)
+    return next((name for name in RUN_FILES if name in present), None)
+
+
+def walked(store_root: str, target: str) -> bool:
+    """Does the mark read ``target`` itself when it walks ``store_root`` (both resolved): inside the
+    store, and not below ``objects/`` or a hidden directory? A link to such a place needs no
+    following: whatever run is there is marked where it is."""
+    try:
+        parts = Path(target).relative_to(store_root).parts
+    except ValueError:
+        return False  # outside the store
+    return not parts or (parts[0] != snapshot.OBJECTS and not any(p.startswith(".") for p in parts))
+
+
 def human(size: int) -> str:
     """A size in bytes for people: ``512 B``, ``1.5 KiB``, ``3.2 MiB``."""
     if size < 1024:
@@ -137,21 +173,105 @@ def human(size: int) -> str:
 
 
 # ---------------------------------------------------------------- the store
+def _entries(directory: str | os.PathLike) -> list[os.DirEntry]:
+    """``directory``'s entries by name, none when it is gone; ``StoreError`` when it cannot be listed."""
+    try:
+        with os.scandir(directory) as listing:
+            return sorted(listing, key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise StoreError(f"launch gc: cannot list {os.fspath(directory)} ({exc.strerror}); nothing was "
+                         "removed: run launch gc as a user who can read the whole store") from None  # fmt: skip
+
+
+def check_store(store_root: Path) -> None:
+    """Refuse (``StoreError``) a ``store_root`` that is missing, not a directory, or a run directory
+    (``run_marker``): a run's ``config.yaml`` at the top would make the whole store one run
+    without a snapshot, whose mark keeps nothing. Nothing is written first, not even the lock."""
+    root = Path(store_root)
+    if not root.exists():
+        raise StoreError(f"store {str(root)!r} does not exist")
+    if not root.is_dir():
+        raise StoreError(f"store {str(root)!r} is not a directory: give the store (the directory holding the runs)")
+    marker = run_marker(entry.name for entry in _entries(root))
+    if marker is not None:
+        raise StoreError(f"launch gc: {str(root)!r} looks like a run directory, not a store (it holds {marker}): "
+                         f"nothing was removed; give the store (the directory holding the runs, "
+                         f"{str(root.parent)!r} if this is one of them)")  # fmt: skip
+
+
+def _unlistable(exc: OSError) -> None:
+    """``os.walk``'s ``onerror``: a directory the mark cannot list may hold runs, whose objects
+    must not go. One that vanished (a run deleted while the mark ran) references nothing."""
+    if isinstance(exc, FileNotFoundError):
+        return
+    raise StoreError(f"launch gc: cannot list {exc.filename} ({exc.strerror}), so cannot tell what the runs in it "
+                     "reference; nothing was removed: run launch gc as a user who can read the whole store (or "
+                     "give it access), then run launch gc again") from None  # fmt: skip
+
+
+def _check_link(store_root: Path, link: Path) -> None:
+    """Refuse an entry of the store that is a link to a run the mark does not reach (``walked``):
+    a replay of ``<store>/<link>`` reads this store's objects, but the gc never follows a link
+    out of the store to read what it references. Only whether a ``config.yaml`` is there is
+    looked at; a link to anything else (no run behind it) is left alone."""
+    target = os.path.realpath(link)
+    if walked(os.path.realpath(store_root), target):
+        return
+    try:
+        os.lstat(link / CONFIG)
+    except OSError as exc:
+        if exc.errno in _NOTHING_THERE:
+            return
+        raise StoreError(f"launch gc: {link} is a link to {target}, which cannot be read ({exc.strerror}) to tell "
+                         "whether it is a run of this store; nothing was removed: delete the link (or move what "
+                         "it points at into the store), then run launch gc again") from None  # fmt: skip
+    raise StoreError(f"launch gc: {link} is a link to {target}, a run outside the store, whose snapshot the gc "
+                     "does not follow the link to read (a replay of it uses this store's objects); nothing was "
+                     "removed: move the run into the store in place of the link (or delete the link), then run "
+                     "launch gc again")  # fmt: skip
+
+
 def snapshot_files(store_root: Path) -> list[Path]:
     """The ``snapshot.json`` of every run directory below ``store_root`` (a directory with a
     ``config.yaml``, whatever its name: a renamed run still references its objects). Not
-    below ``objects/`` or hidden directories (a replay's layout), not through links."""
+    below ``objects/`` or hidden directories (a replay's layout), not through links: an entry
+    of the store that is a link to a run elsewhere is refused (``_check_link``), and so is a
+    directory that cannot be listed (``StoreError``): ``os.walk`` alone skips both in silence."""
     found = []
-    for current, dirs, files in os.walk(store_root):
+    root = Path(store_root)
+    for current, dirs, files in os.walk(root, onerror=_unlistable):
         here = Path(current)
         if CONFIG in files:
             dirs[:] = []  # runs do not nest
             if snapshot.SNAPSHOT in files:
                 found.append(here / snapshot.SNAPSHOT)
             continue
-        top = here == Path(store_root)
+        top = here == root
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (top and d == snapshot.OBJECTS))
+        if top:  # where runs are made (runs.create): a link among them may stand for a run
+            for name in sorted([*dirs, *files]):
+                if not name.startswith(".") and (here / name).is_symlink():
+                    _check_link(root, here / name)
     return sorted(found)
+
+
+def read_snapshot(run_dir: Path) -> dict:
+    """The run's ``snapshot.json`` read with replay's own check (``snapshot.read``); ``{}`` when it
+    is gone (the run was deleted while the mark ran). Whatever replay would refuse stops the
+    gc (``StoreError``): a run whose references cannot be told keeps every object."""
+    path = Path(run_dir) / snapshot.SNAPSHOT
+    try:
+        data = snapshot.read(run_dir)
+    except LauncherError as exc:  # SnapshotError, UnsafeRun: their message names the file
+        why = str(exc)
+    except (OSError, ValueError, TypeError, RecursionError) as exc:  # deeply nested JSON, an unhashable role
+        why = f"{path}: {type(exc).__name__}: {exc}"
+    else:
+        return data or {}
+    raise StoreError(f"launch gc: cannot tell what {Path(run_dir).name} references ({why}); nothing was removed: "
+                     "repair or delete that run, then run launch gc again") from None  # fmt: skip
 
 
 def mark(store_root: Path) -> tuple[set[str], int]:
@@ -160,37 +280,31 @@ def mark(store_root: Path) -> tuple[set[str], int]:
     marked: set[str] = set()
     paths = snapshot_files(store_root)
     for path in paths:
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                raise ValueError("it is a link")
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-        except FileNotFoundError:
-            continue  # the run was deleted while the mark ran
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"launch gc: cannot tell what {path.parent.name} references ({path}: {exc}); nothing "
-                             "was removed: repair or delete that run, then run launch gc again") from None  # fmt: skip
-        marked |= references(data)
+        marked |= references(read_snapshot(path.parent))
     return marked, len(paths)
 
 
 def stored_objects(store_root: Path) -> list[StoredObject]:
     """The objects of the store: regular files ``objects/ab/abcdef…`` named by a sha256 that
-    starts with their directory's name (a temporary file being written is none)."""
+    starts with their directory's name (a temporary file being written is none). An
+    ``objects/`` that is a link is refused (``StoreError``): its sweep would remove files
+    outside the store, which none of its runs may name."""
     out = []
     objects = Path(store_root) / snapshot.OBJECTS
-    try:
-        fans = sorted(os.scandir(objects), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    for fan in fans:
+    if objects.is_symlink():
+        raise StoreError(f"launch gc: {objects} is a link (to {os.readlink(objects)!r}): the gc removes files "
+                         "inside the store only; nothing was removed: make it a directory of the store, then run "
+                         "launch gc again")  # fmt: skip
+    for fan in _entries(objects):
         if len(fan.name) != 2 or not fan.is_dir(follow_symlinks=False):
             continue
-        for entry in sorted(os.scandir(fan.path), key=lambda e: e.name):
+        for entry in _entries(fan.path):
             if not (snapshot.is_sha256(entry.name) and entry.name.startswith(fan.name)):
                 continue
-            st = entry.stat(follow_symlinks=False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
             if stat.S_ISREG(st.st_mode):
                 out.append(StoredObject(entry.name, Path(entry.path), st.st_size, st.st_mtime))
     return out
@@ -202,8 +316,7 @@ def collect(store_root: str | os.PathLike, *, dry_run: bool = False,
     ``removed <sha256> (<size>)`` / ``would remove …`` as it goes. Holds ``.gc.lock`` exclusively,
     waiting up to ``WAIT_S`` for another gc or the runs storing their snapshots."""
     root = Path(store_root)
-    if not root.is_dir():
-        raise StoreError(f"store {str(root)!r} does not exist")
+    check_store(root)
     try:
         with store_lock(root, shared=False, wait_s=WAIT_S):
             return _collect(root, dry_run, echo or (lambda _line: None))

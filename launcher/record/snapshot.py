@@ -121,7 +121,7 @@ def validate(data: object, where: str) -> dict:
         if not isinstance(entry, dict) or not is_sha256(entry.get("sha256")):
             sha = entry.get("sha256") if isinstance(entry, dict) else entry
             raise refuse(path, f"has sha256 {sha!r}, not 64 lowercase hex digits")
-        if entry.get("role") not in ROLES:
+        if not isinstance(entry.get("role"), str) or entry["role"] not in ROLES:
             raise refuse(path, f"has an unknown role {entry.get('role')!r}")
     for path in sorted(files):
         if (above := next((a for a in _ancestors(path) if a in files), None)) is not None:
@@ -412,6 +412,8 @@ def read(run_dir: Path) -> dict | None:
                         "anything was written (a crafted run; see docs/store.md)", SNAPSHOT)  # fmt: skip
     try:
         data = json.loads(path.read_text())
+    except RecursionError:
+        raise SnapshotError(f"{path} is not readable: its JSON is nested too deeply", SNAPSHOT) from None
     except (OSError, ValueError) as exc:
         raise SnapshotError(f"{path} is not readable: {exc}", SNAPSHOT) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):

@@ -28,9 +28,12 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def offline_env(venv: Path, home: Path) -> dict:
-    """Only Python and the venv: an empty HOME, no index, no pip configuration, no launcher source tree."""
+    """Only Python and the venv: an empty HOME, no index, no pip configuration, no launcher source tree. The
+    machine's own OpenBLAS settings stay (set on some CPUs here, and in the key: the same machine keeps them)."""
+    machine = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")}
     return {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(home), "PIP_NO_INDEX": "1",
-            "PIP_CONFIG_FILE": os.devnull, "XDG_CACHE_HOME": str(home / ".cache"), "LANG": "C.UTF-8"}  # fmt: skip
+            "PIP_CONFIG_FILE": os.devnull, "XDG_CACHE_HOME": str(home / ".cache"), "LANG": "C.UTF-8",
+            **machine}  # fmt: skip
 
 
 def tamper_record(venv: Path, distribution: str) -> None:

@@ -174,6 +174,19 @@ def test_gc_refuses_a_missing_store_and_a_second_gc(store, tmp_path, capsys, mon
     assert "is busy" in err and "another launch gc" in err
 
 
+def test_gc_says_a_store_that_is_a_file_is_not_a_directory(store, tmp_path, capsys):
+    """Not "does not exist": it does, and is the wrong thing. Left as it was."""
+    file = tmp_path / "runs.tar"
+    file.write_bytes(b"an archive, not a store")
+    assert cli.main(["gc", "--store", str(file)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"store {str(file)!r} is not a directory" in err[0] and "does not exist" not in err[0]
+    assert "give the store (the directory holding the runs)" in err[0]
+    assert file.read_bytes() == b"an archive, not a store"
+    assert cli.main(["gc", "--store", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
 def test_the_pure_parts():
     sha = _sha(b"a")
     assert gc.references({"files": {"/a": {"sha256": sha}, "/b": {"sha256": "../x"}, "/c": "junk"}}) == {sha}
