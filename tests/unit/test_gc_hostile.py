@@ -266,7 +266,7 @@ def test_a_snapshot_read_as_replay_reads_it_is_the_mark(store):
     (run_dir / snapshot.SNAPSHOT).unlink()  # deleted while the mark ran: references nothing
     assert gc.read_snapshot(run_dir) == {}
     (run_dir / snapshot.SNAPSHOT).write_text("[" * 200_000)
-    with pytest.raises(StoreError, match="RecursionError"):
+    with pytest.raises(StoreError, match="RecursionError|nested too deeply"):
         gc.read_snapshot(run_dir)
 
 
