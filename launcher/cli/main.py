@@ -31,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("launcher.cli.replay:main",
                "RUN|FILE [--allow-mismatch] [--data NAME=PATH] [--rebuild] [--cpu MODEL]: rerun a stored run "
                "(or an archive's), say if it reproduced"),
-    "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch]: continue an interrupted run from its checkpoint"),
+    "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch] [store.signing_key=K store.require_signed=true]: "
+               "continue an interrupted run from its checkpoint"),
     "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--reindex]: list runs"),
     "pack": ("launcher.cli.pack:main", "RUN [-o FILE] [--with-env]: one file holding the run, its code and data "
              "(and wheels)"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from launcher.errors import SealError
 from launcher.record import layout, runs
 
 DIRNAME = layout.CHECKPOINTS
@@ -40,7 +41,7 @@ def verify(path: Path) -> str | None:
     try:
         manifest = json.loads(manifest_path.read_text())
         files = manifest["files"]
-    except (ValueError, KeyError, OSError):
+    except (ValueError, KeyError, OSError, RecursionError, TypeError):
         return f"{MANIFEST} is unreadable"
     for file, digest in files.items():
         if not (path / file).is_file():
@@ -70,7 +71,7 @@ def trace_points(path: Path) -> int | None:
     checkpoint from a launcher that did not count them, or a count that is not one)."""
     try:
         points = json.loads((path / MANIFEST).read_text()).get("trace_points")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return points if isinstance(points, int) and not isinstance(points, bool) and points >= 0 else None
 
@@ -85,7 +86,7 @@ def _earlier_missing(path: Path) -> str | None:
     """What is wrong with the earlier fits' checkpoints that the checkpoint at ``path`` needs, or None."""
     try:
         extra = json.loads((path / EXTRA).read_text()) if (path / EXTRA).is_file() else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return f"{EXTRA} is unreadable"
     for needed in needs(extra):
         problem = verify(path.parent / needed)
@@ -98,7 +99,7 @@ def is_fit_end(path: Path) -> bool:
     """Is the checkpoint at ``path`` the last epoch of an observed fit (kept for later fits' resume)?"""
     try:
         return bool(json.loads((path / EXTRA).read_text()).get("final"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 
@@ -106,7 +107,11 @@ def read_extra(path: Path) -> tuple[dict | None, dict]:
     """The ``extra`` JSON and the arrays a checkpoint was saved with (None and {} when none)."""
     import numpy as np
 
-    extra = json.loads((path / EXTRA).read_text()) if (path / EXTRA).is_file() else None
+    try:
+        extra = json.loads((path / EXTRA).read_text()) if (path / EXTRA).is_file() else None
+    except (ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise SealError(f"{path / EXTRA} is unreadable ({why})", EXTRA) from None
     arrays: dict = {}
     if (path / ARRAYS).is_file():
         with np.load(path / ARRAYS) as loaded:

@@ -40,7 +40,8 @@ AUDITS = "audits"  # an audit's report
 INDEX = "index.sqlite"  # the run index, derived from the run directories
 INDEX_LOCK = ".index.lock"
 GC_LOCK = ".gc.lock"
-STORE_RESERVED = frozenset({OBJECTS, WHEELS, SWEEPS, AUDITS, INDEX, INDEX_LOCK, GC_LOCK})
+CREATED = ".created.jsonl"  # the store's ledger of the runs launch created in it (runs.note_created)
+STORE_RESERVED = frozenset({OBJECTS, WHEELS, SWEEPS, AUDITS, INDEX, INDEX_LOCK, GC_LOCK, CREATED})
 
 # The one rule for a run's name (its id), shared by runs.create, the index and an archive's run:
 # YYYYMMDD-HHMMSS-<6 hex digits>. None of the reserved names above can match it.

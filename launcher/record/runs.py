@@ -21,15 +21,26 @@ and neither the seal nor a resume changes the mode of anything a link points at.
 Each run directory holds a small ``.reserve`` file while it is not sealed: when the
 store's disk is full, ``set_status`` frees it so a run can still say how it ended. The
 seal deletes it before listing the files, so a sealed run has none.
+
+The seal names its run (``"run"``: the directory's name), so a signed seal covers the run's
+id (``launcher.record.signing``); it is signed only with the key its caller passes (the
+settings of whoever seals it now), never with one the run directory names.
+
+The store keeps a ledger of the runs made in it (``CREATED``, outside every run directory):
+an interrupted run has no seal, and the ledger is how ``launch resume`` tells a run this
+store made from one copied in (``creation``). It is a note, not a proof: whoever can write
+the store can write it too.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import errno
+import fcntl
 import hashlib
 import json
 import os
+import pwd
 import secrets
 import socket
 import stat
@@ -46,10 +57,18 @@ STATUS = layout.STATUS
 MANIFEST_SCHEMA = 1
 RESERVE = ".reserve"  # freed when the disk is full, so status.json can still be written
 RESERVE_BYTES = 64 * 1024
+# The store's ledger of the runs made in it: one JSON line per run (its name, the directory's
+# inode, host, user, pid, time), appended by ``create(..., ledger=True)``, read by ``creation``.
+# A file of the store (beside objects/, index.sqlite), never in a run directory: a run handed
+# over cannot bring its own entry.
+CREATED = layout.CREATED
 
 
-def create(store_root: str | os.PathLike, now: _dt.datetime | None = None) -> Path:
-    """Create and return a new, empty, uniquely named run directory under ``store_root``."""
+def create(store_root: str | os.PathLike, now: _dt.datetime | None = None, *, ledger: bool = False) -> Path:
+    """Create and return a new, empty, uniquely named run directory under ``store_root``.
+
+    ``ledger``: note it in the store's ledger (``CREATED``): a run's directory (``job.create_run``),
+    not a sweep's or an audit's, which are made here too."""
     root = Path(store_root)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -67,8 +86,76 @@ def create(store_root: str | os.PathLike, now: _dt.datetime | None = None) -> Pa
         except OSError as exc:
             raise StoreError(f"cannot create a run in {str(root)!r}: {exc.strerror}") from None
         make_reserve(path)
+        if ledger:
+            note_created(path)
         return path
     raise StoreError(f"could not find a free run name in {str(root)!r}")
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid with no name (a container's)
+        return str(os.getuid())
+
+
+def note_created(run_dir: Path) -> None:
+    """Append ``run_dir`` to its store's ledger (``CREATED``): its name and inode (the very directory,
+    not a later one of that name), host, user, pid and time. One ``write`` of one line, under an
+    exclusive ``flock``, so launches creating runs at once never mix their lines. The ledger takes
+    the store directory's own mode (a group's shared store: the group appends to it), whatever the
+    umask. A ledger that cannot be written leaves the run made and says so on stderr: the run is
+    then one ``launch resume`` says this store did not create, the safe side."""
+    store = run_dir.parent
+    entry = {"run": run_dir.name, "inode": os.stat(run_dir).st_ino, "host": socket.gethostname(), "user": _user(),
+             "pid": os.getpid(), "time": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}  # fmt: skip
+    line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+    path = store / CREATED
+    try:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            os.fchmod(fd, stat.S_IMODE(os.stat(store).st_mode) & 0o666)
+        except FileExistsError:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            written = 0
+            while written < len(line):
+                written += os.write(fd, line[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        print(f"[launch] warning: run {run_dir.name} is not noted in {path} ({exc.strerror}): launch resume will "
+              "say this store did not create it", file=sys.stderr)  # fmt: skip
+
+
+def find_created(lines, name: str, inode: int) -> dict | None:
+    """The ledger entry (``CREATED``'s lines) of run ``name`` whose directory is ``inode``, or None.
+    A line that is not such an entry (damaged, cut short, nested too deeply) is passed over."""
+    for line in lines:
+        if name not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(entry, dict) and entry.get("run") == name and entry.get("inode") == inode:
+            return entry
+    return None
+
+
+def creation(run_dir: Path) -> dict | None:
+    """Who made ``run_dir`` in its store, as the store's ledger (``CREATED``) says: the entry noted when
+    ``create`` made this very directory (its name and inode), or None: copied in from elsewhere (a
+    copy is another directory), made before the store kept a ledger, or another directory put in its
+    place under its name. Whoever can write the store can write the ledger: a note, not a proof."""
+    try:
+        inode = os.stat(run_dir).st_ino
+        with open(Path(run_dir).parent / CREATED, encoding="utf-8", errors="replace") as f:
+            return find_created(f, Path(run_dir).name, inode)
+    except OSError:
+        return None
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -94,13 +181,33 @@ def write_json(path: str | os.PathLike, data: object) -> None:
 
 
 def read_json(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path``: ``RunNotFound`` when it is missing, ``SealError`` (one line) when it
+    cannot be read, is not JSON, is JSON nested too deeply for Python's parser (a crafted file:
+    ``[`` repeated 200,000 times), or is not an object."""
+    data = loads_json(_read_text(path), path)
+    if not isinstance(data, dict):
+        raise SealError(f"{path} is not a JSON object", str(path))
+    return data
+
+
+def _read_text(path: str | os.PathLike) -> str:
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return f.read()
     except FileNotFoundError:
         raise RunNotFound(f"{path} does not exist") from None
     except (OSError, ValueError) as exc:
         raise SealError(f"{path} is not readable JSON: {exc}", str(path)) from None
+
+
+def loads_json(text: str, where: str | os.PathLike) -> object:
+    """``text`` as JSON; ``SealError`` naming ``where`` when it is not, or nests too deeply to be read."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise SealError(f"{where} is not readable JSON: {exc}", str(where)) from None
+    except RecursionError:
+        raise SealError(f"{where} is not readable JSON: nested too deeply", str(where)) from None
 
 
 def make_reserve(run_dir: Path) -> None:
@@ -204,44 +311,45 @@ def _files(run_dir: Path) -> list[str]:
     return sorted(name for name in names if name not in (MANIFEST, SIGNATURE))
 
 
-def seal(run_dir: Path) -> dict:
-    """Mark ``run_dir`` complete: write the manifest last, then make every file read-only.
+def seal(run_dir: Path, signing_key: object = None) -> dict:
+    """Mark ``run_dir`` complete: write the manifest last, sign it with ``signing_key``, then make every
+    file read-only.
 
-    The manifest lists every file (``_files``). The disk-full reserve is deleted first: it
-    only exists so an unsealed run can still record how it ended, and a sealed run needs none.
+    The manifest names the run (``"run"``: its directory's name, so a signature covers the run's id)
+    and lists every file (``_files``). ``signing_key`` is the ``store.signing_key`` setting of whoever
+    seals the run now (``launcher.record.signing.signing_key``'s forms; None: unsigned), passed by the
+    caller: never read from the run directory, whose ``config.yaml`` anyone may have written. The
+    disk-full reserve is deleted first: it only exists so an unsealed run can still record how it
+    ended, and a sealed run needs none.
     """
     set_status(run_dir, "complete")
     (run_dir / RESERVE).unlink(missing_ok=True)
     manifest = {
         "schema": MANIFEST_SCHEMA,
+        "run": os.path.basename(os.path.realpath(run_dir)),  # as signing.check finds it
         "files": {name: file_sha256(run_dir / name) for name in _files(run_dir)},
     }
     write_json(run_dir / MANIFEST, manifest)
-    sign_seal(run_dir)
+    if signing_key is not None:
+        sign_seal(run_dir, signing_key)
     make_read_only(run_dir)
     return manifest
 
 
-def sign_seal(run_dir: Path) -> bool:
-    """Sign the seal when the run's config names a key (``store.signing_key``; ``launcher.record.signing``).
-    A key that cannot sign leaves the run sealed and unsigned, and says so on stderr: a finished
-    training is never lost to a missing key. True when it was signed."""
+def sign_seal(run_dir: Path, signing_key: object) -> bool:
+    """Sign the seal with ``signing_key`` (a ``store.signing_key`` setting: a key file, ``git``, None;
+    ``launcher.record.signing``). A key that cannot sign leaves the run sealed and unsigned, and says
+    so on stderr: a finished training is never lost to a missing key. True when it was signed."""
     from launcher.record import signing
 
     try:
-        import yaml
-
-        if not (run_dir / layout.CONFIG).is_file():
-            return False  # no config, no key configured
-        store = (yaml.safe_load((run_dir / layout.CONFIG).read_text()) or {}).get("store") or {}
-        key = signing.signing_key(store.get("signing_key"))
+        key = signing.signing_key(signing_key)
         if key is None:
             return False
         write_bytes(run_dir / signing.SIGNATURE, signing.sign(run_dir, key))
         return True
-    except (OSError, ValueError, AttributeError, yaml.YAMLError) as exc:
-        print(f"[launch] warning: run {run_dir.name} is sealed, not signed: its config cannot be read ({exc})",
-              file=sys.stderr)  # fmt: skip
+    except OSError as exc:
+        print(f"[launch] warning: run {run_dir.name} is sealed, not signed: {exc}", file=sys.stderr)
     except LauncherError as exc:
         print(f"[launch] warning: run {run_dir.name} is sealed, not signed: {exc}", file=sys.stderr)
     return False

@@ -54,7 +54,7 @@ def read(run_dir: Path) -> list[dict]:
     for line in path.read_text(errors="replace").splitlines():
         try:
             points.append(json.loads(line))
-        except ValueError:
+        except (ValueError, RecursionError):
             break
     return points
 

@@ -27,6 +27,10 @@ FINGERPRINT = fingerprint.FILE
 CONFIG = layout.CONFIG
 CONTAINER = layout.CONTAINER
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])
+# ``execute``'s ``signing_key`` when not given: the ``store.signing_key`` of the config it is handed,
+# composed by this invocation (a fresh run's; a replay's, with the replayer's key merged in). A resume
+# hands over the run's own stored config, so it passes its resumer's key instead.
+COMPOSED = object()
 
 
 @dataclass
@@ -78,7 +82,7 @@ def create_run(resolved: DictConfig, root: Path, cwd: str | None = None, cpu: st
     gpus.check(resolved)
     runtime.get(str(resolved.runtime.name)).check(resolved, Path(root) / "next-run", cwd or os.getcwd())
     check_baseline(resolved, cpu)
-    run_dir = runs.create(root)
+    run_dir = runs.create(root, ledger=True)  # noted in the store's ledger: made here (launch resume asks)
     runs.set_status(run_dir, "running", pid=os.getpid())
     runs.write_bytes(run_dir / CONFIG, OmegaConf.to_yaml(resolved).encode())
     return run_dir
@@ -99,6 +103,7 @@ def execute(
     root: str | None = None,
     python: str | None = None,
     cpu: str | None = None,
+    signing_key: object = COMPOSED,
 ) -> Outcome:
     """Run the prepared job in ``run_dir`` to its end and record how it ended.
 
@@ -108,8 +113,11 @@ def execute(
     live and are sealed with it; MLflow (``tracking=mlflow``) hears of the run after it
     ended, unless ``track`` is false (a sweep logs its jobs itself, as children of the sweep).
     ``python`` is the job's interpreter when not ours (a rebuilt environment); ``cpu`` a CPU
-    model the job process runs as, under qemu-user (``replay --cpu``).
+    model the job process runs as, under qemu-user (``replay --cpu``). ``signing_key``: the key a
+    completed run's seal is signed with (``COMPOSED``: ``resolved``'s ``store.signing_key``).
     """
+    if signing_key is COMPOSED:
+        signing_key = (resolved.get("store") or {}).get("signing_key")
     cwd = cwd or os.getcwd()
     plan, env, fp = launch_fingerprint(resolved, cwd, extra_env, root, cpu=cpu, python=python)
     runs.write_json(run_dir / FINGERPRINT, fp)
@@ -133,7 +141,7 @@ def execute(
             returncode = runtime.get(str(resolved.runtime.name)).run(job)
         except KeyboardInterrupt:
             returncode = 130
-    outcome = finish(run_dir, resolved, fp, returncode, row, snapshot.unrooted(cwd, root), root)
+    outcome = finish(run_dir, resolved, fp, returncode, row, snapshot.unrooted(cwd, root), root, signing_key)
     if track:
         tracking.log_run(run_dir, resolved)
     return outcome
@@ -176,18 +184,19 @@ def launch_fingerprint(
 
 
 def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row,
-           launch_dir: str | None = None, root: str | None = None) -> Outcome:
-    """Seal a successful job with its code snapshot; mark any other ending failed or
+           launch_dir: str | None = None, root: str | None = None, signing_key: object = None) -> Outcome:
+    """Seal a successful job with its code snapshot, signed with ``signing_key`` (the current
+    invocation's ``store.signing_key``; None: unsigned); mark any other ending failed or
     interrupted, with its reason.
 
     A Ctrl-C or SIGTERM meanwhile waits until the run's ending is on record.
     """
     with signals.held():
-        return _finish(run_dir, resolved, fp, returncode, row, launch_dir, root)
+        return _finish(run_dir, resolved, fp, returncode, row, launch_dir, root, signing_key)
 
 
 def _finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row,
-            launch_dir: str | None, root: str | None) -> Outcome:
+            launch_dir: str | None, root: str | None, signing_key: object) -> Outcome:
     seed = int(resolved.seed)
     if returncode == 0 and interrupts.was_stopped(run_dir) is not None:
         returncode = 130  # stopped, its code caught the stop and ended by itself: a stop is never a completion
@@ -198,7 +207,7 @@ def _finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row:
         (run_dir / JOB_FACTS).unlink()
         keep_snapshot(run_dir, resolved, fp, launch_dir or os.getcwd(), root)
         result = runs.read_json(run_dir / RESULT)
-        runs.seal(run_dir)
+        runs.seal(run_dir, signing_key=signing_key)  # the key passed in, never one the run directory names
         row.status, row.key_sha256 = "complete", key.key_sha256(fp)
         row.metrics = json.dumps(result.get("final_metrics", {}), sort_keys=True)
         row.weights_sha256 = result.get("weights_sha256")

@@ -12,20 +12,26 @@ An interrupted run is not sealed, so nothing it holds is taken on trust before i
 used: a link pointing outside the run is refused, and its ``snapshot.json`` is read
 checked (``snapshot.read``) and must name only what the run's own record names, with the
 same content (``snapshot.check_recorded``), before anything is laid out or written.
+
+Nor does the run say who it is: resume asks its store's ledger (``runs.creation``) whether
+this store made it, and says so (``origin``); with ``store.require_signed=true`` it resumes
+only a run this store made. The resumed run's seal is signed with the resumer's
+``store.signing_key`` (given as a word; default none), never with a key the run's own
+``config.yaml`` names: that file is the run's, anyone's to write while it is unsealed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.errors import NotComparable, ResumeError, StoreError, UnsafeRun
-from launcher.record import checkpoints, fingerprint, key, runs, snapshot, trace
+from launcher.errors import NotComparable, ResumeError, SealError, SignatureError, StoreError, UnsafeRun
+from launcher.record import checkpoints, fingerprint, key, runs, signing, snapshot, trace
 from launcher.record.layout import ERROR, JOB, JOB_FACTS, METRICS, RESULT
 from launcher.run import gpus, job, precheck
 
@@ -88,13 +94,48 @@ def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
     return path, epoch, owner + notes
 
 
+def _epoch_of(line: str, where: str) -> int:
+    """The epoch of one line of metrics.jsonl; ``SealError`` (one line) when it has none: the run is
+    unsealed, and its file may be anything (damaged, or JSON nested too deeply to be read)."""
+    data = runs.loads_json(line, where)
+    epoch = data.get("epoch") if isinstance(data, dict) else None
+    if not isinstance(epoch, int):
+        raise SealError(f"{where} has no epoch", where)
+    return epoch
+
+
 def keep_metrics_through(run_dir: Path, epoch: int) -> None:
     """Rewrite metrics.jsonl atomically with only the epochs up to ``epoch``."""
     path = run_dir / METRICS
     if not path.exists():
         return
-    lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["epoch"] <= epoch]
+    lines = [line for number, line in enumerate(path.read_text().splitlines(), 1)
+             if line and _epoch_of(line, f"{path} line {number}") <= epoch]  # fmt: skip
     runs.write_bytes(path, "".join(line + "\n" for line in lines).encode())
+
+
+def _shown(value: object) -> str:
+    """A ledger field as printed: printable characters only, at most 64 (the ledger is the store's,
+    and whoever writes the store writes it)."""
+    return "".join(c for c in str(value) if c.isprintable())[:64] or "?"
+
+
+def origin(run_dir: Path, require_created: bool = False) -> str:
+    """Whose run ``run_dir`` is, in words, from its store's ledger (``runs.creation``): ``resuming run
+    X, created in this store by user@host``, or ``run X was not created in this store (...)``. With
+    ``require_created`` (``store.require_signed=true``) a run this store did not create is refused
+    (``SignatureError``, exit 3): an interrupted run has no seal to be signed, and the ledger is all
+    that says where it came from."""
+    entry = runs.creation(run_dir)
+    if entry is not None:
+        return (f"resuming run {run_dir.name}, created in this store by {_shown(entry.get('user'))}@"
+                f"{_shown(entry.get('host'))} on {_shown(entry.get('time'))}")  # fmt: skip
+    said = (f"run {run_dir.name} was not created in this store (copied in from elsewhere: {runs.CREATED} "
+            "does not name this directory)")  # fmt: skip
+    if require_created:
+        raise SignatureError(f"{said}, and store.require_signed=true resumes only runs this store created (an "
+                             "interrupted run has no seal to be signed): refused", run_dir.name)  # fmt: skip
+    return said + "; resuming it"
 
 
 def _stored_fingerprint(run_dir: Path) -> dict:
@@ -139,12 +180,19 @@ def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None
     return kept
 
 
-def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) -> tuple[job.Outcome, list[str]]:
+def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True,
+           store: Mapping | None = None) -> tuple[job.Outcome, list[str]]:
     """Resume ``run``; returns the outcome and the notes printed about skipped checkpoints.
 
-    An unsealed run's own files are checked before anything else (``runs.refuse_links_out``,
-    ``checked_snapshot``): a crafted run is refused before anything is written."""
+    ``store``: the resumer's ``store`` settings (``signing.STORE_KEYS``; ``launch resume RUN
+    store.signing_key=K``): the key the resumed run's seal is signed with (default none: never the
+    key the run's own config names), and ``require_signed`` (resume only a run this store made,
+    ``origin``). Whose run it is comes first, then the unsealed run's own files
+    (``runs.refuse_links_out``, ``checked_snapshot``): a crafted run is refused before anything is
+    written."""
+    settings = {**signing.DEFAULTS, **(store or {})}
     run_dir = runs.require_run(run)
+    said = origin(run_dir, signing.trust_from(settings).require_signed)
     sealed = (run_dir / runs.MANIFEST).exists()  # a sealed run is judged by its seal (check_resumable)
     if not sealed:
         runs.refuse_links_out(run_dir)
@@ -155,10 +203,13 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True) 
     checkpoint, epoch, notes = check_resumable(run_dir)
     if stored is None:
         stored = _stored_fingerprint(run_dir)
+    if echo:
+        print(f"[launch] {said}", flush=True)
     work = None
     try:
         cwd, root, work = _where(run_dir, previous, kept, echo)
-        outcome = _continue(run_dir, stored, previous, checkpoint, epoch, notes, cwd, root, allow_mismatch, echo)
+        outcome = _continue(run_dir, stored, previous, checkpoint, epoch, notes, cwd, root, allow_mismatch, echo,
+                            settings["signing_key"])  # fmt: skip
     finally:
         if work is not None:
             snapshot.remove(work)
@@ -204,7 +255,7 @@ def _where(run_dir: Path, previous: dict, stored: dict | None, echo: bool) -> tu
 
 
 def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epoch: int, notes: list[str],
-              cwd: str, root: str | None, allow_mismatch: bool, echo: bool) -> job.Outcome:
+              cwd: str, root: str | None, allow_mismatch: bool, echo: bool, signing_key: object) -> job.Outcome:
     user_code = _task(run_dir) in USER_CODE
     diffs = precheck.key_differences_now(stored, run_dir, cwd, root=root)
     if diffs and not allow_mismatch:
@@ -234,4 +285,5 @@ def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epo
     if fit is not None:  # user code's Keras fit: which one, and its epochs done
         resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"], stop_training=bool(fit.get("stop_training")))
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
-    return job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root)
+    # the resumer's key: resolved is the run's own config, whose store.signing_key is the run's to write
+    return job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key)

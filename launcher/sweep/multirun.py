@@ -434,7 +434,7 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
             print(f"[sweep] job {record['num']:03d} was requeued: resuming {earlier}", flush=True)
             record.update(run_dir=str(earlier))
             runs.write_json(job_path(sweep_dir, record["num"]), record)
-            outcome, _ = resume.resume(earlier, echo=False)
+            outcome, _ = resume.resume(earlier, echo=False, store={"signing_key": cfg.store.get("signing_key")})
         else:
             def created(run_dir: Path) -> None:  # on record at once: a requeued job finds its run
                 record.update(run_dir=str(run_dir))

@@ -200,7 +200,7 @@ def test_a_manifest_without_a_file_table_is_refused(tmp_path):
 def test_the_manifest_format_is_schema_1_stored_runs_keep_verifying(tmp_path):
     run_dir = _make_run(tmp_path)
     manifest = runs.seal(run_dir)
-    assert manifest["schema"] == 1 and set(manifest) == {"schema", "files"}
+    assert manifest["schema"] == 1 and set(manifest) == {"schema", "run", "files"} and manifest["run"] == run_dir.name
     assert json.loads((run_dir / "manifest.json").read_text()) == manifest
     files = {name: runs.file_sha256(run_dir / name) for name in ("config.yaml", "outputs/model.bin", "result.json",
                                                                   "status.json")}  # fmt: skip

@@ -33,14 +33,15 @@ def keys(tmp_path_factory) -> dict:
 
 
 def signed_run(store: Path, key: Path | str | None, name: str = "20261126-120000-abcdef") -> Path:
-    """``sealed_run`` with ``store.signing_key`` set in its config before it is sealed."""
+    """``sealed_run`` sealed with ``key`` (passed to ``runs.seal``, as the pipeline passes its settings'
+    ``store.signing_key``), its config naming the key too, as a launch's does."""
     import launcher.record.runs as runs_module
 
     real_seal = runs_module.seal
 
     def seal_with_key(run_dir: Path) -> dict:
         (run_dir / "config.yaml").write_text(f"train:\n  name: script\nstore:\n  root: runs\n  signing_key: {key}\n")
-        return real_seal(run_dir)
+        return real_seal(run_dir, signing_key=key)
 
     runs_module.seal = seal_with_key
     try:
@@ -144,7 +145,8 @@ def test_an_archive_holding_a_forged_signed_run_is_refused_before_it_is_imported
             data = tar.extractfile(member).read() if member.isreg() else None
             if member.name == archive_manifest.NAME:
                 manifest = json.loads(data)
-                manifest["run_files"] = {name.split("/", 2)[2]: hashlib.sha256(content).hexdigest()
+                manifest["run_files"] = {name.split("/", 2)[2]: {"sha256": hashlib.sha256(content).hexdigest(),
+                                                                 "size": len(content)}
                                          for name, content in replaced.items()}  # fmt: skip
                 data = json.dumps(manifest).encode()
             elif member.name in replaced:
