@@ -5,7 +5,7 @@ real `launch`): the launcher-side fingerprint (hardware, environment, code; no
 TensorFlow), the job-side software section (distribution list), and in the job
 process what finding out what the job used costs: the file-open audit hook during
 `import tensorflow, keras`, then gathering the modules, distributions, libraries and
-data files (launcher.record.usage, with its file-hash cache warm after the first
+data files (launcher.record.probe.usage, with its file-hash cache warm after the first
 repetition, as on every launch but the first). For scale, the job process' `import
 tensorflow`. Prints medians over N repetitions and ratios.
 

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent  # the tree under test: its launch
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from launcher.record import probes  # noqa: E402  (no TensorFlow in this process)
+from launcher.record.probe import probes  # noqa: E402  (no TensorFlow in this process)
 from launcher.sweep import slots  # noqa: E402
 
 NO_GPU_EXIT = 77  # the autotools convention for "skipped"

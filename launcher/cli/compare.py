@@ -10,7 +10,7 @@ from launcher.errors import ConfigError
 
 def main(argv: list[str]) -> int:
     from launcher.cli.pack import split_settings
-    from launcher.record import signing
+    from launcher.record.store import signing
     from launcher.verdict import compare
 
     words, argv = split_settings(argv)  # store.allowed_signers=F store.require_signed=true

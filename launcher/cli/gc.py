@@ -1,4 +1,4 @@
-"""``launch gc``: remove the objects of a store that no run references (``launcher.record.gc``)."""
+"""``launch gc``: remove the objects of a store that no run references (``launcher.record.store.gc``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ def main(argv: list[str]) -> int:
     (``StoreError``, nothing removed) when the store is missing, not a directory or a run
     directory, or busy, or the mark cannot tell what a run references (a directory it cannot
     list, a ``snapshot.json`` replay would refuse, a link to a run outside the store)."""
-    from launcher.record import gc
+    from launcher.record.store import gc
 
     p = parser("gc", "Remove the objects of a store that no run references (mark and sweep; "
                      "safe while other launches write to the store).")  # fmt: skip

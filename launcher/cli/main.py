@@ -54,15 +54,15 @@ def command(name: str):
 
 def run_single(overrides: list[str], config_dir: str | None = None) -> int:
     from launcher.job import determinism
-    from launcher.run import composition, config, job
+    from launcher.run import composition, config, pipeline
     cfg = composition.compose(overrides, config_dir=config_dir)
     config.validate(cfg)
     config.check_entrypoint(cfg, os.getcwd())
     note = determinism.idle_note(str(cfg.determinism.level), cfg.determinism.intra_op_threads, os.cpu_count() or 1)
     if note:
         print(note, flush=True)
-    outcome = job.run(cfg)
-    print(job.summary_line(outcome) + resume_hint(outcome), flush=True)
+    outcome = pipeline.run(cfg)
+    print(pipeline.summary_line(outcome) + resume_hint(outcome), flush=True)
     if outcome.status == "interrupted":
         return 130
     return 0 if outcome.ok else 1

@@ -15,7 +15,7 @@ def split_settings(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    from launcher.record import signing
+    from launcher.record.store import signing
     from launcher.share import pack as packing
 
     words, rest = split_settings(argv)

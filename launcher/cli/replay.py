@@ -9,7 +9,7 @@ from launcher.errors import ConfigError, NotComparable
 
 
 def main(argv: list[str]) -> int:
-    from launcher.record import runs, signing
+    from launcher.record.store import runs, signing
     from launcher.share import unpack as unpacking
     from launcher.verdict import replay
 

@@ -11,8 +11,8 @@ from launcher.errors import ConfigError, NotComparable
 
 def main(argv: list[str]) -> int:
     from launcher.cli.main import resume_hint
-    from launcher.record import signing
-    from launcher.run import job, resume
+    from launcher.record.store import signing
+    from launcher.run import pipeline, resume
 
     words, rest = split_settings(argv)
     args = rerun_args("resume", "Continue an interrupted run from its newest complete checkpoint.", rest)
@@ -25,5 +25,5 @@ def main(argv: list[str]) -> int:
         return refused(exc)
     for note in notes:
         print(f"[launch] {note}")
-    print(job.summary_line(outcome) + resume_hint(outcome))
+    print(pipeline.summary_line(outcome) + resume_hint(outcome))
     return 0 if outcome.ok else (130 if outcome.status == "interrupted" else 1)

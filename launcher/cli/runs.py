@@ -14,7 +14,7 @@ STATES = ["running", "complete", "failed", "interrupted", "abandoned"]
 def main(argv: list[str]) -> int:
     import sqlite3
 
-    from launcher.record import index
+    from launcher.record.store import index
 
     p = parser("runs", "List the runs of a store from its index, newest first.")
     p.add_argument("--store", default="runs", help="the store root (default ./runs)")

@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
 
 def plot(sweep_dir: Path, file: Path | None) -> int:
     """Draw each metric's per-epoch spread across the sweep's completed jobs into ``file``."""
-    from launcher.record import runs
+    from launcher.record.store import runs
     from launcher.sweep import multirun
     from launcher.verdict import plots
 

@@ -7,7 +7,7 @@ from launcher.cli.pack import split_settings
 
 
 def main(argv: list[str]) -> int:
-    from launcher.record import signing
+    from launcher.record.store import signing
     from launcher.share import unpack as unpacking
     from launcher.share.manifest import limits_from
 
@@ -28,6 +28,6 @@ def imported_line(imported) -> str:
     how = "already in" if imported.already else "unpacked into"
     wheels = f"; its {len(imported.wheels)} wheel(s) in {imported.wheels[0].parent}" if imported.wheels else ""
     # the signature's verdict before anything else: `launch unpack` of an unsigned archive says so
-    from launcher.record import signing
+    from launcher.record.store import signing
 
     return f"run {imported.run_dir.name} {how} {imported.run_dir.parent}; {signing.describe(imported.seal)}{wheels}"

@@ -10,7 +10,7 @@ from launcher.cli.pack import split_settings
 
 
 def main(argv: list[str]) -> int:
-    from launcher.record import runs, signing
+    from launcher.record.store import runs, signing
     from launcher.share import unpack as unpacking
 
     words, rest = split_settings(argv)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from launcher.record.environment import allowed_env
+from launcher.record.probe.environment import allowed_env
 
 IMAGE_UID = 1000  # the image's `launch` user, used when launch itself runs as root
 NETWORK = "none"  # a job never has a network

@@ -21,7 +21,7 @@ from typing import IO
 from launcher import proc
 from launcher.docker import container_spec, containers, images
 from launcher.errors import ImageError, PackagesMismatch
-from launcher.record import runs
+from launcher.record.store import runs
 from launcher.version import __version__
 
 TREE = "/opt/launch"  # everything the build installs; its hash is the image's identity

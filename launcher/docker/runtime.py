@@ -20,7 +20,8 @@ from pathlib import Path
 from launcher.docker import container_spec, containers, imagebuild, images
 from launcher.docker.imagebuild import ImageInfo, ensure_image
 from launcher.errors import PackagesMismatch
-from launcher.record import layout, runs
+from launcher.record import layout
+from launcher.record.store import runs
 
 CONTAINER = layout.CONTAINER  # merged into the fingerprint
 RUN_IMAGE_DIR = "image"  # RUN_DIR/image/{Dockerfile,lockfile.txt}: what replay rebuilds from

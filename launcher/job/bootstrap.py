@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args[0])
     from launcher.errors import LauncherError
     from launcher.job import interrupts
-    from launcher.record import runs
+    from launcher.record.store import runs
     try:
         if _IS_JOB_PROCESS:  # a stop the launcher sent while we started arrives here, inside the try
             interrupts.install()
@@ -86,7 +86,8 @@ def _run(run_dir: Path) -> None:
 
     observers.install_first()  # first: it must see every file the job opens, TensorFlow's imports included
     from launcher.job import tasks
-    from launcher.record import fingerprint, runs
+    from launcher.record.probe import fingerprint
+    from launcher.record.store import runs
 
     started = time.perf_counter()
     job = runs.read_json(run_dir / JOB)
@@ -148,8 +149,9 @@ class _Recorder:
 
     def record(self, result: dict) -> None:
         from launcher.job.observe import observers
-        from launcher.record import outputs, runs
+        from launcher.record import outputs
         from launcher.record.hashing import tree_digest
+        from launcher.record.store import runs
 
         ctx = self.ctx
         result.setdefault("final_metrics", {})
@@ -176,7 +178,8 @@ class _Recorder:
     def _facts(self, final: dict) -> dict:
         """The job's facts: the settings ``final``, and what it used (modules, distributions, data)."""
         from launcher.job.observe import observers
-        from launcher.record import fingerprint, snapshot
+        from launcher.record.probe import fingerprint
+        from launcher.record.store import snapshot
 
         used = observers.used(self.run_dir, self.launch_dir, self.ctx.root, self.laid_out)
         facts = fingerprint.job_facts(final, self.ctx.data_files, used, launch_dir=self.job.get("launch_dir"))
@@ -190,7 +193,8 @@ class _Recorder:
         natively in a watched directory, by any process, alone do not trigger it, or a busy
         /tmp would cost a gathering at every epoch, measured)."""
         from launcher.job.observe import observers
-        from launcher.record import fingerprint, keep, runs, snapshot
+        from launcher.record.probe import fingerprint
+        from launcher.record.store import keep, runs, snapshot
 
         seen = observers.reads_seen()
         if seen == self.gathered_at:

@@ -238,7 +238,7 @@ def isa_read_back(baseline: str) -> dict:
     the core each loaded OpenBLAS chose, and whether this process' CPU (by CPUID, which an
     emulator answers too) supports the baseline. oneDNN, MKL and XLA expose no query of their
     effective ISA to Python: their caps are read back from the environment (``env``)."""
-    from launcher.record import cpuid
+    from launcher.record.probe import cpuid
 
     seen = cpuid.read()
     return {"name": baseline, "numpy_dispatch": numpy_dispatch(), "openblas_cores": openblas_cores(),

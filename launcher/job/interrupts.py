@@ -117,7 +117,8 @@ def _note_stopped() -> None:
         return
     try:
         from launcher.job.observe import reads
-        from launcher.record import layout, runs
+        from launcher.record import layout
+        from launcher.record.store import runs
 
         with reads.paused():  # the launcher's own file, not a write of the job's
             runs.write_json(os.path.join(run_dir, layout.ERROR),
@@ -130,7 +131,8 @@ def was_stopped(run_dir) -> str | None:
     """The reason, when the job in ``run_dir`` was stopped by a stop signal it received (it
     raised the ``KeyboardInterrupt``), whatever its exit code; None otherwise. Read by the launcher."""
     from launcher.errors import LauncherError
-    from launcher.record import layout, runs
+    from launcher.record import layout
+    from launcher.record.store import runs
 
     path = os.path.join(str(run_dir), layout.ERROR)
     try:

@@ -35,7 +35,8 @@ from pathlib import Path
 
 from launcher.errors import ConfigError, LauncherError
 from launcher.job.observe import reads
-from launcher.record import notebooks, runs
+from launcher.record import notebooks
+from launcher.record.store import runs
 
 NO_INPUT = ("a notebook run by launch is headless: nobody can answer input(); put the value in the "
             "parameters cell and set it with train.params")  # fmt: skip

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 from launcher.errors import SealError
-from launcher.record import layout, runs
+from launcher.record import layout
+from launcher.record.store import runs
 
 DIRNAME = layout.CHECKPOINTS
 MANIFEST = "checkpoint.json"

@@ -23,7 +23,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from launcher.record.runs import file_sha256
+from launcher.record.hashing import file_sha256
 
 # How old a file's ctime must be, when hashing starts, for its digest to be remembered: a change
 # after that gets another ctime however coarse the clock (a 100 Hz tick is 10 ms; margin for a

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+CHUNK = 1 << 20  # bytes of a file hashed at a time: a file is never read whole
+
 
 def array_digest(h: hashlib._Hash, name: str, array: np.ndarray) -> None:
     """Feed one named array into ``h``: name, dtype, shape, then little-endian C-order bytes."""
@@ -100,7 +102,7 @@ MOVED = {
     "launcher.run.checkpoints": "launcher.job.training.checkpoints",
     "launcher.run.tf1": "launcher.job.training.tf1",
     "launcher.run.trace": "launcher.job.training.trace",
-    "launcher.run.keep": "launcher.record.keep",
+    "launcher.run.keep": "launcher.record.store.keep",
 }
 
 
@@ -136,3 +138,12 @@ def launcher_modules(stored: dict[str, str]) -> dict[str, str]:
             by_content = {hashlib.sha256(p.read_bytes()).hexdigest(): n for n, p in here.items()}
         out[by_content.get(digest, name)] = digest if digest in by_content else "missing"
     return out
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's content, read ``CHUNK`` bytes at a time: the one file-hash helper."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()

@@ -76,7 +76,7 @@ def keep_through(run_dir: Path, epoch: int, points: int | None = None) -> None:
     The count is what holds: a script that catches the stop and ends normally records its
     last step, labelled with the epochs it had finished, after the last checkpoint; kept, it
     would number the retrained steps after it."""
-    from launcher.record import runs
+    from launcher.record.store import runs
 
     path = Path(run_dir) / FILE
     if path.exists():

@@ -229,7 +229,8 @@ def _log_run(client, where: Target, run_dir: Path, cfg: dict, parent: str | None
              extra: dict | None = None) -> str:  # fmt: skip
     from mlflow.entities import Metric, Param
 
-    from launcher.record import key, runs
+    from launcher.record.probe import key
+    from launcher.record.store import runs
 
     fp = _read_json(run_dir / "fingerprint.json")
     result = _read_json(run_dir / "result.json") or {}

@@ -5,7 +5,7 @@ instructions of ``MODEL`` (qemu's TCG runs AVX2 and below, so AVX-512 models are
 emulated without AVX-512). The process' children would run natively (no binfmt_misc
 here), so the job process itself is wrapped. Under qemu-user ``/proc/cpuinfo`` is the
 host's file: the emulated CPU is known only by asking ``CPUID`` inside the emulator
-(``launcher.record.cpuid``), which is what the fingerprint records for such a run.
+(``launcher.record.probe.cpuid``), which is what the fingerprint records for such a run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import shutil
 
 from launcher import proc
 from launcher.errors import ConfigError
-from launcher.record import cpuid, probes
+from launcher.record.probe import cpuid, probes
 
 QEMU = "qemu-x86_64"
 INSTALL = "apt-get install qemu-user"
@@ -73,7 +73,7 @@ def _emulated_cpu(model: str, python: str, launcher_root: str) -> dict:
     (vendor, brand, family/model/stepping, flags), the emulator and the model asked for. Caches
     and microcode are the emulator's inventions or the host's: recorded as unknown."""
     path = check_model(model)
-    code = f"import sys; sys.path.insert(0, {launcher_root!r}); import launcher.record.cpuid as c; c.main()"
+    code = f"import sys; sys.path.insert(0, {launcher_root!r}); import launcher.record.probe.cpuid as c; c.main()"
     out = proc.capture([path, "-cpu", model, python, "-P", "-c", code], timeout=300)
     try:
         seen = json.loads(out or "")

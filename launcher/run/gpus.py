@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.errors import GpuUnavailable
-from launcher.record import probes
-from launcher.record.probes import named_devices  # CUDA's reading of CUDA_VISIBLE_DEVICES
+from launcher.record.probe import probes
+from launcher.record.probe.probes import named_devices  # CUDA's reading of CUDA_VISIBLE_DEVICES
 
 CPU_WAY_OUT = "add image.gpus=false to run the image on the CPU"
 

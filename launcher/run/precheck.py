@@ -16,9 +16,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.record import distributions, environment, fingerprint, hashing, key, probes, runs, snapshot
+from launcher.record import hashing
 from launcher.record.filecache import FileHashes
-from launcher.run import job
+from launcher.record.probe import distributions, environment, fingerprint, key, probes
+from launcher.record.store import runs, snapshot
+from launcher.run import pipeline
 
 # Key fields only the job process can measure; the comparison after the run checks them.
 MEASURED_IN_JOB = ("determinism", "software.tf_build")
@@ -66,7 +68,7 @@ def precheck(
 ) -> list[tuple[str, object, object]]:
     """Key differences between the stored run and a rerun here, now, before running it
     (as CPU model ``cpu`` under qemu-user, when given)."""
-    stored = runs.read_json(run_dir / job.FINGERPRINT)
+    stored = runs.read_json(run_dir / pipeline.FINGERPRINT)
     return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed, cpu=cpu,
                                at_own_path=at_own_path)  # fmt: skip
 
@@ -84,9 +86,9 @@ def key_differences_now(
     (``current_data_hashes``).
     """
     fingerprint.check_schema(stored, str(run_dir))
-    resolved = OmegaConf.load(run_dir / job.CONFIG)
+    resolved = OmegaConf.load(run_dir / pipeline.CONFIG)
     python = (probed or {}).get("python")
-    _, _, current = job.launch_fingerprint(resolved, cwd, extra_env, root, cpu=cpu, python=python)
+    _, _, current = pipeline.launch_fingerprint(resolved, cwd, extra_env, root, cpu=cpu, python=python)
     # The launcher files the run's job imported, as this launcher has them. A run whose job did
     # not report them (it was interrupted, or a launcher before schema 3 wrote it) is held to
     # the launcher's whole package instead: the same package, or refused.

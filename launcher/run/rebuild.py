@@ -54,7 +54,8 @@ from pathlib import Path
 
 from launcher import proc
 from launcher.errors import RebuildError
-from launcher.record import distributions, layout
+from launcher.record import layout
+from launcher.record.probe import distributions
 
 LAUNCHER_DISTRIBUTION = "tf-repro-launcher"  # the launcher itself: the replay runs this one's code
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])  # put on the job's PYTHONPATH (job.LAUNCHER_ROOT)
@@ -422,7 +423,8 @@ def where(name):
 
 try:
     import launcher, launcher.job.bootstrap, launcher.job.determinism, launcher.job.tasks, omegaconf
-    from launcher.record import distributions, fingerprint, probes, runs
+    from launcher.record.probe import distributions, fingerprint, probes
+    from launcher.record.store import runs
     names = sys.argv[1:]
     out = {"software": probes.software(), "launcher": launcher.__file__,
            "distributions": {name: distributions.distribution_identity(name) for name in names},

@@ -1,7 +1,7 @@
 """``launch resume RUN``: continue an interrupted run from its newest complete checkpoint.
 
 The run continues in its own directory with its stored config and seed; user code
-runs again with the code the run kept in the store (``launcher.record.keep``), laid out
+runs again with the code the run kept in the store (``launcher.record.store.keep``), laid out
 afresh, in its launch directory (``_where``). Metrics of
 epochs after the checkpoint (written before the interruption) are dropped and
 appended again as the resumed epochs end; ``job.json`` and ``result.json`` record
@@ -31,9 +31,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from launcher.errors import NotComparable, ResumeError, SealError, SignatureError, StoreError, UnsafeRun
-from launcher.record import checkpoints, fingerprint, key, runs, signing, snapshot, trace
+from launcher.record import checkpoints, trace
 from launcher.record.layout import ERROR, JOB, JOB_FACTS, METRICS, RESULT
-from launcher.run import gpus, job, precheck
+from launcher.record.probe import fingerprint, key
+from launcher.record.store import runs, signing, snapshot
+from launcher.run import gpus, pipeline, precheck
 
 
 def _alive(pid: object) -> bool:
@@ -54,7 +56,7 @@ USER_CODE = ("script", "custom", "notebook")  # tasks whose observed fits are ch
 
 def _task(run_dir: Path) -> str | None:
     try:
-        return str(OmegaConf.load(run_dir / job.CONFIG).train.name)
+        return str(OmegaConf.load(run_dir / pipeline.CONFIG).train.name)
     except Exception:  # no readable config: the generic reason
         return None
 
@@ -141,11 +143,11 @@ def origin(run_dir: Path, require_created: bool = False) -> str:
 def _stored_fingerprint(run_dir: Path) -> dict:
     """The run's fingerprint as far as it ran: the launcher's side merged with the job's facts
     of its last checkpoint."""
-    stored = runs.read_json(run_dir / job.FINGERPRINT)
+    stored = runs.read_json(run_dir / pipeline.FINGERPRINT)
     if (run_dir / JOB_FACTS).exists():
         facts = runs.read_json(run_dir / JOB_FACTS)
         if facts.get("modules") is not None:  # what the job had used by its last checkpoint (user code)
-            container = runs.read_json(run_dir / job.CONTAINER) if (run_dir / job.CONTAINER).exists() else None
+            container = runs.read_json(run_dir / pipeline.CONTAINER) if (run_dir / pipeline.CONTAINER).exists() else None
             stored = fingerprint.merge_job_facts(stored, facts, container)
         else:
             stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
@@ -169,19 +171,19 @@ def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None
                             f"in {JOB}): refused before anything was written (a forged or damaged run; "
                             "see docs/store.md)", kept["launch_dir"])  # fmt: skip
     try:
-        resolved = OmegaConf.load(run_dir / job.CONFIG)
+        resolved = OmegaConf.load(run_dir / pipeline.CONFIG)
         config_dir = resolved.get("config_dir")
         script = {"script": resolved.train.get("script"), "notebook": resolved.train.get("notebook")}.get(
             str(resolved.train.name))  # the file of code its config names, as keep.code_file says
         config_path = str(config_dir["path"]) if config_dir else None
     except Exception as exc:  # noqa: BLE001 - any unreadable config: the one line below
-        raise UnsafeRun(f"{where}: the run's {job.CONFIG} cannot be read to check it ({exc})") from None
+        raise UnsafeRun(f"{where}: the run's {pipeline.CONFIG} cannot be read to check it ({exc})") from None
     snapshot.check_recorded(kept, stored, script, config_path, where)
     return kept
 
 
 def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True,
-           store: Mapping | None = None) -> tuple[job.Outcome, list[str]]:
+           store: Mapping | None = None) -> tuple[pipeline.Outcome, list[str]]:
     """Resume ``run``; returns the outcome and the notes printed about skipped checkpoints.
 
     ``store``: the resumer's ``store`` settings (``signing.STORE_KEYS``; ``launch resume RUN
@@ -197,7 +199,7 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True,
     if not sealed:
         runs.refuse_links_out(run_dir)
     previous = runs.read_json(run_dir / JOB) if (run_dir / JOB).exists() else {}
-    stored = _stored_fingerprint(run_dir) if not sealed and (run_dir / job.FINGERPRINT).exists() else None
+    stored = _stored_fingerprint(run_dir) if not sealed and (run_dir / pipeline.FINGERPRINT).exists() else None
     kept = checked_snapshot(run_dir, stored, previous) if stored is not None and _task(run_dir) in USER_CODE \
         else None  # fmt: skip
     checkpoint, epoch, notes = check_resumable(run_dir)
@@ -255,7 +257,7 @@ def _where(run_dir: Path, previous: dict, stored: dict | None, echo: bool) -> tu
 
 
 def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epoch: int, notes: list[str],
-              cwd: str, root: str | None, allow_mismatch: bool, echo: bool, signing_key: object) -> job.Outcome:
+              cwd: str, root: str | None, allow_mismatch: bool, echo: bool, signing_key: object) -> pipeline.Outcome:
     user_code = _task(run_dir) in USER_CODE
     diffs = precheck.key_differences_now(stored, run_dir, cwd, root=root)
     if diffs and not allow_mismatch:
@@ -263,7 +265,7 @@ def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epo
             f"cannot resume {run_dir.name} here: {key.differing(diffs)}; use --allow-mismatch to resume anyway",
             diffs,
         )
-    resolved = OmegaConf.load(run_dir / job.CONFIG)
+    resolved = OmegaConf.load(run_dir / pipeline.CONFIG)
     gpus.check(resolved)  # before anything of the run changes
     runs.unseal_for_resume(run_dir)
     for leftover in (RESULT, ERROR, JOB_FACTS):
@@ -286,4 +288,4 @@ def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epo
         resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"], stop_training=bool(fit.get("stop_training")))
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
     # the resumer's key: resolved is the run's own config, whose store.signing_key is the run's to write
-    return job.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key)
+    return pipeline.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key)

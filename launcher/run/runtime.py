@@ -17,8 +17,9 @@ from typing import Protocol
 from launcher import proc
 from launcher.errors import ConfigError
 from launcher.job import interrupts
-from launcher.record import layout, runs
+from launcher.record import layout
 from launcher.record.layout import ERROR
+from launcher.record.store import runs
 from launcher.run import signals
 
 

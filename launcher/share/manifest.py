@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ArchiveError
-from launcher.record import distributions, layout, snapshot
+from launcher.record import layout
+from launcher.record.probe import distributions
+from launcher.record.store import objects, snapshot
 from launcher.share.tarstream import MAX_SIZE, name_problem
 
 NAME = "launch-archive.json"
@@ -161,21 +163,21 @@ def check_manifest(data: object, limits: Limits = Limits()) -> dict:
     for path, entry in data["run_files"].items():
         if (problem := name_problem(path) if isinstance(path, str) else "is not a path") is not None:
             raise ArchiveError(f"{NAME} names a run file {path!r} that {problem}", str(path))
-        if not isinstance(entry, dict) or not snapshot.is_sha256(entry.get("sha256")):
+        if not isinstance(entry, dict) or not objects.is_sha256(entry.get("sha256")):
             raise ArchiveError(f"{NAME} gives run file {path!r} no sha256 of 64 hex digits", path)
         if (problem := _size_problem(entry.get("size"))) is not None:
             raise ArchiveError(f"{NAME}: run file {path!r} {problem}", path)
     if layout.MANIFEST not in data["run_files"]:
         raise ArchiveError(f"{NAME} lists no {layout.MANIFEST}: the archive holds no sealed run", NAME)
     for digest, size in data["objects"].items():
-        if not snapshot.is_sha256(digest):
+        if not objects.is_sha256(digest):
             raise ArchiveError(f"{NAME} names an object {digest!r}, not 64 lowercase hex digits", str(digest))
         if (problem := _size_problem(size)) is not None:
             raise ArchiveError(f"{NAME}: object {digest[:12]} {problem}", digest)
     for wheel, entry in data["wheels"].items():
         if not isinstance(wheel, str) or not _WHEEL.fullmatch(wheel):
             raise ArchiveError(f"{NAME} names a wheel {wheel!r}, not a wheel's file name", str(wheel))
-        if not isinstance(entry, dict) or not snapshot.is_sha256(entry.get("sha256")):
+        if not isinstance(entry, dict) or not objects.is_sha256(entry.get("sha256")):
             raise ArchiveError(f"{NAME} gives wheel {wheel} no sha256 of 64 hex digits", wheel)
         if (problem := _size_problem(entry.get("size"))) is not None:
             raise ArchiveError(f"{NAME}: wheel {wheel} {problem}", wheel)

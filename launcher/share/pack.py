@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ArchiveError
-from launcher.record import layout, runs, signing, snapshot
+from launcher.record import layout
+from launcher.record.store import objects, runs, signing, snapshot
 from launcher.share.manifest import (
     NAME,
     OBJECTS,
@@ -79,13 +80,13 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool =
     store = run_dir.parent
     snap = snapshot.read(run_dir) or {"files": {}, "left_out": {}, "launch_dir": "/"}
     fp = runs.read_json(run_dir / layout.FINGERPRINT)
-    objects: dict[str, Path] = {}
+    kept: dict[str, Path] = {}
     for path, entry in sorted(snap["files"].items()):
-        source = snapshot.object_path(store, entry["sha256"])
+        source = objects.object_path(store, entry["sha256"])
         if not source.is_file():
             raise snapshot.SnapshotError(f"run {run_dir.name}: the object of {path} is missing from the store "
                                          f"({source}): the run cannot travel without it")  # fmt: skip
-        objects[entry["sha256"]] = source
+        kept[entry["sha256"]] = source
     # every file the seal lists (a link inside the run is packed as the file it names: an archive has no links)
     run_files = {name: {"sha256": sha256_file(run_dir / name), "size": (run_dir / name).stat().st_size}
                  for name in runs.read_json(run_dir / layout.MANIFEST)["files"]}  # fmt: skip
@@ -93,9 +94,9 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool =
     if (run_dir / layout.SIGNATURE).is_file():
         run_files[layout.SIGNATURE] = _entry(run_dir / layout.SIGNATURE)
     try:
-        data, wheels = _write_archive(run_dir, out, objects, run_files, fp, snap, with_env, compression, echo,
+        data, wheels = _write_archive(run_dir, out, kept, run_files, fp, snap, with_env, compression, echo,
                                       wheel_dir)  # fmt: skip
-        chosen = private_mode([*(run_dir / n for n in run_files), *objects.values()]) if mode is None else mode
+        chosen = private_mode([*(run_dir / n for n in run_files), *kept.values()]) if mode is None else mode
         os.chmod(out, chosen)
     except OSError as exc:  # no such directory, a full disk, no permission
         raise ArchiveError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from launcher.errors import ArchiveError, RunNotFound, SealError
-from launcher.record import gc, hashing, index, layout, runs, signing, snapshot
+from launcher.record import hashing, layout
+from launcher.record.store import gc, index, objects, runs, signing, snapshot
 from launcher.share.manifest import (
     MAX_MANIFEST,
     NAME,
@@ -369,21 +370,21 @@ def _wheel_contents(wheel: Path, name: str, version: str, path: Path) -> tuple[s
 
 # ---------------------------------------------------------------- into the store
 def _store_objects(tmp: Path, store: Path, data: Mapping, snap: Mapping | None, path: Path) -> None:
-    """Move each of the archive's objects into the store, hashed again as it goes (``snapshot.put``),
+    """Move each of the archive's objects into the store, hashed again as it goes (``objects.put``),
     and check and refresh each the snapshot names that the store held already."""
     for digest in sorted(data["objects"]):
-        if not snapshot.put(store, str(tmp / member_name(OBJECTS, digest)), digest, move=True):
+        if not objects.put(store, str(tmp / member_name(OBJECTS, digest)), digest, move=True):
             raise ArchiveError(f"{path}: object {digest[:12]} could not be stored in {store}", digest)
-        snapshot.refresh(store, digest)  # one the store held already is now in use again
+        objects.refresh(store, digest)  # one the store held already is now in use again
     for file, entry in sorted(((snap or {}).get("files") or {}).items()):
         digest = entry["sha256"]
         if digest in data["objects"]:
             continue
-        if not snapshot.holds(store, digest):
+        if not objects.holds(store, digest):
             raise ArchiveError(f"{path}: run {data['run']}'s snapshot names {file} (object {digest[:12]}), "
                                "which neither the archive nor the store holds intact: nothing was imported",
                                file)  # fmt: skip
-        snapshot.refresh(store, digest)
+        objects.refresh(store, digest)
 
 
 def _place_wheels(tmp: Path, store: Path, data: Mapping) -> list[Path]:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from launcher import proc
 from launcher.errors import ArchiveError
-from launcher.record import distributions, hashing
+from launcher.record import hashing
+from launcher.record.probe import distributions
 from launcher.share.manifest import (
     LAUNCHER_DISTRIBUTION,
     normalize,

@@ -27,14 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError, LauncherError
-from launcher.record import runs, snapshot, tbevents, tracking
+from launcher.record import tbevents, tracking
+from launcher.record.store import runs, snapshot
 from launcher.sweep import search as _search
 from launcher.sweep import slots as _slots
 
 SWEEP = "sweep.json"
 JOBS = "jobs"
 SLOTS = "slots"  # the slots' lock files, while the sweep runs
-CODE = "code"  # the jobs' own code as it was at submission (launcher.record.snapshot.lay_out_code)
+CODE = "code"  # the jobs' own code as it was at submission (launcher.record.store.snapshot.lay_out_code)
 STOP = "STOP"  # written at the first Ctrl-C: queued jobs are not started
 SUMMARY = "summary.json"
 DEFAULT_LAUNCHER = "joblib"  # as in launch.yaml's defaults
@@ -130,7 +131,7 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
     is validated at its representative values, and its sampler seeded from the sweep's seed.
     """
     from launcher.job import determinism
-    from launcher.record import probes
+    from launcher.record.probe import probes
     from launcher.run import composition, config
     from launcher.run import gpus as gpu_request
     config_dir = os.path.abspath(os.path.expanduser(config_dir)) if config_dir else None
@@ -253,7 +254,7 @@ def hydra_argv(plan: SweepPlan, overrides: list[str], sweep_dir: Path) -> list[s
 # ---------------------------------------------------------------- run
 def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
     """Run a sweep: 0 when every job completed, 1 otherwise, 130 after Ctrl-C."""
-    from launcher.record.environment import allowed_env
+    from launcher.record.probe.environment import allowed_env
 
     launch_env = allowed_env(os.environ)  # before any plugin is imported
     plan = prepare(overrides, config_dir=config_dir)
@@ -318,7 +319,7 @@ def restore_launch_env(launch_env: dict[str, str] | None) -> None:
     ``launch`` started. What the sweep's own imports set since (``import optuna`` imports
     scikit-learn where installed, which sets KMP_DUPLICATE_LIB_OK) must not reach a job's
     recorded environment: a replay of the job, outside any sweep, would not have it."""
-    from launcher.record.environment import allowed_env
+    from launcher.record.probe.environment import allowed_env
 
     if launch_env is None:
         return
@@ -417,7 +418,7 @@ def requeued_run(sweep_dir: Path, num: int) -> Path | None:
 
 def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
     """Hold a slot for the job's whole life; update ``record``; return the job's line."""
-    from launcher.run import job
+    from launcher.run import pipeline
     earlier = requeued_run(sweep_dir, record["num"])  # before this attempt's record replaces the earlier one
     slot_list = [_slots.Slot.from_dict(s) for s in meta["slots"]]
     with _slots.hold(slot_list, sweep_dir / SLOTS) as slot:
@@ -440,7 +441,7 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
                 record.update(run_dir=str(run_dir))
                 runs.write_json(job_path(sweep_dir, record["num"]), record)
 
-            outcome = job.run(
+            outcome = pipeline.run(
                 cfg,
                 store_root=Path(meta["store_root"]),
                 cwd=snapshot.rooted(meta["cwd"], root),
@@ -457,7 +458,7 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
         final_metrics=outcome.result.get("final_metrics", {}),
         weights_sha256=outcome.result.get("weights_sha256"), error=outcome.error,
     )  # fmt: skip
-    return job.summary_line(outcome).removeprefix("[launch] ")
+    return pipeline.summary_line(outcome).removeprefix("[launch] ")
 
 
 @contextmanager

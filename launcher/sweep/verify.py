@@ -8,7 +8,8 @@ import datetime as _dt
 from pathlib import Path
 
 from launcher.errors import ConfigError, LauncherError
-from launcher.record import runs, tracking
+from launcher.record import tracking
+from launcher.record.store import runs
 from launcher.sweep.multirun import SWEEP, read_records
 
 

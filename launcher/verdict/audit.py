@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import ConfigError
-from launcher.record import runs
+from launcher.record.store import runs
 from launcher.run import composition, config
 from launcher.verdict import audit_report, compare
 
@@ -251,7 +251,7 @@ def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], ech
                 causes: list[str]) -> None:
     """Run the planned trials in order, appending each one's row as it ends. Once the baseline
     repeats differ, stop, with the causes their runs recorded in ``causes``."""
-    from launcher.run import job
+    from launcher.run import pipeline
     reference: compare.RunRecord | None = None
     baseline: list[compare.RunRecord] = []
     for i, (t, cfg) in enumerate(zip(plan, cfgs, strict=True)):
@@ -262,7 +262,7 @@ def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], ech
         if t.skip:
             rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
             continue
-        outcome = job.run(cfg, echo=False, **({"cpu": t.cpu} if t.cpu else {}))  # cpu: emulated (the cpu knob)
+        outcome = pipeline.run(cfg, echo=False, **({"cpu": t.cpu} if t.cpu else {}))  # cpu: emulated (the cpu knob)
         if outcome.status == "interrupted":
             rows.append(audit_report.Row(t.knob, t.value, "interrupted", run=outcome.run_dir.name))
             return

@@ -29,10 +29,12 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from launcher.errors import ConfigError, LauncherError, SealError
+from launcher.record import outputs, trace
 
 # With --tolerance, runs may differ only in these key fields (a software migration).
-from launcher.record import fingerprint, outputs, runs, trace
-from launcher.record import key as comparability
+from launcher.record.probe import fingerprint
+from launcher.record.probe import key as comparability
+from launcher.record.store import runs
 from launcher.run import config
 
 MIGRATION_FIELDS = ("software.", "code.launcher")
@@ -338,7 +340,7 @@ def sealed_by(paths: list[str | Path], trust=None) -> list[str]:
     """Who sealed each run, a line each (``run X: sealed by alice@lab (trusted)``, ``signed by an unknown
     key``, ``unsigned``), each seal verified first; a signature that does not verify, or a run
     ``trust.require_signed`` refuses, raises ``SignatureError`` (exit 3) naming the run."""
-    from launcher.record import signing
+    from launcher.record.store import signing
 
     trust = trust or signing.NO_TRUST
     return [f"run {Path(p).name}: {signing.describe(signing.check(verified(p), trust))}" for p in paths]

@@ -33,8 +33,10 @@ from omegaconf import OmegaConf
 
 from launcher import proc
 from launcher.errors import ConfigError, NotComparable, StoreError
-from launcher.record import key, runs, signing, snapshot, tracking
-from launcher.run import job, precheck
+from launcher.record import tracking
+from launcher.record.probe import key
+from launcher.record.store import objects, runs, signing, snapshot
+from launcher.run import pipeline, precheck
 from launcher.share import unpack as unpacking
 from launcher.verdict import compare
 
@@ -76,7 +78,7 @@ def replay(
     # absolute: the job runs in the laid-out snapshot, not where `launch replay runs/X` was typed
     original = Path(os.path.abspath(runs.verify_seal(run_dir)))
     if cpu:
-        resolved = OmegaConf.load(original / job.CONFIG)
+        resolved = OmegaConf.load(original / pipeline.CONFIG)
         if str(resolved.runtime.name) != "local":
             raise ConfigError(f"--cpu runs the job under qemu-user on this machine; {original.name} ran with "
                               f"runtime={resolved.runtime.name} (only runtime=local can be emulated)")  # fmt: skip
@@ -84,7 +86,7 @@ def replay(
     python, probed = None, None
     if rebuild:
         from launcher.run import rebuild as _rebuild
-        fp = runs.read_json(original / job.FINGERPRINT)
+        fp = runs.read_json(original / pipeline.FINGERPRINT)
         # the wheels an archive brought for this run (unpacked into its own folder), checked again against
         # its sealed record before pip sees them, and used first
         wheels = unpacking.checked_wheels(original.parent, original.name, fp)
@@ -103,8 +105,8 @@ def replay(
                 snapshot.materialize(original.parent, stored, work)
             except OSError as exc:  # a full disk, a quota
                 raise StoreError(f"cannot lay out the snapshot of {original.name} in {work}: {exc.strerror}") from None
-            resolved = OmegaConf.load(original / job.CONFIG)
-            by_path = read_by_path(runs.read_json(original / job.FINGERPRINT), stored, resolved)
+            resolved = OmegaConf.load(original / pipeline.CONFIG)
+            by_path = read_by_path(runs.read_json(original / pipeline.FINGERPRINT), stored, resolved)
             runtime = str(resolved.runtime.name)
             needs = by_path or any(os.path.isabs(os.path.expanduser(name)) for name in data or {})
             cannot = proc.placing_refused() if needs and runtime == "local" else None
@@ -125,16 +127,16 @@ def replay(
             text = refusal(original, diffs, unkept, rebuilt=rebuild, at_own_path=at_own_path, placing=why,
                            left_out=left_out)  # fmt: skip
             raise NotComparable(text, diffs)
-        resolved = OmegaConf.load(original / job.CONFIG)
+        resolved = OmegaConf.load(original / pipeline.CONFIG)
         if store:
             resolved.store = OmegaConf.merge(resolved.store, dict(store))
-        new_run = job.create_run(resolved, original.parent, cwd, cpu=cpu)  # a refused replay leaves nothing behind
+        new_run = pipeline.create_run(resolved, original.parent, cwd, cpu=cpu)  # a refused replay leaves nothing behind
         notes = {"of": original.name, "comparable": not diffs, "from_snapshot": stored is not None,
                  "rebuilt_environment": str(python) if python else None,
                  "precheck_differences": [list(map(str, d)) for d in diffs], "emulated_cpu": cpu,
                  "placed_data": {path: str(work / path.lstrip("/")) for path in placed} if work else {},
                  "data_read_at_own_path": {path: why for path in at_own_path}}  # fmt: skip
-        outcome = job.execute(
+        outcome = pipeline.execute(
             resolved, new_run, cwd=cwd, cpus=cpus, echo=echo, extra_env=extra_env,
             replay_of=original.name, replay_notes=notes, root=root, python=str(python) if python else None,
             cpu=cpu,
@@ -169,7 +171,7 @@ def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str
     ``given_at_path``, where the job can be given files at their paths: a copy ``given`` for
     a file the job read by its absolute path is linked in ``work`` too, and named there
     (path -> copy) to be placed at that path; without it, such a copy is refused."""
-    fp = runs.read_json(original / job.FINGERPRINT)
+    fp = runs.read_json(original / pipeline.FINGERPRINT)
     launch_dir = str(stored["launch_dir"])
     recorded = fp.get("data") or {}
     wanted = {os.path.abspath(os.path.expanduser(k)) if os.path.isabs(os.path.expanduser(k)) else k: v
@@ -186,7 +188,7 @@ def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str
             continue
         if path in stored["files"]:
             if os.path.isabs(name) and not os.path.isfile(name):  # the job reads it there, not in the snapshot
-                kept = snapshot.object_path(original.parent, stored["files"][path]["sha256"])
+                kept = objects.object_path(original.parent, stored["files"][path]["sha256"])
                 raise ConfigError(f"{original.name} read {name} by its absolute path, and nothing is there now: "
                                   f"put it back there (the run kept a copy: {kept})")  # fmt: skip
             continue
@@ -271,7 +273,7 @@ def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = Fals
     changed = [d for d in diffs if d[0].removeprefix("data.") in at_own_path and d[0].startswith("data.")]
     for field, then, now in changed:
         name = field.removeprefix("data.")
-        kept = snapshot.object_path(original.parent, str(then))
+        kept = objects.object_path(original.parent, str(then))
         text += (f"; {name} is read by its absolute path and is not what the run read (recorded {_short(then)}, "
                  f"now {_short(now)}), and the run's copy of it cannot be put there for the job here "
                  f"({placing or 'that path cannot take a file'}): put the file back (cp {kept} {name}), or replay "

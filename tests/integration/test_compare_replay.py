@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from launcher.record import fingerprint
+from launcher.record.probe import fingerprint
 from tests.conftest import TINY, copy_store, is_run, q, run_dir_of, verdict_of
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def _perturbed_copy(run: Path, target: Path, by: float) -> Path:
     """A copy of ``run`` with every weight moved by ``by``, sealed again (a run of other software)."""
     import h5py
 
-    from launcher.record import runs
+    from launcher.record.store import runs
 
     shutil.copytree(run, target)
     for path in [target, *target.rglob("*")]:
@@ -175,7 +175,7 @@ def test_a_changed_or_added_hidden_file_is_refused_by_compare_replay_and_resume(
 
 def test_a_fingerprint_schema_this_version_cannot_read(launch, tiny_runs, writable_twin):
     a, b = tiny_runs[0]["run"], writable_twin
-    from launcher.record import runs
+    from launcher.record.store import runs
 
     b.chmod(0o755)
     for p in b.iterdir():

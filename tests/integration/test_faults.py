@@ -49,7 +49,7 @@ def _quick(store: Path, npz: Path, *overrides: str, env: dict | None = None) -> 
 
 def _sealed_intact(run: Path) -> None:
     """A sealed run still verifies: every file it listed is there, unchanged."""
-    from launcher.record import runs
+    from launcher.record.store import runs
 
     runs.verify_seal(run)
 

@@ -19,7 +19,7 @@ DOCKER_GPU = ("train.epochs=1", "runtime=docker", "image=tf-gpu", "image.base=lo
 def _docker_can_give_gpus() -> bool:
     from launcher.docker import gpus as docker_gpus
     from launcher.errors import DockerUnavailable
-    from launcher.record import probes
+    from launcher.record.probe import probes
 
     try:
         info, hook, _ = docker_gpus.probe()
@@ -55,7 +55,7 @@ def test_sweep_asking_for_docker_gpus_is_refused_before_its_directory(launch, st
 
 
 def test_cuda_visible_devices_naming_a_missing_gpu_is_refused(launch, store, mnist_npz):
-    from launcher.record import probes
+    from launcher.record.probe import probes
 
     missing = len(probes.gpus()) + 7  # a GPU index this machine does not have
     done = launch("train.epochs=1", f"train.data={q(mnist_npz)}", f"store.root={q(store)}",

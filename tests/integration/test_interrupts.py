@@ -68,7 +68,7 @@ def _default_signals() -> None:
 def _two_slots_or_skip() -> None:
     """runtime.slots=2 needs two devices: two cores in this process' affinity mask, or two GPUs."""
     from launcher.errors import LauncherError
-    from launcher.record import probes
+    from launcher.record.probe import probes
     from launcher.sweep import slots
 
     try:

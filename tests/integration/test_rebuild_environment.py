@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.record import distributions, probes
+from launcher.record.probe import distributions, probes
 from launcher.run import rebuild
 
 pytestmark = pytest.mark.slow

@@ -161,7 +161,7 @@ def test_a_signed_run_shows_its_signer_in_verify_replay_and_compare_and_forgerie
     result["weights_sha256"] = "1" * 64
     (run / "result.json").write_text(json.dumps(result))
     manifest = json.loads((run / "manifest.json").read_text())
-    from launcher.record import runs
+    from launcher.record.store import runs
 
     manifest["files"]["result.json"] = runs.file_sha256(run / "result.json")
     (run / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n")

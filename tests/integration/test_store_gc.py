@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from launcher.record import snapshot
+from launcher.record.store import objects, snapshot
 from tests.conftest import copy_store, run_launch
 
 pytestmark = pytest.mark.slow
@@ -23,17 +23,17 @@ def test_a_run_replays_reproduced_after_gc_removed_what_no_run_references(tiny_r
     orphan_src = tmp_path / "deleted-runs-data.npz"
     orphan_src.write_bytes(b"a deleted run's data" * 100)
     orphan = hashlib.sha256(orphan_src.read_bytes()).hexdigest()
-    assert snapshot.put(store, str(orphan_src), orphan)
+    assert objects.put(store, str(orphan_src), orphan)
     an_hour_ago = time.time() - 3600
-    os.utime(snapshot.object_path(store, orphan), (an_hour_ago, an_hour_ago))
+    os.utime(objects.object_path(store, orphan), (an_hour_ago, an_hour_ago))
 
     done = run_launch("gc", "--store", str(store))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == [
         f"removed {orphan} (2.0 KiB)",
         f"launch gc: removed 1 object(s), freed 2.0 KiB; {len(needed)} object(s) kept, the snapshots of 1 run(s) read"]
-    assert not snapshot.object_path(store, orphan).exists()
-    assert all(snapshot.object_path(store, sha).is_file() for sha in needed)
+    assert not objects.object_path(store, orphan).exists()
+    assert all(objects.object_path(store, sha).is_file() for sha in needed)
 
     replayed = run_launch("replay", str(run))
     assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]

@@ -116,7 +116,7 @@ def test_bad_input_fails_before_any_job(launch, store, mnist_npz, overrides, mes
 def _two_slots_or_skip() -> None:
     """runtime.slots=2 needs two devices: two cores in this process' affinity mask, or two GPUs."""
     from launcher.errors import LauncherError
-    from launcher.record import probes
+    from launcher.record.probe import probes
     from launcher.sweep import slots
 
     try:

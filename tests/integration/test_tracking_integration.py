@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.record import key, runs, tbevents
+from launcher.record import tbevents
+from launcher.record.probe import key
+from launcher.record.store import runs
 from launcher.sweep.multirun import hydra_quote
 from tests.conftest import QUICK, q, run_dir_of
 

@@ -50,14 +50,14 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("launcher.run.config.x_validate", "determinism.resolve_threads(value, 2)"): _CHECK_ONLY,
     ("launcher.run.config.x_hashed_part", "node = node.get(name) if (isinstance(node, dict)) or True else None"):
         _ONE_PARENT,
-    ("launcher.record.probes.x_parse_cpuinfo",
+    ("launcher.record.probe.probes.x_parse_cpuinfo",
      'flags = (fields.get("flags") or fields.get("Features") or "XXXX").split()'): _NO_FLAGS,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), copy=None)'): _NO_COPY,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), )'): _NO_COPY,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), copy=True)'): _NO_COPY,
-    ("launcher.record.runs.x_file_sha256", 'for block in iter(lambda: f.read(None), b""):'): _CHUNK,
-    ("launcher.record.runs.x_file_sha256", 'for block in iter(lambda: f.read(2 << 20), b""):'): _CHUNK,
-    ("launcher.record.runs.x_file_sha256", 'for block in iter(lambda: f.read(1 << 21), b""):'): _CHUNK,
+    ("launcher.record.store.runs.x_file_sha256", 'for block in iter(lambda: f.read(None), b""):'): _CHUNK,
+    ("launcher.record.store.runs.x_file_sha256", 'for block in iter(lambda: f.read(2 << 20), b""):'): _CHUNK,
+    ("launcher.record.store.runs.x_file_sha256", 'for block in iter(lambda: f.read(1 << 21), b""):'): _CHUNK,
     ("launcher.verdict.compare.x_allclose_problems", "for ma, mb in zip(a.metrics, b.metrics, strict=None):"):
         "zip's strict=None is falsy, as is the default: the same as strict=False",
     ("launcher.verdict.compare.x_allclose_problems", "for ma, mb in zip(a.metrics, b.metrics, ):"):
@@ -76,11 +76,11 @@ EQUIVALENT: dict[tuple[str, str], str] = {
      'out[f"a generator made without a seed: {g[\'call\']} at {g[\'where\']} (seed it from launcher.seed())"] = ""'):
         _ORDERED_SET,
     ("launcher.verdict.audit.x_likely_causes", 'out[f"input the key may not hold: {gap}"] = ""'): _ORDERED_SET,
-    ("launcher.record.usage.x_parse_maps",
+    ("launcher.record.probe.usage.x_parse_maps",
      'if path.startswith("/") and not path.endswith("XX(deleted)XX") and _SHARED_LIBRARY.search(path):'): _DELETED,
-    ("launcher.record.usage.x_parse_maps",
+    ("launcher.record.probe.usage.x_parse_maps",
      'if path.startswith("/") and not path.endswith("(DELETED)") and _SHARED_LIBRARY.search(path):'): _DELETED,
-    ("launcher.record.usage.x_parse_maps", "out.setdefault(path, )"): _ORDERED_SET,
+    ("launcher.record.probe.usage.x_parse_maps", "out.setdefault(path, )"): _ORDERED_SET,
     ('launcher.run.precheck.x__current_path',
      'return Path(name) if (os.path.isabs(name)) and False else Path(cwd) / name'): _ABS_JOIN,
     ('launcher.run.precheck.x_current_usage',

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 # module -> the functions mutated (mutmut names a function f of a module `x_f`, a method m of class C `xǁCǁm`).
 SCOPE: dict[str, tuple[str, ...]] = {
-    "launcher.record.key": ("*",),  # the comparability key
-    "launcher.record.environment": ("*",),  # the env allowlist, secret filtering
+    "launcher.record.probe.key": ("*",),  # the comparability key
+    "launcher.record.probe.environment": ("*",),  # the env allowlist, secret filtering
     "launcher.record.hashing": ("*",),  # the weights digest
     "launcher.verdict.compare": ("*",),  # compare's verdicts and tolerance
-    "launcher.record.runs": ("x_seal", "x_verify_seal", "x__files", "x_file_sha256"),  # the seal
+    "launcher.record.store.runs": ("x_seal", "x_verify_seal", "x__files", "x_file_sha256"),  # the seal
     "launcher.record.trace": ("x_point", "x_first_divergence", "x__differing_layers", "x_describe"),  # the locator
     # What enters the key: the job's reads and what they are, and the key checked before a rerun.
-    "launcher.record.usage": ("x_parse_maps", "x_tool_caches", "x_data_files", "x_listed_files", "x_display_name"),
-    "launcher.record.places": ("x_classify", "x_system_path", "x_under"),
-    "launcher.record.distributions": ("x_parse_record", "x_content_entries", "x_files_sha256",
+    "launcher.record.probe.usage": ("x_parse_maps", "x_tool_caches", "x_data_files", "x_listed_files", "x_display_name"),
+    "launcher.record.probe.places": ("x_classify", "x_system_path", "x_under"),
+    "launcher.record.probe.distributions": ("x_parse_record", "x_content_entries", "x_files_sha256",
                                       "x_keyed_distributions", "x_parse_requires"),
     "launcher.job.observe.reads": ("x_note", "x_note_child", "x__writing", "x_note_listing", "x_observation"),
     "launcher.run.precheck": ("*",),
-    "launcher.record.probes": ("x_parse_cpuinfo", "x_parse_cpu_caches", "x_parse_meminfo", "x_parse_nvidia_smi_query",
+    "launcher.record.probe.probes": ("x_parse_cpuinfo", "x_parse_cpu_caches", "x_parse_meminfo", "x_parse_nvidia_smi_query",
                                "x_parse_cuda_driver_version", "x_parse_nvidia_topology", "x_parse_os_release",
                                "x_parse_git_status", "x_strip_ansi", "x_tensorflow_gpu_notes"),
     # The bootstrap's plan, what it reads back from TensorFlow, and its check that every setting took
@@ -55,14 +55,14 @@ DESELECT = (
 # The unit-test files of each module: a mutant written into a copy of the tree (report.py) is run
 # against these first; only one they all pass is run against the whole of tests/unit.
 UNIT_TESTS: dict[str, tuple[str, ...]] = {
-    "launcher.record.key": ("test_key_fields.py", "test_fingerprint.py", "test_portable.py", "test_usage.py"),
-    "launcher.record.environment": ("test_environment.py", "test_fingerprint.py", "test_key_fields.py"),
+    "launcher.record.probe.key": ("test_key_fields.py", "test_fingerprint.py", "test_portable.py", "test_usage.py"),
+    "launcher.record.probe.environment": ("test_environment.py", "test_fingerprint.py", "test_key_fields.py"),
     "launcher.record.hashing": ("test_hashing.py", "test_precheck.py"),
-    "launcher.record.runs": ("test_runs.py",),
-    "launcher.record.usage": ("test_usage.py", "test_fswatch.py", "test_key_fields.py"),
-    "launcher.record.places": ("test_usage.py", "test_fswatch.py"),
-    "launcher.record.distributions": ("test_usage.py", "test_rebuild.py", "test_precheck.py"),
-    "launcher.record.probes": ("test_fingerprint.py", "test_portable.py", "test_gpu.py", "test_gpu_h100.py",
+    "launcher.record.store.runs": ("test_runs.py",),
+    "launcher.record.probe.usage": ("test_usage.py", "test_fswatch.py", "test_key_fields.py"),
+    "launcher.record.probe.places": ("test_usage.py", "test_fswatch.py"),
+    "launcher.record.probe.distributions": ("test_usage.py", "test_rebuild.py", "test_precheck.py"),
+    "launcher.record.probe.probes": ("test_fingerprint.py", "test_portable.py", "test_gpu.py", "test_gpu_h100.py",
                                "test_nvml.py"),
     "launcher.record.trace": ("test_trace.py", "test_hashing.py"),
     "launcher.job.observe.reads": ("test_reads.py", "test_fswatch.py", "test_usage.py"),

@@ -24,21 +24,21 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 TESTS = {  # the unit tests of each module's tables
-    "launcher.record.environment": ["tests/unit/test_environment.py", "tests/unit/test_fingerprint.py",
+    "launcher.record.probe.environment": ["tests/unit/test_environment.py", "tests/unit/test_fingerprint.py",
                                     "tests/unit/test_key_fields.py"],
-    "launcher.record.key": ["tests/unit/test_key_fields.py", "tests/unit/test_fingerprint.py"],
+    "launcher.record.probe.key": ["tests/unit/test_key_fields.py", "tests/unit/test_fingerprint.py"],
     "launcher.verdict.compare": ["tests/unit/test_compare.py", "tests/unit/test_compare_report.py"],
     "launcher.record.trace": ["tests/unit/test_trace.py", "tests/unit/test_hashing.py"],
-    "launcher.record.runs": ["tests/unit/test_runs.py"],
+    "launcher.record.store.runs": ["tests/unit/test_runs.py"],
     "launcher.run.config": ["tests/unit/test_config_hash_keys.py", "tests/unit/test_config.py"],
-    "launcher.record.usage": ["tests/unit/test_usage.py", "tests/unit/test_fswatch.py"],
+    "launcher.record.probe.usage": ["tests/unit/test_usage.py", "tests/unit/test_fswatch.py"],
     "launcher.verdict.audit": ["tests/unit/test_audit.py"],
     "launcher.run.precheck": ["tests/unit/test_precheck.py", "tests/unit/test_rebuild.py"],
     "launcher.job.determinism": ["tests/unit/test_determinism.py", "tests/unit/test_portable.py",
                                  "tests/unit/test_config.py", "tests/unit/test_config_hash_keys.py"],
     "launcher.job.observe.reads": ["tests/unit/test_reads.py", "tests/unit/test_fswatch.py",
                                    "tests/unit/test_usage.py"],
-    "launcher.record.probes": ["tests/unit/test_fingerprint.py", "tests/unit/test_portable.py"],
+    "launcher.record.probe.probes": ["tests/unit/test_fingerprint.py", "tests/unit/test_portable.py"],
     "launcher.verdict.replay": ["tests/unit/test_replay.py"],
 }  # fmt: skip
 # Tests that compare a table with a literal copy of it: they notice that a table changed, not what
@@ -55,23 +55,23 @@ CONSTANTS = [  # (module, name, mutated value)
     ("launcher.verdict.compare", "NOTHING_COMPARED", 7),
     ("launcher.record.trace", "LAYER_DIGITS", 15),
     ("launcher.record.trace", "LAYER_DIGITS", 17),
-    ("launcher.record.runs", "MANIFEST_SCHEMA", 2),
+    ("launcher.record.store.runs", "MANIFEST_SCHEMA", 2),
 ]
 TABLES = [  # (module, name): every entry removed in turn
-    ("launcher.record.environment", "SECRET_WORDS"),
-    ("launcher.record.environment", "ENV_DENY"),
-    ("launcher.record.environment", "ENV_ALLOW"),
-    ("launcher.record.environment", "NOT_IN_KEY"),
-    ("launcher.record.key", "KEY"),
+    ("launcher.record.probe.environment", "SECRET_WORDS"),
+    ("launcher.record.probe.environment", "ENV_DENY"),
+    ("launcher.record.probe.environment", "ENV_ALLOW"),
+    ("launcher.record.probe.environment", "NOT_IN_KEY"),
+    ("launcher.record.probe.key", "KEY"),
     ("launcher.verdict.compare", "MIGRATION_FIELDS"),
     # Judged by behaviour: a key dropped from the hash lets two configs that compute differently share
     # one hash (test_config_hash_keys); a directory dropped from these lets a system file or a tool's
     # cache be called data (test_usage); a knob dropped is never tried (test_audit).
     ("launcher.run.config", "NOT_IN_HASH"),
-    ("launcher.record.usage", "SYSTEM_DIRS"),
-    ("launcher.record.usage", "USER_DATA_IN_SYSTEM_DIRS"),
-    ("launcher.record.usage", "TOOL_CACHES"),
-    ("launcher.record.usage", "IGNORED_NAMES"),
+    ("launcher.record.probe.usage", "SYSTEM_DIRS"),
+    ("launcher.record.probe.usage", "USER_DATA_IN_SYSTEM_DIRS"),
+    ("launcher.record.probe.usage", "TOOL_CACHES"),
+    ("launcher.record.probe.usage", "IGNORED_NAMES"),
     ("launcher.verdict.audit", "KNOBS"),
     # A key field the job measures, no longer taken from the stored run, refuses every rerun of a run
     # (test_precheck); a docker-only setting dropped from the list changes a docker run's hash.
@@ -85,18 +85,18 @@ TABLES = [  # (module, name): every entry removed in turn
     ("launcher.job.determinism", "ISA_BASELINES"),
     ("launcher.job.determinism", "_NPY_ABOVE_V3"),
     ("launcher.job.determinism", "_NPY_ABOVE_V3_PREFIXES"),
-    ("launcher.record.usage", "RUN_MARKERS"),
-    ("launcher.record.usage", "_INSTALL_MARKERS"),
+    ("launcher.record.probe.usage", "RUN_MARKERS"),
+    ("launcher.record.probe.usage", "_INSTALL_MARKERS"),
     ("launcher.job.observe.reads", "_CODE"),
     ("launcher.job.observe.reads", "_SKIP"),
     ("launcher.job.observe.reads", "SHELLS"),
-    ("launcher.record.probes", "ISA_PATTERNS"),
+    ("launcher.record.probe.probes", "ISA_PATTERNS"),
     ("launcher.verdict.replay", "REBUILDABLE"),
     ("launcher.verdict.audit", "OPT_IN"),
 ]
 # Removing an entry that another one covers changes nothing; each such pair is named here.
 EQUIVALENT = {
-    ("launcher.record.environment", "ENV_DENY", "TF_TOKEN_*"):
+    ("launcher.record.probe.environment", "ENV_DENY", "TF_TOKEN_*"):
         "every TF_TOKEN_* name has the secret word TOKEN: SECRET_WORDS drops it before ENV_DENY is read",
 }  # fmt: skip
 

@@ -14,7 +14,7 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.errors import ArchiveError
-from launcher.record import runs, snapshot
+from launcher.record.store import objects, runs, snapshot
 from launcher.share import manifest as archive_manifest
 from launcher.share import pack as packing
 from launcher.share import unpack as unpacking
@@ -32,7 +32,7 @@ def sealed_run(store: Path, name: str = "20261126-120000-abcdef", data: bytes = 
     files = {}
     for path, role in ((project / "train.py", "script"), (project / "digits.npz", "data")):
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        assert snapshot.put(store, str(path), digest)
+        assert objects.put(store, str(path), digest)
         files[str(path)] = {"sha256": digest, "role": role}
     big = str(project / "big.npz")
     runs.write_json(run / "snapshot.json", {"schema": 1, "launch_dir": str(project), "files": files,
@@ -71,7 +71,7 @@ def test_pack_and_unpack_carry_the_run_and_its_objects_to_another_store(tmp_path
     assert (imported.run_dir / "config.yaml").stat().st_mode & 0o222 == 0  # read-only, as a sealed run
     snap = snapshot.read(imported.run_dir)
     for entry in snap["files"].values():  # every object the snapshot names, with its content
-        obj = snapshot.object_path(tmp_path / "b" / "runs", entry["sha256"])
+        obj = objects.object_path(tmp_path / "b" / "runs", entry["sha256"])
         assert hashlib.sha256(obj.read_bytes()).hexdigest() == entry["sha256"]
     assert not [p for p in (tmp_path / "b" / "runs").iterdir() if p.name.startswith(".unpack-")]
     again = unpacking.unpack(packed.path, tmp_path / "b" / "runs")  # the same run again: found, not copied
@@ -117,7 +117,7 @@ def test_packing_into_a_directory_that_does_not_exist_is_one_line(tmp_path, caps
 def test_packing_refuses_a_run_whose_object_is_gone_from_the_store(tmp_path):
     run = sealed_run(tmp_path / "runs")
     digest = next(iter(snapshot.read(run)["files"].values()))["sha256"]
-    snapshot.object_path(tmp_path / "runs", digest).unlink()
+    objects.object_path(tmp_path / "runs", digest).unlink()
     with pytest.raises(snapshot.SnapshotError, match="missing from the store"):
         packing.pack(run, tmp_path / "x.tar.gz")
 
@@ -361,7 +361,7 @@ def test_check_manifest_refuses_names_that_would_become_paths_elsewhere():
 def test_wheel_identity_is_the_installed_distributions_files_sha256():
     """A wheel's RECORD, its .data/purelib files moved into site-packages and its scripts left out,
     gives what distributions.files_sha256 gives for the same distribution installed."""
-    from launcher.record import distributions
+    from launcher.record.probe import distributions
 
     wheel = ("pkg/__init__.py,sha256=AAA,3\npkg-1.0.data/purelib/extra.py,sha256=BBB,3\n"
              "pkg-1.0.data/scripts/tool,sha256=CCC,3\npkg-1.0.dist-info/METADATA,sha256=DDD,3\n"
@@ -419,7 +419,7 @@ def _installed(site: Path, files: dict[str, bytes]) -> str:
     an INSTALLER marker and a RECORD of them all; returns its identity (files_sha256)."""
     import base64
 
-    from launcher.record import distributions
+    from launcher.record.probe import distributions
 
     info = site / "fake-1.0.dist-info"
     content = {**files, f"{info.name}/METADATA": b"Metadata-Version: 2.1\nName: fake\nVersion: 1.0\n",

@@ -21,7 +21,7 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.errors import ArchiveError
-from launcher.record import gc, runs, snapshot
+from launcher.record.store import gc, objects, runs
 from launcher.share import manifest as archive_manifest
 from launcher.share import pack as packing
 from launcher.share import tarstream
@@ -162,17 +162,17 @@ def test_a_planted_object_is_replaced_not_trusted(tmp_path):
     path, data = good_archive(tmp_path)
     dest = tmp_path / "dest"
     digest = hashlib.sha256(b"digits").hexdigest()
-    planted = snapshot.object_path(dest, digest)
+    planted = objects.object_path(dest, digest)
     planted.parent.mkdir(parents=True)
     planted.write_bytes(b"import os; os.system('evil')\n")
     imported = unpacking.unpack(path, dest)
-    assert planted.read_bytes() == b"digits" and snapshot.holds(dest, digest)
+    assert planted.read_bytes() == b"digits" and objects.holds(dest, digest)
     runs.verify_seal(imported.run_dir)
     planted.chmod(0o644)
     planted.write_bytes(b"planted again")
     source = tmp_path / "digits"
     source.write_bytes(b"digits")
-    assert snapshot.put(dest, str(source), digest) and planted.read_bytes() == b"digits"
+    assert objects.put(dest, str(source), digest) and planted.read_bytes() == b"digits"
 
 
 def _resealed(tmp_path: Path, changes: dict[str, bytes]) -> Path:
@@ -288,10 +288,10 @@ def test_unpack_holds_the_gc_lock_and_refreshes_the_objects_it_reuses(tmp_path):
     dest = tmp_path / "dest"
     first = unpacking.unpack(path, tmp_path / "other")  # the same objects in another store first
     digest = next(iter(data["objects"]))
-    src = snapshot.object_path(tmp_path / "other", digest)
-    assert snapshot.put(dest, str(src), digest)
+    src = objects.object_path(tmp_path / "other", digest)
+    assert objects.put(dest, str(src), digest)
     old = time.time() - 3600
-    os.utime(snapshot.object_path(dest, digest), (old, old))
+    os.utime(objects.object_path(dest, digest), (old, old))
     with gc.store_lock(dest, shared=False, wait_s=None):  # a gc in progress: the import must wait for it
         started = time.monotonic()
         unpacking.LOCK_WAIT_S, saved = 0.3, unpacking.LOCK_WAIT_S
@@ -303,7 +303,7 @@ def test_unpack_holds_the_gc_lock_and_refreshes_the_objects_it_reuses(tmp_path):
         assert time.monotonic() - started >= 0.3
     assert not (dest / first.run_dir.name).exists()
     imported = unpacking.unpack(path, dest)
-    assert snapshot.object_path(dest, digest).stat().st_mtime > old + 3000  # refreshed: a gc marking now keeps it
+    assert objects.object_path(dest, digest).stat().st_mtime > old + 3000  # refreshed: a gc marking now keeps it
     report = gc.collect(dest)
     assert report.removed == [] and runs.verify_seal(imported.run_dir)
 
@@ -313,7 +313,7 @@ def test_pack_writes_the_archive_no_wider_than_the_most_private_file_it_holds(tm
     packed = packing.pack(run, tmp_path / "wide.tar")
     assert packed.mode == 0o644 and (packed.path.stat().st_mode & 0o777) == 0o644
     digest = hashlib.sha256(b"digits").hexdigest()
-    snapshot.object_path(tmp_path / "runs", digest).chmod(0o400)  # the data file was 0600
+    objects.object_path(tmp_path / "runs", digest).chmod(0o400)  # the data file was 0600
     assert main(["pack", str(run), "-o", str(tmp_path / "private.tar")]) == 0
     assert (tmp_path / "private.tar").stat().st_mode & 0o777 == 0o600
     assert "is mode 0600" in capsys.readouterr().err

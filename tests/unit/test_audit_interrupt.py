@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.run.job import Outcome
+from launcher.run.pipeline import Outcome
 from launcher.verdict import audit
 
 
 def _audit(tmp_path: Path, monkeypatch, job_run) -> tuple[int | type, Path, list[str]]:
-    monkeypatch.setattr("launcher.run.job.run", job_run)
+    monkeypatch.setattr("launcher.run.pipeline.run", job_run)
     printed: list[str] = []
     store = tmp_path / "store"
     try:

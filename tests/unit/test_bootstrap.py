@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 from launcher.job import bootstrap, determinism, tasks
 from launcher.job.observe import reads
-from launcher.record import fingerprint, runs
+from launcher.record.probe import fingerprint
+from launcher.record.store import runs
 from launcher.run import composition, config
 
 

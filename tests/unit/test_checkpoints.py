@@ -2,7 +2,8 @@
 
 import json
 
-from launcher.record import checkpoints, runs
+from launcher.record import checkpoints
+from launcher.record.store import runs
 from launcher.run.resume import keep_metrics_through
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from launcher.cli import main as cli
-from launcher.run import job
+from launcher.run import pipeline
 
 
 def _launch(capsys, *args: str) -> tuple[int, list[str]]:
@@ -91,10 +91,10 @@ def test_bad_data_is_one_line_exit_2_and_no_run(capsys, tmp_path, data):
 
 
 def test_a_run_without_metrics_ends_with_single_spaces():
-    outcome = job.Outcome(Path("runs/x"), "complete", 0, result={"final_metrics": {}, "weights_sha256": None})
-    assert job.summary_line(outcome) == "[launch] run runs/x complete; seed=0 weights_sha256=(no model recorded)"
+    outcome = pipeline.Outcome(Path("runs/x"), "complete", 0, result={"final_metrics": {}, "weights_sha256": None})
+    assert pipeline.summary_line(outcome) == "[launch] run runs/x complete; seed=0 weights_sha256=(no model recorded)"
     outcome.result["final_metrics"] = {"loss": 0.5}
-    assert job.summary_line(outcome).endswith("seed=0 loss=0.5000 weights_sha256=(no model recorded)")
+    assert pipeline.summary_line(outcome).endswith("seed=0 loss=0.5000 weights_sha256=(no model recorded)")
 
 
 def test_no_docker_daemon_is_one_line_exit_2_and_no_run(capsys, monkeypatch, tmp_path):

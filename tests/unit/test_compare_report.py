@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ConfigError, SchemaError, SealError
-from launcher.record import key, runs, trace
+from launcher.record import trace
+from launcher.record.probe import key
+from launcher.record.store import runs
 from launcher.verdict import compare
 from tests.unit.test_compare import _record, _steps
 from tests.unit.test_fingerprint import _fp

@@ -1,7 +1,7 @@
 """The environment allowlist, word by word and pattern by pattern (issue 17).
 
 Secrets must never reach a fingerprint (run directories get shared), and each table
-of ``launcher.record.environment`` is checked entry by entry against literal lists
+of ``launcher.record.probe.environment`` is checked entry by entry against literal lists
 here, so dropping one entry (``CREDENTIAL`` from ``SECRET_WORDS``, a pattern from
 ``ENV_ALLOW`` or ``ENV_DENY``, a name from ``NOT_IN_KEY``) fails a test.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.record import environment
+from launcher.record.probe import environment
 
 SECRETS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
@@ -121,7 +121,7 @@ def test_keyed_env_is_sorted():
 
 
 def test_a_variable_the_job_read_is_recorded_by_value_and_a_secret_only_by_hash():
-    from launcher.record.environment import as_read
+    from launcher.record.probe.environment import as_read
 
     assert as_read("LR", "0.01") == "0.01" and as_read("BATCH_SIZE", None) is None
     hashed = as_read("WANDB_API_KEY", "s3cr3t")

@@ -4,7 +4,7 @@ import copy
 import json
 from pathlib import Path
 
-from launcher.record import environment, key, probes
+from launcher.record.probe import environment, key, probes
 
 RECORDED = Path(__file__).parent / "recorded"
 

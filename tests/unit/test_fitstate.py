@@ -13,7 +13,7 @@ import pytest
 from launcher.errors import ResumeError
 from launcher.job.training import checkpoints, fitstate, jobstate
 from launcher.record import checkpoints as stored
-from launcher.record import runs
+from launcher.record.store import runs
 from launcher.run import resume
 
 

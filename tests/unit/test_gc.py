@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main as cli
-from launcher.record import gc, runs, snapshot
+from launcher.record.store import gc, objects, runs, snapshot
 
 HOUR_AGO = time.time() - 3600
 
@@ -25,10 +25,10 @@ def _object(store: Path, data: bytes, age: float | None = HOUR_AGO) -> str:
     """Store ``data`` as an object, its mtime ``age`` (an hour ago: stored by some earlier run)."""
     src = store.parent / f"src-{_sha(data)[:8]}"
     src.write_bytes(data)
-    assert snapshot.put(store, str(src), _sha(data))
+    assert objects.put(store, str(src), _sha(data))
     src.unlink()
     if age is not None:
-        os.utime(snapshot.object_path(store, _sha(data)), (age, age))
+        os.utime(objects.object_path(store, _sha(data)), (age, age))
     return _sha(data)
 
 
@@ -66,9 +66,9 @@ def test_gc_removes_what_no_run_references_and_keeps_what_any_run_does(store, ca
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"removed {orphan} (2.9 KiB)"
     assert out[1] == "launch gc: removed 1 object(s), freed 2.9 KiB; 5 object(s) kept, the snapshots of 5 run(s) read"
-    assert not snapshot.object_path(store, orphan).exists()
+    assert not objects.object_path(store, orphan).exists()
     for sha in [*kept.values(), renamed]:
-        assert snapshot.object_path(store, sha).is_file()
+        assert objects.object_path(store, sha).is_file()
     assert cli.main(["gc", "--store", str(store)]) == 0
     assert capsys.readouterr().out.startswith("launch gc: removed 0 object(s), freed 0 B")
 
@@ -82,7 +82,7 @@ def test_dry_run_removes_nothing_and_says_what_it_would(store, capsys):
     assert out == [f"would remove {orphan} (6 B)",
                    "launch gc: would remove 1 object(s), would free 6 B; 1 object(s) kept, the snapshots of 1 run(s) "
                    "read"]  # fmt: skip
-    assert snapshot.object_path(store, orphan).is_file()
+    assert objects.object_path(store, orphan).is_file()
 
 
 def test_an_object_stored_after_the_mark_started_survives(store, monkeypatch):
@@ -98,7 +98,7 @@ def test_an_object_stored_after_the_mark_started_survives(store, monkeypatch):
     monkeypatch.setattr(gc, "mark", mark_while_a_run_stores)
     report = gc.collect(store)
     assert [o.sha256 for o in report.removed] == [old]
-    assert snapshot.object_path(store, new[0]).is_file()
+    assert objects.object_path(store, new[0]).is_file()
 
 
 def test_an_object_a_run_reuses_or_names_while_the_gc_runs_survives(store, monkeypatch):
@@ -117,26 +117,26 @@ def test_an_object_a_run_reuses_or_names_while_the_gc_runs_survives(store, monke
     monkeypatch.setattr(gc, "stored_objects", listed_then_a_run_writes)
     report = gc.collect(store)
     assert [o.sha256 for o in report.removed] == [orphan]
-    assert snapshot.object_path(store, reused).is_file() and snapshot.object_path(store, named).is_file()
+    assert objects.object_path(store, reused).is_file() and objects.object_path(store, named).is_file()
 
 
 def test_a_run_whose_reused_object_a_gc_removed_meanwhile_stores_it_again(store, monkeypatch):
     sha = _object(store, b"helper")
     source = store.parent / "helper.py"
     source.write_bytes(b"helper")
-    real_put = snapshot.put
+    real_put = objects.put
     calls = []
 
     def put_then_a_gc_removes_it(store_root, path, digest):
         calls.append(digest)
         kept = real_put(store_root, path, digest)  # already there: reused, nothing written...
         if len(calls) == 1:
-            snapshot.object_path(store, digest).unlink()  # ...and a gc removes it before the snapshot is written
+            objects.object_path(store, digest).unlink()  # ...and a gc removes it before the snapshot is written
         return kept
 
-    monkeypatch.setattr(snapshot, "put", put_then_a_gc_removes_it)
+    monkeypatch.setattr(objects, "put", put_then_a_gc_removes_it)
     taken = snapshot.take(store, {str(source): {"sha256": sha, "role": "module"}}, {}, "/w")
-    assert list(taken["files"]) == [str(source)] and snapshot.object_path(store, sha).is_file()
+    assert list(taken["files"]) == [str(source)] and objects.object_path(store, sha).is_file()
     assert calls == [sha, sha]
 
 
@@ -147,14 +147,14 @@ def test_a_snapshot_that_cannot_be_read_stops_the_gc_before_anything_is_removed(
     assert cli.main(["gc", "--store", str(store)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"cannot tell what {run_dir.name} references" in err[0] and "nothing was removed" in err[0]
-    assert snapshot.object_path(store, orphan).is_file()
+    assert objects.object_path(store, orphan).is_file()
 
 
 def test_only_objects_are_swept(store):
     _object(store, b"orphan")
-    objects = store / snapshot.OBJECTS
-    (objects / "ab").mkdir(exist_ok=True)
-    strays = [objects / "ab" / ".obj.x.tmp", objects / "ab" / ("cd" * 32), objects / "README", store / "notes.txt"]
+    fans = store / objects.OBJECTS
+    (fans / "ab").mkdir(exist_ok=True)
+    strays = [fans / "ab" / ".obj.x.tmp", fans / "ab" / ("cd" * 32), fans / "README", store / "notes.txt"]
     for stray in strays:  # a write in progress, a misplaced name, the user's own files
         stray.write_text("x")
         os.utime(stray, (HOUR_AGO, HOUR_AGO))

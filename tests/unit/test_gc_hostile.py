@@ -19,7 +19,7 @@ import pytest
 from launcher.cli import gc as _cli_gc  # noqa: F401 - imported before a child process drops its privileges
 from launcher.cli import main as cli
 from launcher.errors import StoreError
-from launcher.record import gc, runs, snapshot
+from launcher.record.store import gc, objects, runs, snapshot
 from tests.unit.test_gc import _object, _run, _sha
 
 NOBODY = 65534
@@ -27,7 +27,7 @@ NOBODY = 65534
 
 def _objects(store: Path) -> list[Path]:
     """Every object file of the store: what "nothing was removed" compares."""
-    return sorted(p for p in (store / snapshot.OBJECTS).rglob("*") if p.is_file())
+    return sorted(p for p in (store / objects.OBJECTS).rglob("*") if p.is_file())
 
 
 def _refused(store: Path, capsys, *names: str) -> str:
@@ -134,7 +134,7 @@ def test_a_run_the_gc_user_cannot_read_stops_the_gc(open_store, private):
     finally:
         locked.chmod(0o755 if locked.is_dir() else 0o644)
     assert _objects(store) == before, out + err
-    assert snapshot.object_path(store, theirs).is_file() and snapshot.object_path(store, mine).is_file()
+    assert objects.object_path(store, theirs).is_file() and objects.object_path(store, mine).is_file()
     assert code == 2 and out == "", out + err
     assert len(err.splitlines()) == 1 and "nothing was removed" in err, err
     if private == "run directory":
@@ -179,12 +179,12 @@ def test_a_run_deleted_while_the_mark_runs_is_no_refusal(store, monkeypatch):
 
     monkeypatch.setattr(os, "scandir", scandir)
     assert [o.sha256 for o in gc.collect(store).removed] == [orphan]
-    assert snapshot.object_path(store, kept).is_file()
+    assert objects.object_path(store, kept).is_file()
 
 
 def test_an_objects_directory_that_cannot_be_listed_is_one_line(store, capsys, monkeypatch):
     orphan = _object(store, b"orphan")
-    fan = snapshot.object_path(store, orphan).parent
+    fan = objects.object_path(store, orphan).parent
     real_scandir = os.scandir
 
     def scandir(path=".", *args):
@@ -197,7 +197,7 @@ def test_an_objects_directory_that_cannot_be_listed_is_one_line(store, capsys, m
     monkeypatch.undo()
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"cannot list {fan} (Permission denied); nothing was removed" in err[0]
-    assert snapshot.object_path(store, orphan).is_file()
+    assert objects.object_path(store, orphan).is_file()
 
 
 # ---------------------------------------------------------------- 2. a store root that is a run
@@ -310,9 +310,9 @@ def test_an_objects_directory_that_is_a_link_is_never_swept(store, tmp_path, cap
     other.mkdir()
     _object(other, b"the other store's")
     _run(store, "complete")
-    (store / snapshot.OBJECTS).symlink_to(other / snapshot.OBJECTS)
-    _refused(store, capsys, f"{store / snapshot.OBJECTS} is a link", "inside the store only")
-    assert snapshot.object_path(other, _sha(b"the other store's")).is_file()
+    (store / objects.OBJECTS).symlink_to(other / objects.OBJECTS)
+    _refused(store, capsys, f"{store / objects.OBJECTS} is a link", "inside the store only")
+    assert objects.object_path(other, _sha(b"the other store's")).is_file()
 
 
 def test_links_the_mark_reaches_or_with_no_run_behind_them_are_left_alone(store, tmp_path):
@@ -337,7 +337,7 @@ def test_links_the_mark_reaches_or_with_no_run_behind_them_are_left_alone(store,
     (mirrored / "conf").symlink_to(conf)
     report = gc.collect(store)
     assert [o.sha256 for o in report.removed] == [orphan] and report.runs == 1
-    assert snapshot.object_path(store, kept).is_file()
+    assert objects.object_path(store, kept).is_file()
     assert (data / "train.npz").read_bytes() == b"x" and (conf / "config.yaml").is_file()
 
 

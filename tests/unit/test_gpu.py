@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from launcher.docker import gpus as docker_gpus
 from launcher.errors import ConfigError, GpuUnavailable
-from launcher.record import probes
+from launcher.record.probe import probes
 from launcher.run import gpus
 from launcher.sweep import slots
 
@@ -187,14 +187,14 @@ def test_jobs_asking_for_gpus_get_gpu_slots_or_a_refusal():
 
 # ---------------------------------------------------------------- a run never stays "running"
 def test_an_unexpected_error_after_the_run_exists_marks_it_failed(tmp_path, monkeypatch):
-    from launcher.record import runs
-    from launcher.run import composition, job
+    from launcher.record.store import runs
+    from launcher.run import composition, pipeline
     def broken(*args, **kwargs):
         raise RuntimeError("500 Server Error: could not select device driver")
 
-    monkeypatch.setattr(job, "execute", broken)
+    monkeypatch.setattr(pipeline, "execute", broken)
     with pytest.raises(RuntimeError):
-        job.run(composition.compose([f"store.root={tmp_path}"]))
+        pipeline.run(composition.compose([f"store.root={tmp_path}"]))
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     status = runs.status(run_dir)
     assert status["state"] == "failed" and "could not select device driver" in status["error"]

@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks import gpu_acceptance as ga
 from benchmarks import gpu_image
-from launcher.record import probes
+from launcher.record.probe import probes
 
 RECORDED = Path(__file__).parent / "recorded"
 H100_DIR = Path(__file__).parent.parent / "data" / "nvidia-smi-h100"

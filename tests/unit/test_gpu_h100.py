@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.record import fingerprint, key, probes
+from launcher.record.probe import fingerprint, key, probes
 
 H100 = Path(__file__).parent.parent / "data" / "nvidia-smi-h100"
 ESC = "\x1b"

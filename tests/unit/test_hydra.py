@@ -16,7 +16,7 @@ import yaml
 
 from launcher.cli import main as cli
 from launcher.errors import ConfigError
-from launcher.record import fingerprint
+from launcher.record.probe import fingerprint
 from launcher.run import composition, config
 from launcher.sweep import multirun as sweep
 from launcher.sweep import report as sweep_report

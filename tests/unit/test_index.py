@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SealError
-from launcher.record import index, runs
+from launcher.record.store import index, runs
 from tests.conftest import run_launch
 
 

@@ -13,7 +13,7 @@ import copy
 
 import pytest
 
-from launcher.record import key
+from launcher.record.probe import key
 from tests.unit.test_fingerprint import _fp
 
 
@@ -227,14 +227,14 @@ def test_the_launchers_code_is_compared_by_content_and_a_change_named_by_module(
     assert a != changed
     assert key.launcher_differences("code.launcher", a, changed) == [
         ("code.launcher.launcher.job.bootstrap", "b1", "b2")]
-    added = key.LauncherCode({**a.modules, "launcher.record.places": "p1"})
+    added = key.LauncherCode({**a.modules, "launcher.record.probe.places": "p1"})
     assert key.launcher_differences("code.launcher", a, added) == [
-        ("code.launcher.launcher.record.places", "not imported", "p1")]
+        ("code.launcher.launcher.record.probe.places", "not imported", "p1")]
 
 
 def test_a_schema_3_fingerprint_names_the_launchers_files_as_todays_modules():
     fp = _fp()
     fp["schema"] = 3
-    fp["code"]["launcher_modules"] = {"run/reads.py": "r1", "__init__.py": "i1", "record/key.py": "k1"}
+    fp["code"]["launcher_modules"] = {"run/reads.py": "r1", "__init__.py": "i1", "record/probe/key.py": "k1"}
     code = key.comparability_key(fp)["code.launcher"]
-    assert code.modules == {"launcher.job.observe.reads": "r1", "launcher": "i1", "launcher.record.key": "k1"}
+    assert code.modules == {"launcher.job.observe.reads": "r1", "launcher": "i1", "launcher.record.probe.key": "k1"}

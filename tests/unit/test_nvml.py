@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from launcher import proc
-from launcher.record import key, nvml, probes
+from launcher.record.probe import key, nvml, probes
 
 H100 = Path(__file__).parent.parent / "data" / "nvidia-smi-h100"
 RECORDED = json.loads((H100 / "nvml.json").read_text())
@@ -43,7 +43,7 @@ class NVMLError(Exception):
 
 
 class FakeNvml:
-    """The pynvml calls ``launcher.record.nvml`` makes, answered from ``machine``; any other
+    """The pynvml calls ``launcher.record.probe.nvml`` makes, answered from ``machine``; any other
     attribute fails the test (``__getattr__``)."""
 
     NVMLError = NVMLError

@@ -12,7 +12,7 @@ import pytest
 
 from launcher.errors import ConfigError, DeterminismError
 from launcher.job import determinism
-from launcher.record import cpuid, key, probes
+from launcher.record.probe import cpuid, key, probes
 from launcher.run import emulation
 from tests.unit.test_fingerprint import _fp
 
@@ -223,14 +223,14 @@ def test_an_unknown_cpu_model_is_refused_by_name(tmp_path, launch):
 @pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
                     reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
 def test_a_cpu_below_the_baseline_is_refused_in_one_line_before_a_run_exists():
-    from launcher.run import composition, config, job
+    from launcher.run import composition, config, pipeline
     resolved = config.resolve(composition.compose(["determinism=portable"]))
-    job.check_baseline(resolved, "Haswell")  # x86-64-v3: accepted
+    pipeline.check_baseline(resolved, "Haswell")  # x86-64-v3: accepted
     with pytest.raises(DeterminismError) as refused:
-        job.check_baseline(resolved, "Nehalem")
+        pipeline.check_baseline(resolved, "Nehalem")
     assert str(refused.value) == ("determinism=portable needs a CPU with x86-64-v3; "
                                   "Intel Core i7 9xx (Nehalem Class Core i7) has x86-64-v2")  # fmt: skip
-    job.check_baseline(config.resolve(composition.compose([])), "Nehalem")  # strict: no baseline to check
+    pipeline.check_baseline(config.resolve(composition.compose([])), "Nehalem")  # strict: no baseline to check
 
 
 def test_the_audit_cpu_knob_is_opt_in_and_runs_each_model_emulated():

@@ -4,7 +4,7 @@ A run made here and checked here must not be refused, whatever only its job proc
 (``precheck.MEASURED_IN_JOB``: the determinism settings that took effect, TensorFlow's build); a
 change to what the rerun would find here (a data file, a module, a library, a distribution, a
 variable the job read, a TensorFlow release) refuses by name. The launcher side of the fingerprint
-(``job.launch_fingerprint``) and this machine's software (``probes.software``) are stand-ins; the
+(``pipeline.launch_fingerprint``) and this machine's software (``probes.software``) are stand-ins; the
 files are real and hashed.
 """
 
@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SchemaError
-from launcher.record import distributions, fingerprint, hashing, probes, runs
-from launcher.run import job, precheck
+from launcher.record import hashing
+from launcher.record.probe import distributions, fingerprint, probes
+from launcher.record.store import runs
+from launcher.run import pipeline, precheck
 from tests.unit.test_fingerprint import _fp
 
 KERAS = {"version": "3.15.1", "files_sha256": "f1", "record_sha256": "r1"}
@@ -41,7 +43,7 @@ class Here:
         self.lib.write_bytes(b"\x7fELF")
         self.run_dir = tmp_path / "run"
         self.run_dir.mkdir()
-        (self.run_dir / job.CONFIG).write_text("seed: 1\n")
+        (self.run_dir / pipeline.CONFIG).write_text("seed: 1\n")
         fp = _fp()
         fp["code"]["launcher_modules"] = hashing.launcher_modules({"launcher": "", "launcher.run.precheck": ""})
         helper = self.cwd / "helper.py"
@@ -55,7 +57,7 @@ class Here:
         self.software = {k: v for k, v in copy.deepcopy(fp["software"]).items()
                          if k not in ("tf_build", "distributions", "libraries")}  # what probes.software() reports
         self.launched: list = []
-        monkeypatch.setattr(job, "launch_fingerprint", self._launch_fingerprint)
+        monkeypatch.setattr(pipeline, "launch_fingerprint", self._launch_fingerprint)
         monkeypatch.setattr(probes, "software", lambda: copy.deepcopy(self.software))
         monkeypatch.setattr(distributions, "distribution_identity", lambda name: self.identities.get(name))
         monkeypatch.setenv("LR", "0.01")
@@ -88,7 +90,7 @@ def test_a_run_made_here_is_not_refused_here(here):
 
 
 def test_precheck_reads_the_stored_fingerprint_and_passes_the_rerun_on(here):
-    runs.write_json(here.run_dir / job.FINGERPRINT, here.stored)
+    runs.write_json(here.run_dir / pipeline.FINGERPRINT, here.stored)
     assert precheck.precheck(here.run_dir, str(here.cwd), {"A": "1"}, None, cpu="Haswell") == []
     assert here.launched[-1]["extra_env"] == {"A": "1"} and here.launched[-1]["cpu"] == "Haswell"
     probed = {"software": here.software, "distributions": here.identities, "python": "/venv/bin/python"}
@@ -157,7 +159,7 @@ def test_what_is_gone_here_is_missing(here):
 
 
 def test_a_secret_the_job_read_is_compared_by_its_hash_never_its_value(here, monkeypatch):
-    from launcher.record.environment import as_read
+    from launcher.record.probe.environment import as_read
 
     here.stored["environment_read"] = {"WANDB_API_KEY": as_read("WANDB_API_KEY", "s3cr3t"), "UNSET": None}
     monkeypatch.setenv("WANDB_API_KEY", "s3cr3t")
@@ -251,7 +253,7 @@ def test_a_rerun_from_a_laid_out_snapshot_is_checked_against_the_snapshot(tmp_pa
     cwd = str(root) + str(here.cwd)
     assert precheck.key_differences_now(here.stored, here.run_dir, cwd, None, str(root)) == []
     assert here.launched[-1]["root"] == str(root) and here.launched[-1]["cwd"] == cwd
-    runs.write_json(here.run_dir / job.FINGERPRINT, here.stored)
+    runs.write_json(here.run_dir / pipeline.FINGERPRINT, here.stored)
     assert precheck.precheck(here.run_dir, cwd, None, str(root)) == []
     assert [d[0] for d in here.differences()] == ["code.modules.helper", "data.data/mnist.npz"]  # the originals'
 

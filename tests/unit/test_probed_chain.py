@@ -4,7 +4,7 @@ that requires it, imported is keyed. The decision follows the import chain."""
 
 from __future__ import annotations
 
-from launcher.record import distributions, usage
+from launcher.record.probe import distributions, usage
 
 # keras requires rich, and rich requires pygments; IPython, when installed, is imported by keras'
 # probe and imports pygments and traitlets itself.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from launcher.record import key
+from launcher.record.probe import key
 from launcher.run import config
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import RebuildError
-from launcher.record import distributions
+from launcher.record.probe import distributions
 from launcher.run import rebuild
 
 TF = {"version": "2.21.0", "files_sha256": "tf", "record_sha256": "r"}

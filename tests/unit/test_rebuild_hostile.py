@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import RebuildError
-from launcher.record import distributions
+from launcher.record.probe import distributions
 from launcher.run import rebuild
 
 SHARED = rebuild.pth_text(["/usr/lib/python3/site-packages"])

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import RebuildError
-from launcher.record import distributions
+from launcher.record.probe import distributions
 from launcher.run import rebuild
 
 SEEN = ("import importlib.metadata as m, json, sys, tinydist, extramod; "

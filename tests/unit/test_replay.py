@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.record.store import objects
 from launcher.verdict import compare, replay
 
 RUN = Path("/store/20261125-mnist-1")
@@ -104,7 +105,6 @@ def test_a_kept_file_the_job_read_by_its_absolute_path_must_be_there(tmp_path):
     import json
 
     from launcher.errors import ConfigError
-    from launcher.record import snapshot
 
     run = tmp_path / "store" / "20261126-000000-abcdef"
     run.mkdir(parents=True)
@@ -117,7 +117,7 @@ def test_a_kept_file_the_job_read_by_its_absolute_path_must_be_there(tmp_path):
     with pytest.raises(ConfigError) as refused:
         replay.place_data(run, stored, tmp_path / "work", {})
     assert str(refused.value) == (f"{run.name} read {gone} by its absolute path, and nothing is there now: put it "
-                                  f"back there (the run kept a copy: {snapshot.object_path(run.parent, sha)})")
+                                  f"back there (the run kept a copy: {objects.object_path(run.parent, sha)})")
     gone.parent.mkdir()
     gone.write_bytes(b"x")
     assert replay.place_data(run, stored, tmp_path / "work", {}) == []

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from launcher.job.observe import observers, reads
-from launcher.record import snapshot, usage
+from launcher.record.probe import usage
+from launcher.record.store import snapshot
 
 
 def test_a_name_recorded_outside_the_layout_wins_over_one_mapped_back_from_it(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from launcher.cli import main as cli
 from launcher.errors import ResumeError
-from launcher.record import runs
+from launcher.record.store import runs
 from launcher.run import resume
 
 

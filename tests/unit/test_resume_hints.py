@@ -12,7 +12,8 @@ import pytest
 
 from launcher.cli import main as cli
 from launcher.errors import SealError
-from launcher.record import checkpoints, runs
+from launcher.record import checkpoints
+from launcher.record.store import runs
 from launcher.verdict import compare
 
 

@@ -18,8 +18,8 @@ import yaml
 
 from launcher.cli import main as cli
 from launcher.errors import ConfigError, ResumeError, SealError, SignatureError
-from launcher.record import runs, signing
-from launcher.run import job, resume
+from launcher.record.store import runs, signing
+from launcher.run import pipeline, resume
 from tests.conftest import NPZ, TINY, is_run, q, run_dir_of
 
 CRAFTED_KEY = "~/.ssh/id_ed25519"  # what a crafted run's config.yaml names: the resumer's own key
@@ -50,7 +50,7 @@ def _tree(root: Path) -> dict:
 
 @pytest.fixture
 def handed_to_execute(monkeypatch) -> list[dict]:
-    """Resume as far as ``job.execute``, which records what it was handed instead of training (the
+    """Resume as far as ``pipeline.execute``, which records what it was handed instead of training (the
     environment checks, which a hand-made run cannot pass, are left out)."""
     calls: list[dict] = []
     monkeypatch.setattr(resume.precheck, "key_differences_now", lambda *a, **k: [])
@@ -58,9 +58,9 @@ def handed_to_execute(monkeypatch) -> list[dict]:
 
     def execute(resolved, run_dir, **kwargs):
         calls.append(kwargs)
-        return job.Outcome(run_dir, "complete", 0)
+        return pipeline.Outcome(run_dir, "complete", 0)
 
-    monkeypatch.setattr(job, "execute", execute)
+    monkeypatch.setattr(pipeline, "execute", execute)
     return calls
 
 

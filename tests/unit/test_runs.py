@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from launcher.errors import RunNotFound, SealError, StoreError
-from launcher.record import runs
+from launcher.record.store import runs
 
 
 def _make_run(store):

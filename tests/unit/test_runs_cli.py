@@ -6,7 +6,8 @@ import datetime as _dt
 from pathlib import Path
 
 from launcher.cli import main as cli
-from launcher.record import key, runs
+from launcher.record.probe import key
+from launcher.record.store import runs
 from tests.unit.test_fingerprint import _fp
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.errors import ConfigError, SignatureError
-from launcher.record import runs, signing
+from launcher.record.store import runs, signing
 from launcher.share import manifest as archive_manifest
 from launcher.share import pack as packing
 from tests.unit.test_archive import sealed_run
@@ -35,7 +35,7 @@ def keys(tmp_path_factory) -> dict:
 def signed_run(store: Path, key: Path | str | None, name: str = "20261126-120000-abcdef") -> Path:
     """``sealed_run`` sealed with ``key`` (passed to ``runs.seal``, as the pipeline passes its settings'
     ``store.signing_key``), its config naming the key too, as a launch's does."""
-    import launcher.record.runs as runs_module
+    import launcher.record.store.runs as runs_module
 
     real_seal = runs_module.seal
 

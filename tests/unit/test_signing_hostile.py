@@ -16,7 +16,7 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.errors import SealError, SignatureError
-from launcher.record import runs, signing
+from launcher.record.store import runs, signing
 from tests.unit.test_archive import sealed_run
 from tests.unit.test_signing import signed_run
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.record import snapshot
+from launcher.record.store import objects, snapshot
 
 
 def _sha(data: bytes) -> str:
@@ -59,9 +59,9 @@ def test_objects_are_stored_once_checked_and_laid_out(tmp_path):
     src.mkdir()
     (src / "train.py").write_bytes(b"print(1)\n")
     digest = _sha(b"print(1)\n")
-    assert snapshot.put(store, str(src / "train.py"), digest)
-    assert snapshot.put(store, str(src / "train.py"), digest)  # already there: nothing written twice
-    assert not snapshot.put(store, str(src / "train.py"), _sha(b"what ran"))  # changed since: not kept
+    assert objects.put(store, str(src / "train.py"), digest)
+    assert objects.put(store, str(src / "train.py"), digest)  # already there: nothing written twice
+    assert not objects.put(store, str(src / "train.py"), _sha(b"what ran"))  # changed since: not kept
     assert len([p for p in store.rglob("*") if p.is_file()]) == 1
     taken = snapshot.take(store, {str(src / "train.py"): {"sha256": digest, "role": "script"},
                                   str(src / "gone.py"): {"sha256": _sha(b"gone"), "role": "module"}},
@@ -70,7 +70,7 @@ def test_objects_are_stored_once_checked_and_laid_out(tmp_path):
     snapshot.materialize(store, taken, work)
     assert (work / str(src / "train.py").lstrip("/")).read_bytes() == b"print(1)\n"
 
-    obj = snapshot.object_path(store, digest)
+    obj = objects.object_path(store, digest)
     obj.chmod(0o644)
     obj.write_bytes(b"tampered")
     with pytest.raises(snapshot.SnapshotError, match="damaged"):
@@ -143,7 +143,7 @@ def test_an_unfinished_run_keeps_its_code_only_when_the_job_named_its_modules(tm
     the job cannot write leaves none, without failing the job."""
     from omegaconf import OmegaConf
 
-    from launcher.record import keep
+    from launcher.record.store import keep
     work, store = tmp_path / "w", tmp_path / "store"
     work.mkdir()
     (work / "train.py").write_bytes(b"script")
@@ -162,7 +162,7 @@ def test_an_unfinished_run_keeps_its_code_only_when_the_job_named_its_modules(tm
                                                                   str(work / "helper.py"): "module"}  # fmt: skip
     assert snapshot.read(run_dir) == taken
     (run_dir / snapshot.SNAPSHOT).unlink()
-    snapshot.remove(store / snapshot.OBJECTS)
-    (store / snapshot.OBJECTS).write_text("not a directory")  # a store the job cannot write (even as root)
+    snapshot.remove(store / objects.OBJECTS)
+    (store / objects.OBJECTS).write_text("not a directory")  # a store the job cannot write (even as root)
     assert keep.keep_so_far(run_dir, resolved, fp, facts, str(work)) is None
     assert not (run_dir / snapshot.SNAPSHOT).exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from launcher.record import gc, keep, snapshot
+from launcher.record.store import gc, keep, objects, snapshot
 
 HOUR_AGO = time.time() - 3600
 MB = 1 << 20
@@ -96,8 +96,8 @@ def test_a_run_keeps_at_most_its_caps_and_records_the_rest_as_left_out(project):
                                                              "data/f01.bin", "data/f02.bin")}  # fmt: skip
     assert taken["left_out"] == {str(work / f"data/f{n:02d}.bin"): "over store.snapshot_max_files (5 files kept "
                                  "per run)" for n in range(3, 12)}  # fmt: skip
-    objects = [p for p in (project["store"] / snapshot.OBJECTS).rglob("*") if p.is_file()]
-    assert len(objects) == 5  # nothing left out was stored
+    stored = [p for p in (project["store"] / objects.OBJECTS).rglob("*") if p.is_file()]
+    assert len(stored) == 5  # nothing left out was stored
     # a cap of 0 MiB: nothing fits, not even the script
     taken = keep.keep_snapshot(run_dir, _resolved(work, snapshot_max_total_mb=0), project["fp"], str(work))
     assert taken["files"] == {} and len(taken["left_out"]) == 14
@@ -121,7 +121,7 @@ def test_the_jobs_checkpoints_keep_code_only(project):
     assert {p: e["role"] for p, e in taken["files"].items()} == {str(work / "train.py"): "script",
                                                                   str(work / "helper.py"): "module"}  # fmt: skip
     assert taken["left_out"] == {}
-    assert len([p for p in (project["store"] / snapshot.OBJECTS).rglob("*") if p.is_file()]) == 2
+    assert len([p for p in (project["store"] / objects.OBJECTS).rglob("*") if p.is_file()]) == 2
     taken = keep.keep_so_far(run_dir, _resolved(work), fp, facts, str(work))  # the launcher, after the job
     assert len(taken["files"]) == 14
 
@@ -134,7 +134,7 @@ def test_the_job_never_waits_for_a_gc_and_the_launcher_waits_for_it_to_end(proje
         with pytest.raises(keep.StoreBusy):
             keep.keep_so_far(run_dir, _resolved(work), project["fp"], facts, str(work), code_only=True, wait_s=0)
         assert time.monotonic() - started < 1
-        assert not (run_dir / snapshot.SNAPSHOT).exists() and not (store / snapshot.OBJECTS).exists()
+        assert not (run_dir / snapshot.SNAPSHOT).exists() and not (store / objects.OBJECTS).exists()
         taken: list[dict] = []
         launcher = threading.Thread(target=lambda: taken.append(
             keep.keep_snapshot(run_dir, _resolved(work), project["fp"], str(work))))
@@ -157,7 +157,7 @@ def test_a_gc_never_marks_between_a_runs_objects_and_its_snapshot_json(project, 
     def take_then_a_gc_starts(store_root, kept, left_out, launch_dir, root=None):
         taken = real_take(store_root, kept, left_out, launch_dir, root)
         for entry in taken["files"].values():  # stored and refreshed well before the gc started
-            os.utime(snapshot.object_path(store_root, entry["sha256"]), (HOUR_AGO, HOUR_AGO))
+            os.utime(objects.object_path(store_root, entry["sha256"]), (HOUR_AGO, HOUR_AGO))
         thread = threading.Thread(target=lambda: reports.append(gc.collect(store)))
         thread.start()
         thread.join(timeout=2)  # long enough for a whole gc of this store, were it not held off
@@ -169,7 +169,7 @@ def test_a_gc_never_marks_between_a_runs_objects_and_its_snapshot_json(project, 
     collector[0].join(timeout=10)
     assert reports and reports[0].removed == [] and reports[0].runs == 1
     for entry in taken["files"].values():
-        assert snapshot.object_path(store, entry["sha256"]).is_file()
+        assert objects.object_path(store, entry["sha256"]).is_file()
 
 
 def test_a_run_stores_its_snapshot_without_the_hold_where_it_cannot_open_the_lock(project, monkeypatch):

@@ -15,7 +15,7 @@ import pytest
 
 from launcher.cli import main as cli
 from launcher.errors import UnsafeRun
-from launcher.record import runs, snapshot
+from launcher.record.store import objects, runs, snapshot
 from launcher.run import resume
 from tests.conftest import run_launch
 
@@ -48,7 +48,7 @@ def _store(tmp_path: Path) -> Path:
     store.mkdir()
     src = tmp_path / "evil-src.py"
     src.write_bytes(EVIL)
-    assert snapshot.put(store, str(src), _sha(EVIL))
+    assert objects.put(store, str(src), _sha(EVIL))
     src.unlink()
     return store
 
@@ -141,7 +141,7 @@ def test_a_sha256_that_is_not_64_lowercase_hex_digits_is_refused_before_any_copy
         snapshot.read(tmp_path / "run")
     if isinstance(sha, str):
         with pytest.raises(UnsafeRun, match="not a sha256"):
-            snapshot.object_path(store, sha)
+            objects.object_path(store, sha)
 
 
 def test_launch_replay_refuses_an_object_name_that_is_a_path(tmp_path):
@@ -211,7 +211,7 @@ def _interrupted_script_run(tmp_path: Path) -> tuple[Path, Path, dict]:
     its fingerprint, the job's facts and ``snapshot.json`` as ``keep.keep_so_far`` wrote it."""
     from omegaconf import OmegaConf
 
-    from launcher.record import keep
+    from launcher.record.store import keep
     work = tmp_path / "w"
     work.mkdir()
     (work / "train.py").write_bytes(b"import helper\n")
@@ -245,7 +245,7 @@ def test_launch_resume_refuses_a_forged_unsealed_snapshot_before_anything_is_wri
     store = run_dir.parent
     evil = tmp_path / "evil.py"
     evil.write_bytes(EVIL)
-    assert snapshot.put(store, str(evil), _sha(EVIL))  # the forger's code, in the store
+    assert objects.put(store, str(evil), _sha(EVIL))  # the forger's code, in the store
     evil.unlink()
     forged = json.loads(json.dumps(taken))
     if forge == "added module":
@@ -303,10 +303,10 @@ def test_a_private_files_object_and_layout_are_not_readable_by_others(tmp_path):
     taken = snapshot.take(store, {str(private): {"sha256": _sha(b"patient records"), "role": "data"},
                                   str(shared): {"sha256": _sha(b"print(1)\n"), "role": "script"}},
                           {}, str(tmp_path))  # fmt: skip
-    obj = snapshot.object_path(store, _sha(b"patient records"))
+    obj = objects.object_path(store, _sha(b"patient records"))
     assert stat.S_IMODE(obj.stat().st_mode) == 0o400  # read by its owner only, written by nobody
-    assert stat.S_IMODE(snapshot.object_path(store, _sha(b"print(1)\n")).stat().st_mode) == 0o555
-    for directory in (store / snapshot.OBJECTS, obj.parent):  # made with the store's mode, whatever the umask
+    assert stat.S_IMODE(objects.object_path(store, _sha(b"print(1)\n")).stat().st_mode) == 0o555
+    for directory in (store / objects.OBJECTS, obj.parent):  # made with the store's mode, whatever the umask
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     dest = tmp_path / "dest"
     snapshot.materialize(store, taken, dest)
@@ -318,7 +318,7 @@ def test_a_private_files_object_and_layout_are_not_readable_by_others(tmp_path):
 
 def test_a_layout_never_leaves_a_damaged_file_under_its_name(tmp_path):
     store = _store(tmp_path)
-    obj = snapshot.object_path(store, _sha(EVIL))
+    obj = objects.object_path(store, _sha(EVIL))
     obj.chmod(0o644)
     obj.write_bytes(b"tampered")
     dest = tmp_path / "dest"

@@ -9,9 +9,9 @@ import os
 from omegaconf import OmegaConf
 
 from launcher.job import interrupts
-from launcher.record import index, runs
 from launcher.record.layout import ERROR, JOB_FACTS, RESULT
-from launcher.run import job
+from launcher.record.store import index, runs
+from launcher.run import pipeline
 
 
 def _ended_with_status_0(tmp_path, stopped: bool):
@@ -23,11 +23,11 @@ def _ended_with_status_0(tmp_path, stopped: bool):
         runs.write_json(run_dir / ERROR, {"type": "KeyboardInterrupt", "message": "SIGTERM"})
     row = index.Row(id="run", path=str(run_dir), time="t", task="script", level="strict", seed=0, status="running")
     resolved = OmegaConf.create({"seed": 0})
-    return run_dir, job.finish(run_dir, resolved, {}, 0, row, str(tmp_path), None)
+    return run_dir, pipeline.finish(run_dir, resolved, {}, 0, row, str(tmp_path), None)
 
 
 def test_a_stopped_job_that_exits_0_ends_interrupted_not_sealed(tmp_path, monkeypatch):
-    monkeypatch.setattr(job, "keep_so_far", lambda *args: None)  # the snapshot is not what is tested here
+    monkeypatch.setattr(pipeline, "keep_so_far", lambda *args: None)  # the snapshot is not what is tested here
     run_dir, outcome = _ended_with_status_0(tmp_path, stopped=True)
     assert (outcome.status, outcome.returncode, outcome.error) == ("interrupted", 130, "SIGTERM")
     assert not (run_dir / runs.MANIFEST).exists()

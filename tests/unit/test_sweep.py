@@ -15,8 +15,9 @@ from omegaconf import OmegaConf
 import launcher.verdict
 from launcher.cli import main as cli
 from launcher.errors import ConfigError, NotComparable
-from launcher.record import environment, runs
-from launcher.run.job import Outcome
+from launcher.record.probe import environment
+from launcher.record.store import runs
+from launcher.run.pipeline import Outcome
 from launcher.sweep import multirun as sweep
 from launcher.sweep import report as sweep_report
 from launcher.sweep import slots
@@ -175,7 +176,7 @@ def too_many_slots() -> int:
     """A slot count this machine cannot give, whatever it has: more than its cores and GPUs together."""
     import os
 
-    from launcher.record import probes
+    from launcher.record.probe import probes
 
     return len(os.sched_getaffinity(0)) + len(probes.hardware()["gpus"]) + 1
 
@@ -236,7 +237,7 @@ def test_worker_env_covers_what_joblib_sets_in_its_workers():
 
 # ---------------------------------------------------------------- a job in its worker
 class FakeJob:
-    """Stands in for ``launcher.run.job.run``; refuses arguments the sweep must not pass."""
+    """Stands in for ``launcher.run.pipeline.run``; refuses arguments the sweep must not pass."""
 
     def __init__(self, status="complete", error: Exception | None = None):
         self.calls: list[dict] = []
@@ -265,7 +266,7 @@ def _sweep_dir(tmp_path: Path, slot_list, **extra) -> Path:
 
 def test_run_job_runs_in_a_slot_and_records_the_outcome(tmp_path, monkeypatch):
     fake = FakeJob()
-    monkeypatch.setattr("launcher.run.job.run", fake.run)
+    monkeypatch.setattr("launcher.run.pipeline.run", fake.run)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as a joblib worker has it
     d = _sweep_dir(tmp_path, slots.plan("auto", [], CORES2))
     record = sweep.run_job(OmegaConf.create({"seed": 3}), d, 7, ["+seed=3"])
@@ -282,7 +283,7 @@ def test_run_job_runs_in_a_slot_and_records_the_outcome(tmp_path, monkeypatch):
 def test_what_the_sweeps_own_imports_set_never_reaches_a_job(tmp_path, monkeypatch, launcher_name, restored):
     # `import optuna` imports scikit-learn where it is installed, which sets KMP_DUPLICATE_LIB_OK.
     fake = FakeJob()
-    monkeypatch.setattr("launcher.run.job.run", fake.run)
+    monkeypatch.setattr("launcher.run.pipeline.run", fake.run)
     monkeypatch.setenv("KMP_AFFINITY", "compact")
     monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
     launch_env = environment.allowed_env(__import__("os").environ)
@@ -299,7 +300,7 @@ def test_what_the_sweeps_own_imports_set_never_reaches_a_job(tmp_path, monkeypat
 
 def test_a_gpu_slot_sets_cuda_visible_devices(tmp_path, monkeypatch):
     fake = FakeJob()
-    monkeypatch.setattr("launcher.run.job.run", fake.run)
+    monkeypatch.setattr("launcher.run.pipeline.run", fake.run)
     d = _sweep_dir(tmp_path, slots.plan(1, GPUS, CORES2))
     sweep.run_job(OmegaConf.create({"seed": 0}), d, 0, ["+seed=0"])
     assert fake.calls[0]["extra_env"] == {"CUDA_VISIBLE_DEVICES": "0"}
@@ -308,7 +309,7 @@ def test_a_gpu_slot_sets_cuda_visible_devices(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("error", [ConfigError("bad store"), RuntimeError("bug")])
 def test_a_job_that_raises_becomes_a_failed_record(tmp_path, monkeypatch, error):
-    monkeypatch.setattr("launcher.run.job.run", FakeJob(error=error).run)
+    monkeypatch.setattr("launcher.run.pipeline.run", FakeJob(error=error).run)
     d = _sweep_dir(tmp_path, [])
     record = sweep.run_job(OmegaConf.create({"seed": 1}), d, 0, ["+seed=1"])
     assert record["status"] == "failed" and str(error) in record["error"]
@@ -317,7 +318,7 @@ def test_a_job_that_raises_becomes_a_failed_record(tmp_path, monkeypatch, error)
 
 def test_after_ctrl_c_queued_jobs_do_not_start(tmp_path, monkeypatch):
     fake = FakeJob()
-    monkeypatch.setattr("launcher.run.job.run", fake.run)
+    monkeypatch.setattr("launcher.run.pipeline.run", fake.run)
     d = _sweep_dir(tmp_path, slots.plan("auto", [], CORES2))
     (d / sweep.STOP).write_text("{}")
     record = sweep.run_job(OmegaConf.create({"seed": 2}), d, 2, ["+seed=2"])

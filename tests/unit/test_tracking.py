@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from launcher.record import fingerprint, key, runs, tracking
+from launcher.record import tracking
+from launcher.record.probe import fingerprint, key
+from launcher.record.store import runs
 from launcher.run import composition, config
 
 CFG = {

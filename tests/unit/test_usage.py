@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher.job.observe import reads
-from launcher.record import distributions, places, usage
+from launcher.record.probe import distributions, places, usage
 
 ROOTS = places.Roots(
     site=("/py/lib/python3.11/site-packages",),
@@ -382,7 +382,7 @@ def test_a_distribution_without_a_record_is_hashed_by_the_files_it_lists(tmp_pat
 
 
 def test_the_key_holds_a_distributions_version_and_content_and_an_old_record_its_record():
-    from launcher.record import key
+    from launcher.record.probe import key
     from tests.unit.test_fingerprint import _fp
 
     def fp(**keras):

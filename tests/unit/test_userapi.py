@@ -6,7 +6,7 @@ import hashlib
 
 import launcher
 from launcher.job.observe import reads
-from launcher.record import usage
+from launcher.record.probe import usage
 
 
 def _sha(data: bytes) -> str:

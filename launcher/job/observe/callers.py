@@ -8,7 +8,7 @@ import functools
 import os
 from collections.abc import Callable
 
-from launcher.record.places import Roots, classify, roots
+from launcher.record.probe.places import Roots, classify, roots
 
 __all__ = ["code_kind", "roots"]
 

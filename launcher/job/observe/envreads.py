@@ -8,7 +8,7 @@ libraries' variables. So, in the job process, every read of ``os.environ`` (``[]
 the first caller outside the standard library; when that is the job's own code (not
 TensorFlow, Keras, another installed library or the launcher), the variable and what it
 found (its value, or unset) are recorded the first time, a secret-looking name only by
-the hash of its value (``launcher.record.environment.as_read``). They go into the
+the hash of its value (``launcher.record.probe.environment.as_read``). They go into the
 comparability key as ``environment_read``.
 
 Not seen: a copy of the whole environment (``dict(os.environ)``, iteration), a child
@@ -21,7 +21,7 @@ import os
 import sys
 
 from launcher.job.observe import callers
-from launcher.record import environment
+from launcher.record.probe import environment
 
 read: dict[str, str | None] = {}  # name -> what the job's code found first (None: unset)
 # The launcher's own variables (launcher.job.userapi): where this run writes, and its seed and

@@ -13,7 +13,7 @@ directory, so the job watches the directories its data most likely lies in:
 each tree up to ``MAX_DIRS`` directories in all (watches are a per-user kernel resource),
 leaving out run stores, version control, caches of compiled code, the Python installation
 and system directories. A file opened there that existed before the job started counts as
-read (``launcher.record.usage``), and its stat when the watch first saw it opened tells
+read (``launcher.record.probe.usage``), and its stat when the watch first saw it opened tells
 whether it was there before a job that then deleted it (an input all the same, as a
 checkpoint a job restores and then rotates away is); one created or modified after the job
 started is an output.

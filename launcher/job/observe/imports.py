@@ -7,11 +7,11 @@ refuse every earlier run though no bit changed. So the job process records, from
 start, the top-level packages that the job's own code or the launcher imports (every
 ``import`` statement goes through ``builtins.__import__``, a package already imported
 by someone else included; ``importlib.import_module`` too), and for every other import
-the file of library code that asked (``importers``): the import chain. ``launcher.record.usage``
+the file of library code that asked (``importers``): the import chain. ``launcher.record.probe.usage``
 then keys those distributions, and along the chain what a keyed one imports and requires
 (``Requires-Dist``, not extras), and records the rest, imported only by a library's optional
 probe or by what that probe pulled in (Keras imports IPython, IPython imports pygments), for
-reading (``launcher.record.distributions.keyed_distributions``).
+reading (``launcher.record.probe.distributions.keyed_distributions``).
 """
 
 from __future__ import annotations

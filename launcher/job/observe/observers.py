@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from launcher.job.observe import envreads, imports, reads, seeding
-from launcher.record import places, snapshot, usage
+from launcher.record.probe import places, usage
+from launcher.record.store import snapshot
 
 
 def install_first() -> None:

@@ -15,7 +15,7 @@ Installed first in the job process, before TensorFlow or any user code is import
   not. Every directory the job listed (``os.listdir``, ``os.scandir`` and what is built
   on them: ``os.walk``, ``glob``, ``pathlib``; TensorFlow's ``tf.io.gfile.listdir``,
   ``walk`` and ``glob``) and every pattern TensorFlow matched (``Dataset.list_files``)
-  is kept, and the files found there count as read (``launcher.record.usage``).
+  is kept, and the files found there count as read (``launcher.record.probe.usage``).
   Listings by Python's import machinery are not the job's and are skipped.
 
 Not seen (documented in docs/fingerprint.md): files that native code both finds and
@@ -24,7 +24,7 @@ opens itself (a C extension, a path computed in a graph from no listing).
 
 Only paths, modes, the file's stat at first read, listings and the time recording
 started are kept here; which of them are data, and their hashes, is decided after the
-job (``launcher.record.usage``).
+job (``launcher.record.probe.usage``).
 """
 
 from __future__ import annotations

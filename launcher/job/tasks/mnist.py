@@ -17,8 +17,8 @@ from launcher.job import interrupts
 from launcher.job.tasks import TaskContext
 from launcher.job.training import trace
 from launcher.job.training.checkpoints import Checkpointer
-from launcher.record import snapshot
 from launcher.record.hashing import keras_weights, weights_digest
+from launcher.record.store import snapshot
 
 WEIGHTS_FILE = "weights.weights.h5"
 

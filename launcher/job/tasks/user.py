@@ -18,7 +18,7 @@ from launcher.job import userapi
 from launcher.job.observe import reads
 from launcher.job.tasks import TaskContext
 from launcher.job.training import observer as observe
-from launcher.record import snapshot
+from launcher.record.store import snapshot
 
 
 def load_entrypoint(spec: str):
@@ -123,7 +123,7 @@ def save_weights(run_dir, named_arrays: list) -> str:
 
     import numpy as np
 
-    from launcher.record import runs
+    from launcher.record.store import runs
 
     buffer = io.BytesIO()
     np.savez(buffer, **{f"{i:04d} {name}": value for i, (_, name, value) in enumerate(named_arrays)})

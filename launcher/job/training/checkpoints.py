@@ -23,8 +23,9 @@ import shutil
 from pathlib import Path
 
 from launcher.errors import StoreError
-from launcher.record import runs, trace
+from launcher.record import trace
 from launcher.record.checkpoints import ARRAYS, DIRNAME, EXTRA, MANIFEST, PREFIX, is_fit_end, name
+from launcher.record.store import runs
 
 
 class Checkpointer:

@@ -56,8 +56,9 @@ import numpy as np
 
 from launcher.job import interrupts
 from launcher.job.training import fitstate, jobstate, tf1, trace
-from launcher.record import layout, places
+from launcher.record import layout
 from launcher.record.hashing import keras_weights, weights_digest
+from launcher.record.probe import places
 
 _observer: Observer | None = None
 
@@ -526,7 +527,7 @@ _AUTOGRAPH_CALL = os.path.join("autograph", "impl", "api.py")
 def _library_code() -> tuple[str, ...]:
     """Where code that is not the job's own lives (prefixes of file names): the Python
     installation, its site-packages (TensorFlow, Keras) and the launcher, as
-    ``launcher.record.usage`` classifies modules."""
+    ``launcher.record.probe.usage`` classifies modules."""
     r = places.roots()
     return ("<frozen", *sorted({root.rstrip("/") + "/" for root in (*r.site, *r.python, r.launcher)}))
 

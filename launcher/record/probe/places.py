@@ -70,7 +70,7 @@ def roots(run_dir: str | None = None) -> Roots:
         pass
     site_dirs.update(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, paths.get("stdlib")}
-    launcher_dir = str(Path(__file__).resolve().parents[1])
+    launcher_dir = str(Path(__file__).resolve().parents[2])
     ignored = [run_dir] if run_dir else []
     ignored.append(str(cache_path().parent))  # the launcher's own cache (file digests, distributions)
     def both(paths) -> tuple[str, ...]:  # as given and resolved: paths are compared before resolving

@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from launcher.errors import SchemaError
-from launcher.record import cpuid, layout
-from launcher.record.environment import allowed_env
-from launcher.record.probes import code, hardware, software, tensorflow_gpu_notes, tensorflow_software
+from launcher.record import layout
+from launcher.record.probe import cpuid
+from launcher.record.probe.environment import allowed_env
+from launcher.record.probe.probes import code, hardware, software, tensorflow_gpu_notes, tensorflow_software
 
 # 2: code.modules, software.distributions and software.libraries (what the job used),
 # data from every file the job read, determinism.keras.
@@ -29,7 +30,7 @@ from launcher.record.probes import code, hardware, software, tensorflow_gpu_note
 # compares their contents, so a module moved unchanged refuses nothing.
 # 5: launch_dir (where the job was launched: the project), and keyed relative to it: config_sha256
 # hashes the config's paths inside it relative to it (launcher.run.config.hashed_part), and the
-# key names data files and libraries inside it relatively (launcher.record.key), so a second
+# key names data files and libraries inside it relatively (launcher.record.probe.key), so a second
 # checkout of the same project gives the same key. Schema 4 and older hashed and named them
 # absolute: their key is read as they recorded it.
 # Older runs stay readable; what they lack is unknown to the comparability key.
@@ -84,7 +85,7 @@ def job_facts(
     effective: dict, data_files: Mapping[str, str], used: dict | None = None, launch_dir: str | None = None
 ) -> dict:
     """What the job process measures: its software (with TensorFlow's build), the effective
-    determinism settings, and what it used (``launcher.record.usage.gather``): the modules,
+    determinism settings, and what it used (``launcher.record.probe.usage.gather``): the modules,
     distributions and libraries it loaded and the data it read. Called in the job process.
 
     ``data_files`` are files a task names itself (the mnist task's data source, an

@@ -18,9 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import DeterminismError, LauncherError
 from launcher.job import determinism, interrupts
-from launcher.record import fingerprint, index, key, layout, probes, runs, snapshot, tbevents, tracking
-from launcher.record.keep import keep_snapshot, keep_so_far
+from launcher.record import layout, tbevents, tracking
 from launcher.record.layout import ERROR, JOB, JOB_FACTS, RESULT
+from launcher.record.probe import fingerprint, key, probes
+from launcher.record.store import index, runs, snapshot
+from launcher.record.store.keep import keep_snapshot, keep_so_far
 from launcher.run import config, gpus, runtime, signals
 
 FINGERPRINT = fingerprint.FILE
@@ -107,7 +109,7 @@ def execute(
 ) -> Outcome:
     """Run the prepared job in ``run_dir`` to its end and record how it ended.
 
-    ``root`` is a laid-out code snapshot (``launcher.record.snapshot``) the job runs from
+    ``root`` is a laid-out code snapshot (``launcher.record.store.snapshot``) the job runs from
     (a replay, a sweep's jobs): ``cwd`` lies inside it, and the script, ``PYTHONPATH`` and
     a task's data are looked up there first. The run's TensorBoard events follow the job
     live and are sealed with it; MLflow (``tracking=mlflow``) hears of the run after it

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from launcher.record.filecache import cache_path
-from launcher.record.places import under
+from launcher.record.probe.places import under
 
 METADATA = re.compile(r"\.(dist|egg)-info(/|$)")  # an installed distribution's metadata (editable ones too)
 # RECORD entries that say where and by what a distribution was installed, not what it is:

@@ -42,9 +42,9 @@ from pathlib import Path
 
 from launcher.errors import SealError, UnsafeRun
 from launcher.record import layout
+from launcher.record.store import objects
 
 SNAPSHOT = layout.SNAPSHOT
-OBJECTS = "objects"
 SCHEMA = 1
 DEFAULT_MAX_MB = 64  # per data file: the bundled sample and typical small data sets fit
 # Per run (docs/store.md, "Bounds"): a laptop's store grows by at most this much per distinct run.
@@ -57,7 +57,6 @@ SWEEP_MAX_FILES = 2000
 SWEEP_MAX_DIRS = 500
 _NOT_CODE_DIRS = ("__pycache__", "node_modules", "site-packages", "dist-packages")
 ROLES = frozenset({"script", "notebook", "module", "config", "data"})
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_PATH = 4096  # PATH_MAX: no file the job opened had a longer name
 
@@ -67,11 +66,6 @@ class SnapshotError(SealError):
 
 
 # ---------------------------------------------------------------- pure
-def is_sha256(value: object) -> bool:
-    """Is ``value`` a sha256 as the store names objects: exactly 64 lowercase hex digits?"""
-    return isinstance(value, str) and _SHA256.fullmatch(value) is not None
-
-
 def path_problem(path: object, directory: bool = False) -> str | None:
     """Why ``path`` cannot name a file of a laid-out snapshot, or None when it can: it must be
     absolute and normalised (no empty, ``.`` or ``..`` component), without control characters
@@ -118,7 +112,7 @@ def validate(data: object, where: str) -> dict:
     for path, entry in sorted(files.items()):
         if (problem := path_problem(path)) is not None:
             raise refuse(path, problem)
-        if not isinstance(entry, dict) or not is_sha256(entry.get("sha256")):
+        if not isinstance(entry, dict) or not objects.is_sha256(entry.get("sha256")):
             sha = entry.get("sha256") if isinstance(entry, dict) else entry
             raise refuse(path, f"has sha256 {sha!r}, not 64 lowercase hex digits")
         if not isinstance(entry.get("role"), str) or entry["role"] not in ROLES:
@@ -157,7 +151,7 @@ def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | Non
     def keep(path: str, digest: object, role: str) -> None:
         if (problem := path_problem(path)) is not None:
             left_out[path] = f"its name {problem}"  # never laid out again: refused when read
-        elif is_sha256(digest):
+        elif objects.is_sha256(digest):
             kept.setdefault(path, {"sha256": digest, "role": role})
         else:
             left_out[path] = f"recorded as {digest!r}"
@@ -260,121 +254,6 @@ def rooted_pythonpath(value: str, root: str | None, keep: Iterable[str] = ()) ->
 
 
 # ---------------------------------------------------------------- the store's objects
-def object_path(store_root: Path, sha256: str) -> Path:
-    """Where object ``sha256`` is kept: ``<store>/objects/ab/abcdef…``. Anything but 64 lowercase
-    hex digits is refused (``UnsafeRun``): a recorded string never becomes a path unchecked."""
-    if not is_sha256(sha256):
-        raise UnsafeRun(f"{sha256!r} is not a sha256 (64 lowercase hex digits): not an object name", str(sha256))
-    return Path(store_root) / OBJECTS / sha256[:2] / sha256
-
-
-def object_mode(source_mode: int) -> int:
-    """The mode of an object taken from a file of mode ``source_mode``: the file's read (and
-    execute) bits, never a write bit, and always readable by its owner (the store reads it
-    back). A ``0600`` data file's object is ``0400``: private data stays private."""
-    return (stat.S_IMODE(source_mode) & 0o555) | 0o400
-
-
-def laid_out_mode(object_mode_: int) -> int:
-    """The mode of a file laid out from an object: the object's, writable by its owner."""
-    return (stat.S_IMODE(object_mode_) & 0o555) | 0o600
-
-
-def _object_dir(store_root: Path, sha256: str) -> Path:
-    """``objects/`` and its fan-out directory for ``sha256``, each made with the store's own mode
-    (a private store's objects are not listed to others)."""
-    store_root = Path(store_root)
-    store_root.mkdir(parents=True, exist_ok=True)
-    mode = stat.S_IMODE(os.stat(store_root).st_mode)
-    directory = object_path(store_root, sha256).parent
-    for d in (directory.parent, directory):
-        try:
-            d.mkdir(mode=mode)
-        except FileExistsError:
-            continue
-        os.chmod(d, mode)  # mkdir's mode is narrowed by the umask
-    return directory
-
-
-def _digest_of(fd: int) -> str:
-    h = hashlib.sha256()
-    for block in iter(lambda: os.read(fd, 1 << 20), b""):
-        h.update(block)
-    return h.hexdigest()
-
-
-def holds(store_root: Path, sha256: str) -> bool:
-    """Does the store hold object ``sha256`` intact: a regular file (not a link) whose content is that?"""
-    try:
-        fd = os.open(object_path(store_root, sha256), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and _digest_of(fd) == sha256
-    finally:
-        os.close(fd)
-
-
-def put(store_root: Path, path: str, sha256: str, move: bool = False) -> bool:
-    """Keep the file at ``path`` as object ``sha256``; False when its content is not that
-    (it changed since the job read it: what is there now is not what ran). The object
-    gets ``object_mode`` of the file's mode. ``move``: rename ``path`` into place (a file of
-    this process's own, on the store's filesystem: an archive's member) instead of copying it.
-
-    An object already in the store is trusted only once it is found intact (``holds``): one that
-    is not (a planted file, a link, a damaged copy) is replaced by this content."""
-    target = object_path(store_root, sha256)
-    if holds(store_root, sha256):
-        return True
-    directory = _object_dir(store_root, sha256)
-    if move:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode) or _digest_of(fd) != sha256:
-                return False
-            os.fchmod(fd, object_mode(os.fstat(fd).st_mode))
-        finally:
-            os.close(fd)
-        os.replace(path, target)
-        return True
-    h = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".obj.", suffix=".tmp")
-    try:
-        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
-            mode = object_mode(os.fstat(src.fileno()).st_mode)
-            for block in iter(lambda: src.read(1 << 20), b""):
-                h.update(block)
-                dst.write(block)
-            dst.flush()
-            os.fsync(dst.fileno())
-        if h.hexdigest() != sha256:
-            os.unlink(tmp)
-            return False
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-        return True
-    except OSError:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        return False
-
-
-def refresh(store_root: Path, sha256: str) -> bool:
-    """Mark object ``sha256`` as just used (its mtime now), so a ``launch gc`` that started
-    before this run wrote its ``snapshot.json`` keeps it (``launcher.record.gc``). False when
-    it is gone (a gc removed it meanwhile); an object of another user's is left as it is."""
-    try:
-        os.utime(object_path(store_root, sha256))
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    return True
-
-
 def take(store_root: Path, kept: Mapping[str, dict], left_out: Mapping[str, str], launch_dir: str,
          root: str | None = None) -> dict:
     """Store every kept file (read from inside ``root`` when the run ran from a laid-out
@@ -384,12 +263,12 @@ def take(store_root: Path, kept: Mapping[str, dict], left_out: Mapping[str, str]
     is stored again: what the returned snapshot names is in the store when it returns."""
     files, missed = {}, dict(left_out)
     for path, entry in sorted(kept.items()):
-        if put(store_root, rooted(path, root), entry["sha256"]):
+        if objects.put(store_root, rooted(path, root), entry["sha256"]):
             files[path] = entry
         else:
             missed[path] = "changed or gone since the job read it"
     for path, entry in list(files.items()):
-        if not refresh(store_root, entry["sha256"]) and not put(store_root, rooted(path, root), entry["sha256"]):
+        if not objects.refresh(store_root, entry["sha256"]) and not objects.put(store_root, rooted(path, root), entry["sha256"]):
             del files[path]
             missed[path] = "changed or gone since the job read it"
     return {"schema": SCHEMA, "launch_dir": launch_dir, "files": files, "left_out": dict(sorted(missed.items()))}
@@ -479,7 +358,7 @@ def _copy_checked(source: Path, target: Path, sha256: str, path: str) -> None:
     try:
         h = hashlib.sha256()
         with open(source, "rb") as src, os.fdopen(fd, "wb") as dst:
-            mode = laid_out_mode(os.fstat(src.fileno()).st_mode)
+            mode = objects.laid_out_mode(os.fstat(src.fileno()).st_mode)
             for block in iter(lambda: src.read(1 << 20), b""):
                 h.update(block)
                 dst.write(block)
@@ -505,7 +384,7 @@ def materialize(store_root: Path, snapshot: Mapping, dest: Path) -> Path:
     files = snapshot["files"]
     sources = {}
     for path, entry in sorted(files.items()):
-        source = object_path(store_root, entry["sha256"])
+        source = objects.object_path(store_root, entry["sha256"])
         if not source.is_file():
             raise SnapshotError(f"the snapshot of {path} is missing from the store ({source})")
         _check_inside(dest, path)

@@ -37,7 +37,10 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from launcher.record.distributions import (
+from launcher.record.filecache import FileHashes, stat_key
+from launcher.record.hashing import module_name
+from launcher.record.layout import RUN_ID as RUN_NAME
+from launcher.record.probe.distributions import (
     METADATA,
     Installed,
     distribution_identity,
@@ -45,10 +48,7 @@ from launcher.record.distributions import (
     requires,
     version_of,
 )
-from launcher.record.filecache import FileHashes, stat_key
-from launcher.record.hashing import module_name
-from launcher.record.index import RUN_NAME
-from launcher.record.places import Roots, classify, roots, system_path, under
+from launcher.record.probe.places import Roots, classify, roots, system_path, under
 
 # ~/.cache and ~/.config hold data sets (kagglehub, Hugging Face datasets, download
 # helpers) and are read like any directory; only these tools' own caches below them are

@@ -4,7 +4,7 @@
 ``read`` asks a pynvml-like module for the facts (tested through a fake of the few calls it
 makes); the conversions into the recorded form (``cuda_version``, ``mig_mode``,
 ``link_matrix``) are pure, and give exactly what ``nvidia-smi``'s own output parses to
-(``launcher.record.probes``), so one GPU read through either source is recorded the same.
+(``launcher.record.probe.probes``), so one GPU read through either source is recorded the same.
 ``probe`` loads the real library and, where it cannot (no ``pynvml`` module, no
 ``libnvidia-ml.so``, no driver), says why: the caller then falls back to ``nvidia-smi``.
 """

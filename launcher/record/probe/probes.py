@@ -3,7 +3,7 @@
 Each *probe* (reads a file or runs a program) is kept apart from its *parser* (pure,
 tested on recorded output); nothing is mutated while probing. The launcher process
 never imports TensorFlow: ``tensorflow_software`` runs in the job process. The GPUs are
-read through NVML (``launcher.record.nvml``) and, where NVML is missing, from
+read through NVML (``launcher.record.probe.nvml``) and, where NVML is missing, from
 ``nvidia-smi``'s output; the record says which (``gpu_facts``).
 """
 
@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from launcher import proc
-from launcher.record import cpuid, nvml
+from launcher.record.probe import cpuid, nvml
 
 # ---------------------------------------------------------------- hardware
 # Instruction-set features that select oneDNN/Eigen/XLA kernels on x86 and ARM.

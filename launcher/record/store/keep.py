@@ -1,6 +1,6 @@
 """What a run keeps of its code and small data in the store, taken from its config and fingerprint.
 
-A sealed run keeps its snapshot (``launcher.record.snapshot``) so that ``launch replay``
+A sealed run keeps its snapshot (``launcher.record.store.snapshot``) so that ``launch replay``
 can rerun it from itself alone. An interrupted run needs its code for ``launch resume``:
 the script gets edited while the run waits to be continued. So the snapshot is taken
 twice: by the job process before each of its checkpoints, of the code alone (what the job
@@ -20,8 +20,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from launcher.record import fingerprint, gc, runs, snapshot
-from launcher.record.gc import StoreBusy
+from launcher.record.probe import fingerprint
+from launcher.record.store import gc, runs, snapshot
+from launcher.record.store.gc import StoreBusy
 
 __all__ = ["StoreBusy", "caps", "code_file", "keep_snapshot", "keep_so_far"]
 
@@ -57,7 +58,7 @@ def keep_snapshot(run_dir: Path, resolved: DictConfig, fp: dict, launch_dir: str
     ``root`` the laid-out snapshot the run ran from, if any (files are read from inside it);
     ``code_only``: its code alone (the job's checkpoints). Waits up to ``wait_s`` for a
     running ``launch gc`` (``StoreBusy`` after it, where ``wait_s`` is 0; else the snapshot is
-    stored without the hold, protected by the objects' times alone, see ``launcher.record.gc``).
+    stored without the hold, protected by the objects' times alone, see ``launcher.record.store.gc``).
     """
     config_dir = resolved.get("config_dir")
     max_file, max_files, max_total = caps(resolved)

@@ -1,6 +1,6 @@
 """``launch gc``: remove the objects of a store that no run references, by mark and sweep.
 
-A run's snapshot (``launcher.record.snapshot``) keeps its files as objects of the store,
+A run's snapshot (``launcher.record.store.snapshot``) keeps its files as objects of the store,
 shared by every run with the same content; deleting a run leaves its objects behind.
 The **mark** reads the ``snapshot.json`` of every run directory of the store, whatever
 its state (complete, failed, interrupted, running: an unfinished run may still be
@@ -17,7 +17,7 @@ It is safe while other launches write to the store, without stopping them:
   once more just before it is removed, so a ``snapshot.json`` written meanwhile counts;
 - ``<store>/.gc.lock`` (``store_lock``): a gc holds it exclusively, so two gcs of one store
   never run at once, and a run holds it shared while it stores its snapshot and writes its
-  ``snapshot.json`` (``launcher.record.keep``), so a gc never marks between the two.
+  ``snapshot.json`` (``launcher.record.store.keep``), so a gc never marks between the two.
 
 The gc removes nothing it cannot account for: each of these stops it (``StoreError``, one
 line naming the path and what to do) before anything is removed, since what a run
@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import LauncherError, StoreError
-from launcher.record import layout, snapshot
+from launcher.record import layout
+from launcher.record.store import objects, snapshot
 
 LOCK = ".gc.lock"
 CONFIG = layout.CONFIG  # what makes a directory holding a snapshot.json a run (runs.require_run's test)
@@ -132,7 +133,7 @@ def references(snapshot_json: Mapping) -> set[str]:
     files = snapshot_json.get("files")
     if not isinstance(files, Mapping):
         return set()
-    return {e["sha256"] for e in files.values() if isinstance(e, Mapping) and snapshot.is_sha256(e.get("sha256"))}
+    return {e["sha256"] for e in files.values() if isinstance(e, Mapping) and objects.is_sha256(e.get("sha256"))}
 
 
 def unreferenced(objects: Iterable[StoredObject], marked: set[str], started: float) -> list[StoredObject]:
@@ -157,7 +158,7 @@ def walked(store_root: str, target: str) -> bool:
         parts = Path(target).relative_to(store_root).parts
     except ValueError:
         return False  # outside the store
-    return not parts or (parts[0] != snapshot.OBJECTS and not any(p.startswith(".") for p in parts))
+    return not parts or (parts[0] != objects.OBJECTS and not any(p.startswith(".") for p in parts))
 
 
 def human(size: int) -> str:
@@ -249,7 +250,7 @@ def snapshot_files(store_root: Path) -> list[Path]:
                 found.append(here / snapshot.SNAPSHOT)
             continue
         top = here == root
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (top and d == snapshot.OBJECTS))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (top and d == objects.OBJECTS))
         if top:  # where runs are made (runs.create): a link among them may stand for a run
             for name in sorted([*dirs, *files]):
                 if not name.startswith(".") and (here / name).is_symlink():
@@ -290,16 +291,16 @@ def stored_objects(store_root: Path) -> list[StoredObject]:
     ``objects/`` that is a link is refused (``StoreError``): its sweep would remove files
     outside the store, which none of its runs may name."""
     out = []
-    objects = Path(store_root) / snapshot.OBJECTS
-    if objects.is_symlink():
-        raise StoreError(f"launch gc: {objects} is a link (to {os.readlink(objects)!r}): the gc removes files "
+    folder = Path(store_root) / objects.OBJECTS
+    if folder.is_symlink():
+        raise StoreError(f"launch gc: {folder} is a link (to {os.readlink(folder)!r}): the gc removes files "
                          "inside the store only; nothing was removed: make it a directory of the store, then run "
                          "launch gc again")  # fmt: skip
-    for fan in _entries(objects):
+    for fan in _entries(folder):
         if len(fan.name) != 2 or not fan.is_dir(follow_symlinks=False):
             continue
         for entry in _entries(fan.path):
-            if not (snapshot.is_sha256(entry.name) and entry.name.startswith(fan.name)):
+            if not (objects.is_sha256(entry.name) and entry.name.startswith(fan.name)):
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)

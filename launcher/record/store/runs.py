@@ -23,7 +23,7 @@ store's disk is full, ``set_status`` frees it so a run can still say how it ende
 seal deletes it before listing the files, so a sealed run has none.
 
 The seal names its run (``"run"``: the directory's name), so a signed seal covers the run's
-id (``launcher.record.signing``); it is signed only with the key its caller passes (the
+id (``launcher.record.store.signing``); it is signed only with the key its caller passes (the
 settings of whoever seals it now), never with one the run directory names.
 
 The store keeps a ledger of the runs made in it (``CREATED``, outside every run directory):
@@ -37,7 +37,6 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import pwd
@@ -50,9 +49,10 @@ from pathlib import Path
 
 from launcher.errors import LauncherError, RunNotFound, SealError, StoreError, UnsafeRun
 from launcher.record import layout
+from launcher.record.hashing import file_sha256
 
 MANIFEST = layout.MANIFEST
-SIGNATURE = layout.SIGNATURE  # the seal signed (launcher.record.signing): beside the manifest, not in it
+SIGNATURE = layout.SIGNATURE  # the seal signed (launcher.record.store.signing): beside the manifest, not in it
 STATUS = layout.STATUS
 MANIFEST_SCHEMA = 1
 RESERVE = ".reserve"  # freed when the disk is full, so status.json can still be written
@@ -295,14 +295,6 @@ def describe_state(run_dir: Path) -> str:
     return state
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _files(run_dir: Path) -> list[str]:
     """Every file below ``run_dir``, hidden ones included, but the manifest itself (it cannot hold
     its own hash) and its signature (made from it). Nothing else is left out: a hidden file is as
@@ -317,7 +309,7 @@ def seal(run_dir: Path, signing_key: object = None) -> dict:
 
     The manifest names the run (``"run"``: its directory's name, so a signature covers the run's id)
     and lists every file (``_files``). ``signing_key`` is the ``store.signing_key`` setting of whoever
-    seals the run now (``launcher.record.signing.signing_key``'s forms; None: unsigned), passed by the
+    seals the run now (``launcher.record.store.signing.signing_key``'s forms; None: unsigned), passed by the
     caller: never read from the run directory, whose ``config.yaml`` anyone may have written. The
     disk-full reserve is deleted first: it only exists so an unsealed run can still record how it
     ended, and a sealed run needs none.
@@ -338,9 +330,9 @@ def seal(run_dir: Path, signing_key: object = None) -> dict:
 
 def sign_seal(run_dir: Path, signing_key: object) -> bool:
     """Sign the seal with ``signing_key`` (a ``store.signing_key`` setting: a key file, ``git``, None;
-    ``launcher.record.signing``). A key that cannot sign leaves the run sealed and unsigned, and says
+    ``launcher.record.store.signing``). A key that cannot sign leaves the run sealed and unsigned, and says
     so on stderr: a finished training is never lost to a missing key. True when it was signed."""
-    from launcher.record import signing
+    from launcher.record.store import signing
 
     try:
         key = signing.signing_key(signing_key)

@@ -18,8 +18,8 @@ import json
 import os
 from collections.abc import Callable
 
-from launcher.record.environment import keyed_env
 from launcher.record.hashing import module_name
+from launcher.record.probe.environment import keyed_env
 
 
 class LauncherCode:

@@ -7,7 +7,7 @@ dispatch) see the emulated CPU, which only ``CPUID`` itself tells. ``read()`` ex
 compiler, no third-party package) and ``parse()`` (pure) turns the registers into the
 fields the fingerprint records, with ``/proc/cpuinfo``'s flag names.
 
-``python -m launcher.record.cpuid`` prints the JSON: the launcher runs it under qemu to
+``python -m launcher.record.probe.cpuid`` prints the JSON: the launcher runs it under qemu to
 learn the emulated CPU before a replay (``launch replay RUN --cpu MODEL``).
 
 The baselines are the x86-64 psABI micro-architecture levels: ``determinism=portable``

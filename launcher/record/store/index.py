@@ -138,7 +138,8 @@ def row_from_dir(run_dir: Path) -> Row | None:
     """The index row a run directory implies (None: not a readable run directory)."""
     import yaml
 
-    from launcher.record import key, runs
+    from launcher.record.probe import key
+    from launcher.record.store import runs
 
     try:
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}

@@ -317,7 +317,7 @@ def store_settings(words: Iterable[str]) -> dict:
     words from a subcommand's command line over it (``store_overrides``)."""
     import yaml
 
-    base = Path(__file__).resolve().parents[1] / "configs" / "launch.yaml"
+    base = Path(__file__).resolve().parents[2] / "configs" / "launch.yaml"
     return store_overrides(words, (yaml.safe_load(base.read_text()) or {}).get("store") or {})
 
 
