@@ -18,6 +18,7 @@ def lint(session: nox.Session) -> None:
     """Check the code with ruff."""
     session.install("ruff", "import-linter")
     session.run("ruff", "check", "launcher", "tests", "benchmarks", "noxfile.py", *session.posargs)
+    session.run("ruff", "format", "--check", "launcher", "tests", "benchmarks", "noxfile.py")
     session.install("-e", ".", "--no-deps")
     session.run("lint-imports")  # the layers and no-circle rules in pyproject.toml
 

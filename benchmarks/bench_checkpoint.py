@@ -42,7 +42,7 @@ def main() -> None:
     m_on, m_off = statistics.median(on), statistics.median(off)
     print(f"checkpoint benchmark: strict mnist on the packaged sample, {N} runs x {EPOCHS - 1} epochs each way")
     share = statistics.median(shares)
-    verdict = 'OK' if share < 0.05 else 'OVER'
+    verdict = "OK" if share < 0.05 else "OVER"
     print(f"in-run: median checkpoint time / epoch time: {share:.1%} (target < 5 %): {verdict}")
     print(f"  median epoch with a checkpoint every epoch: {m_on:.3f} s")
     print(f"  median epoch without checkpoints:           {m_off:.3f} s")

@@ -50,15 +50,21 @@ model.fit(ds, epochs=int(sys.argv[2]), verbose=2)
 
 
 def _args(script: Path, store: Path, epochs: int) -> list[str]:
-    return ["train=script", f"train.script={script}", f"train.args=[{SAMPLE},{epochs}]", "determinism=strict",
-            f"store.root={store}"]  # fmt: skip
+    return [
+        "train=script",
+        f"train.script={script}",
+        f"train.args=[{SAMPLE},{epochs}]",
+        "determinism=strict",
+        f"store.root={store}",
+    ]
 
 
 def _until(argv: list[str], cwd: Path, done, timeout: float = 600) -> tuple[float, subprocess.Popen]:
     """Start ``argv``; seconds until ``done()`` holds (the process is left running)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, env=tree_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=tree_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     while not done():
         if proc.poll() is not None or time.perf_counter() - start > timeout:
             sys.exit(f"failed: {' '.join(argv)} ended ({proc.returncode}) before it got there")
@@ -85,9 +91,11 @@ def main() -> None:
         _, scripted = launch(tmp_path / "script", *_args(script, tmp_path / "script", EPOCHS)[:-1])
         saves = scripted["timings"]["checkpoint_s"]
         share = statistics.median(saves[1:]) / epoch
-        print(f"script checkpoint: median {statistics.median(saves[1:]) * 1000:.0f} ms (first, with the job's facts: "
-              f"{saves[0] * 1000:.0f} ms); strict mnist epoch median {epoch:.3f} s: {share:.1%} of an epoch "
-              f"(target < 5 %): {'OK' if share < 0.05 else 'OVER'}")  # fmt: skip
+        print(
+            f"script checkpoint: median {statistics.median(saves[1:]) * 1000:.0f} ms (first, with the job's facts: "
+            f"{saves[0] * 1000:.0f} ms); strict mnist epoch median {epoch:.3f} s: {share:.1%} of an epoch "
+            f"(target < 5 %): {'OK' if share < 0.05 else 'OVER'}"
+        )
 
         store = tmp_path / "killed"
         store.mkdir()
@@ -101,12 +109,15 @@ def main() -> None:
         proc.wait()
         (run,) = _run_dirs(store)
         time.sleep(1)
-        resumed, proc = _until([sys.executable, "-m", "launcher", "resume", str(run)], tmp_path,
-                               lambda: _metrics_lines(run) >= 2)  # fmt: skip
+        resumed, proc = _until(
+            [sys.executable, "-m", "launcher", "resume", str(run)], tmp_path, lambda: _metrics_lines(run) >= 2
+        )
         proc.wait()
         status = json.loads((run / "status.json").read_text())["state"]
-        print(f"resume: {resumed:.1f} s from `launch resume` to its first resumed epoch's end; a fresh launch "
-              f"took {fresh:.1f} s to its first epoch's checkpoint (the resumed run ended {status})")  # fmt: skip
+        print(
+            f"resume: {resumed:.1f} s from `launch resume` to its first resumed epoch's end; a fresh launch "
+            f"took {fresh:.1f} s to its first epoch's checkpoint (the resumed run ended {status})"
+        )
 
 
 if __name__ == "__main__":

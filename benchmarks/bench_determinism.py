@@ -59,8 +59,15 @@ TARGETS = {"strict (defaults)": 1.25, "strict at off's thread count": 1.05}
 
 def measure(store: Path, data: str, mode: tuple[str, ...]) -> tuple[float, float]:
     """One run: (training seconds over epochs 2..E, whole-command wall seconds)."""
-    wall, result = launch(store, "train=mnist", f"train.data={data}", f"train.epochs={EPOCHS}",
-                          f"train.max_samples={MAX_SAMPLES}", "+seed=0", *mode)  # fmt: skip
+    wall, result = launch(
+        store,
+        "train=mnist",
+        f"train.data={data}",
+        f"train.epochs={EPOCHS}",
+        f"train.max_samples={MAX_SAMPLES}",
+        "+seed=0",
+        *mode,
+    )
     return sum(result["timings"]["epoch_s"][1:]), wall
 
 
@@ -76,13 +83,17 @@ def main() -> None:
                 samples[mode].append(measure(store, data, args))
     med = {m: (statistics.median(t for t, _ in s), statistics.median(w for _, w in s)) for m, s in samples.items()}
     rounds = {m: [w / off_w for (_, w), (_, off_w) in zip(s, samples["off"], strict=True)] for m, s in samples.items()}
-    print(f"determinism benchmark: mnist on {DATA} (max_samples {MAX_SAMPLES}), {EPOCHS} epochs, {N} interleaved "
-          "rounds, medians")  # fmt: skip
+    print(
+        f"determinism benchmark: mnist on {DATA} (max_samples {MAX_SAMPLES}), {EPOCHS} epochs, {N} interleaved "
+        "rounds, medians"
+    )
     print(f"  {'mode':<34} {'whole launch':>12} {'/ off':>7} {'per round (min-max)':>20} {'training':>9} {'/ off':>7}")
     for mode, (train, wall) in med.items():
         spread = f"{min(rounds[mode]):.2f}-{max(rounds[mode]):.2f}"
-        line = f"  {mode:<34} {wall:11.2f}s {wall / med['off'][1]:7.3f} {spread:>20} {train:8.2f}s " \
-               f"{train / med['off'][0]:7.3f}"  # fmt: skip
+        line = (
+            f"  {mode:<34} {wall:11.2f}s {wall / med['off'][1]:7.3f} {spread:>20} {train:8.2f}s "
+            f"{train / med['off'][0]:7.3f}"
+        )
         if mode in TARGETS:
             verdict = "OK" if wall / med["off"][1] <= TARGETS[mode] else "OVER"
             line += f"   target <= {TARGETS[mode]} (whole launch): {verdict}"

@@ -54,7 +54,7 @@ def main() -> None:
         while True:
             order = rng.permutation(len(x))
             for i in range(steps):
-                idx = order[i * BATCH:(i + 1) * BATCH]
+                idx = order[i * BATCH : (i + 1) * BATCH]
                 yield x[idx], y[idx]
 
     class Batches(keras.utils.PyDataset):
@@ -67,7 +67,7 @@ def main() -> None:
             return steps
 
         def __getitem__(self, i):
-            idx = self.order[i * BATCH:(i + 1) * BATCH]
+            idx = self.order[i * BATCH : (i + 1) * BATCH]
             return x[idx], y[idx]
 
         def on_epoch_end(self):
@@ -86,12 +86,18 @@ def main() -> None:
     }
 
     def model():
-        m = keras.Sequential([
-            keras.Input(shape=(28, 28, 1)),
-            keras.layers.Conv2D(16, 3, activation="relu"), keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(), keras.layers.Dropout(0.25), keras.layers.Dense(10),
-        ])
+        m = keras.Sequential(
+            [
+                keras.Input(shape=(28, 28, 1)),
+                keras.layers.Conv2D(16, 3, activation="relu"),
+                keras.layers.MaxPooling2D(),
+                keras.layers.Conv2D(32, 3, activation="relu"),
+                keras.layers.MaxPooling2D(),
+                keras.layers.Flatten(),
+                keras.layers.Dropout(0.25),
+                keras.layers.Dense(10),
+            ]
+        )
         m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return m
 
@@ -113,8 +119,12 @@ def main() -> None:
             times = EpochTimes()
             model().fit(make(), steps_per_epoch=steps_per_epoch, epochs=EPOCHS, verbose=0, callbacks=[times])
             trained += times.seconds[1:]
-            iterator = TFEpochIterator(x=make(), steps_per_epoch=steps_per_epoch, batch_size=None,
-                                       distribute_strategy=tf.distribute.get_strategy())  # fmt: skip
+            iterator = TFEpochIterator(
+                x=make(),
+                steps_per_epoch=steps_per_epoch,
+                batch_size=None,
+                distribute_strategy=tf.distribute.get_strategy(),
+            )
             started = time.perf_counter()
             fitstate._read_epochs(iterator, EPOCHS, 1)
             forwarded.append((time.perf_counter() - started) / EPOCHS)

@@ -40,6 +40,7 @@ def main() -> None:
     import tensorflow as tf
 
     from launcher.job.observe import fswatch
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         rng = np.random.default_rng(0)
@@ -89,13 +90,22 @@ def main() -> None:
     medians = {mode: [statistics.median(t[i] for t in values) for i in (0, 1)] for mode, values in times.items()}
     base = medians["unwatched"]
     for mode, (wall, cpu) in medians.items():
-        extra = "" if mode not in backends else (f"; {statistics.median(seen[mode]):.0f} files seen per round, "
-                                                 f"started in {statistics.median(starts[mode]) * 1000:.1f} ms")
-        print(f"  {mode:<10} median epoch {wall:.3f} s wall ({wall / base[0]:.3f}x), {cpu:.3f} s CPU "
-              f"({cpu / base[1]:.3f}x){extra}")  # fmt: skip
+        extra = (
+            ""
+            if mode not in backends
+            else (
+                f"; {statistics.median(seen[mode]):.0f} files seen per round, "
+                f"started in {statistics.median(starts[mode]) * 1000:.1f} ms"
+            )
+        )
+        print(
+            f"  {mode:<10} median epoch {wall:.3f} s wall ({wall / base[0]:.3f}x), {cpu:.3f} s CPU "
+            f"({cpu / base[1]:.3f}x){extra}"
+        )
     for mode in backends:
         ratio = medians[mode][1] / base[1]
         print(f"{mode} / unwatched epoch CPU time: {ratio:.3f} (target <= 1.05): {'OK' if ratio <= 1.05 else 'OVER'}")
+
 
 if __name__ == "__main__":
     main()

@@ -65,9 +65,11 @@ def main() -> None:
         warm_s.append(time.perf_counter() - start)
     assert not info.built
     print(f"image cache benchmark: {info.ref}, {N} runs each, medians")
-    print(f"  fresh process: decide reuse {statistics.median(fresh_s):.3f} s "
-          f"(+ config composition {statistics.median(config_s):.3f} s; "
-          f"whole `python -c` {statistics.median(wall_s):.3f} s)")  # fmt: skip
+    print(
+        f"  fresh process: decide reuse {statistics.median(fresh_s):.3f} s "
+        f"(+ config composition {statistics.median(config_s):.3f} s; "
+        f"whole `python -c` {statistics.median(wall_s):.3f} s)"
+    )
     print(f"  warm process:  decide reuse {statistics.median(warm_s):.3f} s")
     verdict = "met" if statistics.median(fresh_s) < 1.0 else "MISSED"
     print(f"  target < 1 s for the decision in a fresh process: {verdict}")

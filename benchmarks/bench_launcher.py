@@ -73,9 +73,13 @@ print("weights_sha256=" + weights_digest(keras_weights(model))[0])
 
 # What determinism=strict puts in the job's environment (PYTHONHASHSEED only works from the start).
 STRICT_ENV = {
-    "PYTHONHASHSEED": "0", "TF_DETERMINISTIC_OPS": "1", "TF_CUDNN_DETERMINISTIC": "1",
-    "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2",
-}  # fmt: skip
+    "PYTHONHASHSEED": "0",
+    "TF_DETERMINISTIC_OPS": "1",
+    "TF_CUDNN_DETERMINISTIC": "1",
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+    "TF_ENABLE_ONEDNN_OPTS": "0",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
 
 
 def plain(script: Path) -> tuple[float, str]:

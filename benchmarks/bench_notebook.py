@@ -52,8 +52,10 @@ def main() -> None:
         script = Path(tmp) / "train.py"
         script.write_text(as_script(NOTEBOOK, params))
         store = Path(tmp) / "runs"
-        how = {"notebook": ("train=notebook", f"train.notebook={NOTEBOOK}", f"train.params={{data: '{NPZ}'}}"),
-               "script": ("train=script", f"train.script={script}")}  # fmt: skip
+        how = {
+            "notebook": ("train=notebook", f"train.notebook={NOTEBOOK}", f"train.params={{data: '{NPZ}'}}"),
+            "script": ("train=script", f"train.script={script}"),
+        }
         for _ in range(N):  # interleaved, so drift on a noisy machine hits both alike
             for mode, overrides in how.items():
                 wall, result = launch(store, *overrides, "determinism=strict")
@@ -64,12 +66,16 @@ def main() -> None:
                     starts.append(result["timings"]["notebook_start_s"])
     print(f"notebook benchmark: the tests' notebook (2 epochs, 600 images) vs its cells as a script, {N} runs each")
     for mode in walls:
-        print(f"  {mode:<9} median launch {statistics.median(walls[mode]):.2f} s   "
-              f"median job {statistics.median(jobs[mode]):.2f} s")  # fmt: skip
+        print(
+            f"  {mode:<9} median launch {statistics.median(walls[mode]):.2f} s   "
+            f"median job {statistics.median(jobs[mode]):.2f} s"
+        )
     extra = statistics.median(jobs["notebook"]) - statistics.median(jobs["script"])
     ratio = statistics.median(walls["notebook"]) / statistics.median(walls["script"])
-    print(f"notebook / script launch time: {ratio:.3f}; the notebook's extra job time {extra:+.2f} s "
-          f"(goal < 2 s): {'OK' if extra < 2 else 'OVER'}")  # fmt: skip
+    print(
+        f"notebook / script launch time: {ratio:.3f}; the notebook's extra job time {extra:+.2f} s "
+        f"(goal < 2 s): {'OK' if extra < 2 else 'OVER'}"
+    )
     print(f"  of which the IPython shell's start: median {statistics.median(starts):.2f} s")
     same = weights["notebook"] == weights["script"] and len(weights["notebook"]) == 1
     print(f"same weights as notebook and as script, every run: {'yes' if same else 'NO'}")

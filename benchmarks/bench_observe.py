@@ -29,7 +29,7 @@ from common import launch
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 EPOCHS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 
-SCRIPT = '''
+SCRIPT = """
 import hashlib, json, sys, time
 import numpy as np
 import tensorflow as tf
@@ -48,7 +48,7 @@ for epoch in range(epochs):
     times.append(time.perf_counter() - start)
 weights = np.concatenate([np.asarray(w).ravel() for w in model.get_weights()])
 json.dump({"epoch_s": times, "weights": hashlib.sha256(weights.tobytes()).hexdigest()}, open(out, "w"))
-'''
+"""
 
 
 def main() -> None:
@@ -61,8 +61,9 @@ def main() -> None:
         store = Path(tmp) / "runs"
         for _ in range(N):  # interleaved, so drift on a noisy machine hits both modes alike
             for mode in epochs:
-                wall, _ = launch(store, "train=script", f"train.script={script}", f"train.args=[{EPOCHS},{out}]",
-                                 f"train.{mode}")  # fmt: skip
+                wall, _ = launch(
+                    store, "train=script", f"train.script={script}", f"train.args=[{EPOCHS},{out}]", f"train.{mode}"
+                )
                 measured = json.loads(out.read_text())
                 epochs[mode] += measured["epoch_s"][1:]
                 walls[mode].append(wall)
@@ -71,8 +72,10 @@ def main() -> None:
     print(f"observation benchmark: the mnist model as a user script, {N} runs x {EPOCHS - 1} epochs per mode")
     for mode in epochs:
         e, w = statistics.median(epochs[mode]), statistics.median(walls[mode])
-        print(f"  {mode:<14} median epoch {e:.3f} s ({e / base_epoch:.3f}x)   median launch {w:.2f} s "
-              f"({w / base_wall:.3f}x)")  # fmt: skip
+        print(
+            f"  {mode:<14} median epoch {e:.3f} s ({e / base_epoch:.3f}x)   median launch {w:.2f} s "
+            f"({w / base_wall:.3f}x)"
+        )
     ratio = statistics.median(epochs["observe=true"]) / base_epoch
     same = weights["observe=true"] == weights["observe=false"] and len(weights["observe=true"]) == 1
     print(f"observed / unobserved epoch time: {ratio:.3f} (target <= 1.05): {'OK' if ratio <= 1.05 else 'OVER'}")

@@ -40,8 +40,15 @@ MODES = {"strict": ("determinism=strict",), "portable": ("determinism=portable",
 
 def measure(store: Path, data: str, mode: tuple[str, ...]) -> tuple[float, float, str]:
     """One run: (training seconds over epochs 2..E, whole-command wall seconds, weights hash)."""
-    wall, result = launch(store, "train=mnist", f"train.data={data}", f"train.epochs={EPOCHS}",
-                          f"train.max_samples={MAX_SAMPLES}", "+seed=0", *mode)  # fmt: skip
+    wall, result = launch(
+        store,
+        "train=mnist",
+        f"train.data={data}",
+        f"train.epochs={EPOCHS}",
+        f"train.max_samples={MAX_SAMPLES}",
+        "+seed=0",
+        *mode,
+    )
     return sum(result["timings"]["epoch_s"][1:]), wall, result["weights_sha256"]
 
 
@@ -55,27 +62,43 @@ def main() -> None:
         for _ in range(N):  # round-robin: every mode once per round
             for mode, args in MODES.items():
                 samples[mode].append(measure(store, data, args))
-        med = {m: (statistics.median(t for t, _, _ in s), statistics.median(w for _, w, _ in s))
-               for m, s in samples.items()}  # fmt: skip
-        print(f"portable benchmark: mnist on {DATA} (max_samples {MAX_SAMPLES}), {EPOCHS} epochs, {N} interleaved "
-              "rounds, medians")  # fmt: skip
+        med = {
+            m: (statistics.median(t for t, _, _ in s), statistics.median(w for _, w, _ in s))
+            for m, s in samples.items()
+        }
+        print(
+            f"portable benchmark: mnist on {DATA} (max_samples {MAX_SAMPLES}), {EPOCHS} epochs, {N} interleaved "
+            "rounds, medians"
+        )
         print(f"  {'mode':<10} {'whole launch':>12} {'/ strict':>9} {'training':>9} {'/ strict':>9}  weights")
         for mode, (train, wall) in med.items():
             hashes = sorted({h[:12] for _, _, h in samples[mode]})
-            print(f"  {mode:<10} {wall:11.2f}s {wall / med['strict'][1]:9.3f} {train:8.2f}s "
-                  f"{train / med['strict'][0]:9.3f}  {', '.join(hashes)}")  # fmt: skip
+            print(
+                f"  {mode:<10} {wall:11.2f}s {wall / med['strict'][1]:9.3f} {train:8.2f}s "
+                f"{train / med['strict'][0]:9.3f}  {', '.join(hashes)}"
+            )
         if shutil.which("qemu-x86_64") is None:
             print("  emulated replay: skipped (qemu-x86_64 is not installed: apt-get install qemu-user)")
             return
         before = _runs(store)
-        native, _ = launch(store, "train=mnist", f"train.data={data}", "train.epochs=1",
-                           f"train.max_samples={MAX_SAMPLES}", "+seed=0", "determinism=portable")  # fmt: skip
+        native, _ = launch(
+            store,
+            "train=mnist",
+            f"train.data={data}",
+            "train.epochs=1",
+            f"train.max_samples={MAX_SAMPLES}",
+            "+seed=0",
+            "determinism=portable",
+        )
         (run,) = _runs(store) - before
         emulated, out = timed([sys.executable, "-m", "launcher", "replay", str(run), "--cpu", "Haswell"])
-        verdict = next((line.split(":")[0] for line in out.splitlines()
-                        if line.split(":")[0] in ("REPRODUCED", "DIVERGED")), "?")  # fmt: skip
-        print(f"  emulated replay (--cpu Haswell, 1 epoch): {emulated:.1f}s against {native:.1f}s native "
-              f"({emulated / native:.1f}x): {verdict}")  # fmt: skip
+        verdict = next(
+            (line.split(":")[0] for line in out.splitlines() if line.split(":")[0] in ("REPRODUCED", "DIVERGED")), "?"
+        )
+        print(
+            f"  emulated replay (--cpu Haswell, 1 epoch): {emulated:.1f}s against {native:.1f}s native "
+            f"({emulated / native:.1f}x): {verdict}"
+        )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,9 @@ m.fit(x, y, batch_size=100, epochs=1, verbose=0)
 
 
 def _launch(cwd: Path, *overrides: str) -> Path:
-    done = subprocess.run([sys.executable, "-m", "launcher", *overrides], cwd=cwd, env=tree_env(),
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", *overrides], cwd=cwd, env=tree_env(), capture_output=True, text=True
+    )
     if done.returncode != 0:
         sys.exit(f"launch failed: {(done.stdout + done.stderr)[-3000:]}")
     return cwd / done.stdout.strip().splitlines()[-1].split()[2]
@@ -97,9 +98,21 @@ def _checkpoint_run(project: Path, store: Path, launcher_dir: Path) -> tuple[flo
     env = tree_env()
     env["PYTHONPATH"] = f"{launcher_dir}{os.pathsep}{env['PYTHONPATH']}"
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "launcher", "train=script", "train.script=train.py",
-                           "train.args=[data]", f"store.root={store}"], cwd=project, env=env, capture_output=True,
-                          text=True)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            "train=script",
+            "train.script=train.py",
+            "train.args=[data]",
+            f"store.root={store}",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"launch failed: {(done.stdout + done.stderr)[-3000:]}")
@@ -126,8 +139,10 @@ def first_checkpoint() -> None:
         for i in range(N):  # alternately: the machine's drift is shared
             times["before"].append(_checkpoint_run(project, work / f"store-before-{i}", before))
             times["after"].append(_checkpoint_run(project, work / f"store-after-{i}", REPO))
-        print(f"the job's first checkpoint, a script reading {N_FILES} files of 116 bytes (medians of {N}, "
-              f"each into a fresh store; before = {BEFORE}, after = this tree)")  # fmt: skip
+        print(
+            f"the job's first checkpoint, a script reading {N_FILES} files of 116 bytes (medians of {N}, "
+            f"each into a fresh store; before = {BEFORE}, after = this tree)"
+        )
         print(f"  {'':<24}{'before':>10}{'after':>10}{'before/after':>14}")
         for label, k in (("first checkpoint (s)", 0), ("whole launch (s)", 1)):
             b, a = (statistics.median(t[k] for t in times[side]) for side in ("before", "after"))
@@ -158,8 +173,10 @@ def main() -> None:
         for name, run in runs:
             cold, warm = _time_snapshot(run, str(project), work / f"stores-{run.name}")
             files = json.loads((run / "snapshot.json").read_text())["files"]
-            print(f"  {name:<34} {len(files)} file(s): cold {cold * 1000:6.1f} ms   warm {warm * 1000:6.1f} ms"
-                  f"   (target < 100 ms)")  # fmt: skip
+            print(
+                f"  {name:<34} {len(files)} file(s): cold {cold * 1000:6.1f} ms   warm {warm * 1000:6.1f} ms"
+                f"   (target < 100 ms)"
+            )
         one = _objects_bytes(project / "script-store")
         start = time.perf_counter()
         argv = [sys.executable, "-m", "launcher", "-m", *script, "store.root=sweep-store", "+seed=range(10)"]
@@ -168,8 +185,10 @@ def main() -> None:
             sys.exit(f"sweep failed: {(done.stdout + done.stderr)[-3000:]}")
         swept = _objects_bytes(project / "sweep-store")
         runs = list((project / "sweep-store").glob("20*"))
-        print(f"store growth over a 10-seed sweep ({len(runs)} runs, {time.perf_counter() - start:.0f} s): "
-              f"objects {swept} bytes against {one} for one run = {swept / one:.2f}x (target 1.00x: one copy)")
+        print(
+            f"store growth over a 10-seed sweep ({len(runs)} runs, {time.perf_counter() - start:.0f} s): "
+            f"objects {swept} bytes against {one} for one run = {swept / one:.2f}x (target 1.00x: one copy)"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -49,8 +49,13 @@ def own_cpu_s() -> float:
 
 
 def launch(args: list[str]) -> str:
-    done = subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, env=tree_env())  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=tree_env(),
+    )
     if done.returncode != 0:
         sys.exit(f"launch {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return done.stdout
@@ -63,8 +68,7 @@ def measure(mode: str, common: list[str], store: Path) -> tuple[float, float]:
         for seed in range(SEEDS):
             launch([*common, f"+seed={seed}", f"store.root={store / 'serial'}"])
     else:
-        launch(["-m", *common, f"+seed=range({SEEDS})", f"runtime.slots={SLOTS}",
-                f"store.root={store / 'parallel'}"])  # fmt: skip
+        launch(["-m", *common, f"+seed=range({SEEDS})", f"runtime.slots={SLOTS}", f"store.root={store / 'parallel'}"])
     wall = time.perf_counter() - start
     foreign = (busy_cpu_s() - busy) - (own_cpu_s() - own)
     return wall, max(0.0, foreign)
@@ -83,14 +87,17 @@ def main() -> None:
     p.add_argument("rounds", nargs="?", type=int, default=2)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--data", default=str(REPO / "tests" / "data" / "mnist-small" / "mnist-small.npz"))
-    p.add_argument("--quiet-cpu", type=float, default=3.0,
-                   help="count a round only when other processes used at most this many CPU s")
+    p.add_argument(
+        "--quiet-cpu",
+        type=float,
+        default=3.0,
+        help="count a round only when other processes used at most this many CPU s",
+    )
     p.add_argument("--attempts", type=int, default=3, help="at most ROUNDS x this many rounds")
     args = p.parse_args()
     if len(os.sched_getaffinity(0)) < SLOTS:
         sys.exit(f"needs at least {SLOTS} CPU cores")
-    common = ["train=mnist", "determinism=strict", f"train.data={args.data}",
-              f"train.epochs={args.epochs}"]  # fmt: skip
+    common = ["train=mnist", "determinism=strict", f"train.data={args.data}", f"train.epochs={args.epochs}"]
     store = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     rows, clean = [], []
     try:
@@ -102,9 +109,12 @@ def main() -> None:
             if quiet:
                 clean.append(got)
             s, q = got["serial"][0], got["parallel"][0]
-            print(f"round {r + 1}: serial {s:6.1f} s  parallel {q:6.1f} s  ratio {s / q:.2f}  "
-                  f"(foreign CPU {got['serial'][1]:.1f} / {got['parallel'][1]:.1f} s"
-                  f"{'' if quiet else ', noisy: not counted'})", flush=True)  # fmt: skip
+            print(
+                f"round {r + 1}: serial {s:6.1f} s  parallel {q:6.1f} s  ratio {s / q:.2f}  "
+                f"(foreign CPU {got['serial'][1]:.1f} / {got['parallel'][1]:.1f} s"
+                f"{'' if quiet else ', noisy: not counted'})",
+                flush=True,
+            )
             if len(clean) == args.rounds:
                 break
         serial_w = weights_by_seed(store / "serial")
@@ -117,15 +127,15 @@ def main() -> None:
     parallel = statistics.median(g["parallel"][0] for g in counted)
     foreign = max(g[m][1] for g in counted for m in g)
     ratio = serial / parallel
-    print(f"sweep benchmark: {SEEDS} seeds, {SLOTS} slots, medians of {len(counted)} "
-          f"{'quiet' if clean else 'NOISY (no quiet round: unreliable)'} round(s)")  # fmt: skip
+    print(
+        f"sweep benchmark: {SEEDS} seeds, {SLOTS} slots, medians of {len(counted)} "
+        f"{'quiet' if clean else 'NOISY (no quiet round: unreliable)'} round(s)"
+    )
     print(f"  {f'serial   ({SEEDS} x launch)':<32} {serial:7.1f} s")
     print(f"  {f'parallel (launch -m, {SLOTS} slots)':<32} {parallel:7.1f} s")
     print(f"  same weights per seed in both modes: {'yes' if same else 'NO'}")
-    print(f"  most foreign CPU in a counted measurement: {foreign:.1f} s "
-          f"(a round counts when <= {args.quiet_cpu} s)")  # fmt: skip
-    print(f"serial/parallel wall-time ratio: {ratio:.2f} (target >= {TARGET}): "
-          f"{'OK' if ratio >= TARGET else 'UNDER'}")  # fmt: skip
+    print(f"  most foreign CPU in a counted measurement: {foreign:.1f} s (a round counts when <= {args.quiet_cpu} s)")
+    print(f"serial/parallel wall-time ratio: {ratio:.2f} (target >= {TARGET}): {'OK' if ratio >= TARGET else 'UNDER'}")
 
 
 if __name__ == "__main__":

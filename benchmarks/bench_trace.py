@@ -33,8 +33,13 @@ EPOCH_STEPS = 32  # the packaged sample: 2,000 images in batches of 64
 
 
 def timings(store: Path, every: int) -> dict:
-    _, result = launch(store, "determinism=strict", f"train.epochs={EPOCHS}", "train.checkpoint_every=0",
-                       f"determinism.trace_every={every}")  # fmt: skip
+    _, result = launch(
+        store,
+        "determinism=strict",
+        f"train.epochs={EPOCHS}",
+        "train.checkpoint_every=0",
+        f"determinism.trace_every={every}",
+    )
     return result["timings"]
 
 
@@ -53,13 +58,17 @@ def main() -> None:
     for mode in MODES:
         median = statistics.median(epochs[mode])
         share = statistics.median(shares[mode])
-        print(f"  {mode:<26} median epoch {median:.3f} s   in-run trace share {share:6.2%}   "
-              f"A/B ratio to no trace {median / base:.3f}")  # fmt: skip
+        print(
+            f"  {mode:<26} median epoch {median:.3f} s   in-run trace share {share:6.2%}   "
+            f"A/B ratio to no trace {median / base:.3f}"
+        )
     default = statistics.median(epochs["every 10 steps (default)"]) / base
     steps = EPOCH_STEPS
     extra_ms = (statistics.median(epochs["every 10 steps (default)"]) - base) / steps * 1000
-    print(f"default trace: A/B ratio {default:.3f} (target <= 1.05): {'OK' if default <= 1.05 else 'OVER'}; "
-          f"{extra_ms:+.2f} ms per step of {base / steps * 1000:.1f} ms")
+    print(
+        f"default trace: A/B ratio {default:.3f} (target <= 1.05): {'OK' if default <= 1.05 else 'OVER'}; "
+        f"{extra_ms:+.2f} ms per step of {base / steps * 1000:.1f} ms"
+    )
 
 
 def in_process(rounds: int = 12) -> None:
@@ -87,13 +96,16 @@ def in_process(rounds: int = 12) -> None:
     model = build_model(keras, 1e-3, False)
     ds = make_dataset(tf, mnist.x_train, mnist.y_train.astype("int32"), 64, True, 1)
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        modes = [("no callback", []), ("a no-op per-step hook", [NoOp()]),
-                 ("trace every 10 steps", [trace.keras_callback(Path(a), 10)]),
-                 ("trace every step", [trace.keras_callback(Path(b), 1)])]  # fmt: skip
+        modes = [
+            ("no callback", []),
+            ("a no-op per-step hook", [NoOp()]),
+            ("trace every 10 steps", [trace.keras_callback(Path(a), 10)]),
+            ("trace every step", [trace.keras_callback(Path(b), 1)]),
+        ]
         model.fit(ds, epochs=1, verbose=0, shuffle=False)  # trace the tf.functions first
         times: dict[str, list[float]] = {name: [] for name, _ in modes}
         for r in range(rounds):
-            for name, callbacks in modes[r % 4:] + modes[: r % 4]:
+            for name, callbacks in modes[r % 4 :] + modes[: r % 4]:
                 start = time.perf_counter()
                 model.fit(ds, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
                 times[name].append(time.perf_counter() - start)

@@ -51,11 +51,15 @@ def writer_cost(tmp: Path) -> tuple[float, float, int]:
 
     run = tmp / "big-run"
     run.mkdir()
-    metrics = [{"epoch": e, "loss": 1 / e, "accuracy": 1 - 1 / e, "val_loss": 1.1 / e, "val_accuracy": 0.9}
-               for e in range(1, EPOCHS_BIG + 1)]  # fmt: skip
+    metrics = [
+        {"epoch": e, "loss": 1 / e, "accuracy": 1 - 1 / e, "val_loss": 1.1 / e, "val_accuracy": 0.9}
+        for e in range(1, EPOCHS_BIG + 1)
+    ]
     layers = [[f"layer{i}", "0123456789abcdef"] for i in range(8)]
-    trace = [{"step": s, "epoch": s // 100, "loss": 1 / (s + 1), "weights": "f" * 64, "layers": layers}
-             for s in range(TRACE_BIG)]  # fmt: skip
+    trace = [
+        {"step": s, "epoch": s // 100, "loss": 1 / (s + 1), "weights": "f" * 64, "layers": layers}
+        for s in range(TRACE_BIG)
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     (run / "trace.jsonl").write_text("".join(json.dumps(p) + "\n" for p in trace))
     log = tbevents.EventLog(run)
@@ -92,21 +96,30 @@ def log_run_cost(run: Path, tmp: Path) -> tuple[float, float]:
         copy = store / run.name
         shutil.copytree(run, copy)
         for times in (fresh, existing):
-            done = subprocess.run([sys.executable, "-c", LOG_RUN.format(root=str(ROOT)), str(copy)],
-                                  capture_output=True, text=True, check=True)  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, "-c", LOG_RUN.format(root=str(ROOT)), str(copy)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             times.append(float(done.stdout.strip().splitlines()[-1]))
     return statistics.median(fresh), statistics.median(existing)
 
 
 def main() -> None:
-    modes = {"tensorboard off": ("off", ()), "tensorboard on": ("on", ()),
-             "+ tracking=mlflow": ("on", ("tracking=mlflow",))}  # fmt: skip
+    modes = {
+        "tensorboard off": ("off", ()),
+        "tensorboard on": ("on", ()),
+        "+ tracking=mlflow": ("on", ("tracking=mlflow",)),
+    }
     walls: dict[str, list[float]] = {m: [] for m in modes}
     weights: dict[str, set[str]] = {m: set() for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         rewrite, poll, size = writer_cost(Path(tmp))
-        print(f"event file of {EPOCHS_BIG} epochs x 4 metrics + {TRACE_BIG} traced steps ({size} bytes): "
-              f"written in {rewrite * 1000:.0f} ms (median of 5); an idle poll: {poll * 1e6:.0f} us")  # fmt: skip
+        print(
+            f"event file of {EPOCHS_BIG} epochs x 4 metrics + {TRACE_BIG} traced steps ({size} bytes): "
+            f"written in {rewrite * 1000:.0f} ms (median of 5); an idle poll: {poll * 1e6:.0f} us"
+        )
         wrapper = Path(tmp) / "launch_wrapper.py"
         wrapper.write_text(WRAPPER.format(root=str(ROOT)))
         for i in range(N):
@@ -126,8 +139,10 @@ def main() -> None:
             runs = ", ".join(f"{w:.2f}" for w in walls[mode])
             print(f"  {mode:<18} {med:7.2f} s  {med / base:5.3f}x   runs: {runs}")
         fresh, existing = log_run_cost(tracked_run, Path(tmp))  # the last run of "+ tracking=mlflow"
-        print(f"tracking.log_run alone, fresh process (N={N}, median): {fresh:.2f} s into a new database, "
-              f"{existing:.2f} s into an existing one")  # fmt: skip
+        print(
+            f"tracking.log_run alone, fresh process (N={N}, median): {fresh:.2f} s into a new database, "
+            f"{existing:.2f} s into an existing one"
+        )
     same = len(set().union(*weights.values())) == 1
     print(f"same weights in every mode: {same}")
     if not same:

@@ -62,9 +62,15 @@ SEED0 = ("+seed=0",)
 STRICT = ("determinism=strict",)
 # GPU determinism off, everything else as strict pins it: the only difference is op
 # determinism (and its TF_DETERMINISTIC_OPS / TF_CUDNN_DETERMINISTIC / CUBLAS variables).
-OFF = ("determinism=seeded", "determinism.intra_op_threads=1", "determinism.inter_op_threads=1",
-       "determinism.onednn_opts=false", "determinism.jit_compile=false",
-       "determinism.deterministic_data=true", "determinism.trace_every=10")  # fmt: skip
+OFF = (
+    "determinism=seeded",
+    "determinism.intra_op_threads=1",
+    "determinism.inter_op_threads=1",
+    "determinism.onednn_opts=false",
+    "determinism.jit_compile=false",
+    "determinism.deterministic_data=true",
+    "determinism.trace_every=10",
+)
 UNTIMED = ("determinism.trace_every=0", "train.checkpoint_every=0")  # neither is determinism
 LIMITS = (
     "bits across GPU models, drivers or CUDA/cuDNN builds: the comparability key refuses those "
@@ -96,9 +102,12 @@ def gpu_rows(hardware: dict, where: str) -> list[Row]:
     note = hardware.get("gpu_source_note")
     rows = [Row("GPU facts from", "INFO", f"{source}{f' ({note})' if note else ''}, {where}")]
     rows += [
-        Row(f"GPU {g['index']}", "INFO",
+        Row(
+            f"GPU {g['index']}",
+            "INFO",
             f"{g['name']}, compute capability {g['compute_capability']}, driver {g['driver_version']}, "
-            f"MIG {g['mig_mode']}, {g.get('memory_mib')} MiB")  # fmt: skip
+            f"MIG {g['mig_mode']}, {g.get('memory_mib')} MiB",
+        )
         for g in gpus
     ]
     rows.append(Row("CUDA driver API", "INFO", str(hardware.get("cuda_driver_version"))))
@@ -111,8 +120,12 @@ def topology_row(matrix: Sequence[Sequence[str]] | None, count: int) -> Row:
     on the diagonal (NV# is NVLink; PIX, PXB, PHB, NODE, SYS are PCIe paths)."""
     check = "GPU topology"
     shown = json.dumps(matrix)
-    if (not matrix or len(matrix) != count or any(len(row) != count for row in matrix)
-            or any(matrix[i][i] != "X" for i in range(count))):  # fmt: skip
+    if (
+        not matrix
+        or len(matrix) != count
+        or any(len(row) != count for row in matrix)
+        or any(matrix[i][i] != "X" for i in range(count))
+    ):
         return Row(check, "FAIL", f"{shown}: not a {count}x{count} link matrix")
     links = {matrix[i][j] for i in range(count) for j in range(count) if i != j}
     if len(links) == 1:
@@ -136,10 +149,13 @@ def tf_row(where: str, tf: dict | None) -> Row:
         return Row(f"TensorFlow ({where})", "NOT RUN", "no TensorFlow facts (see the rows below)")
     build = tf.get("tf_build") or {}
     seen = tf.get("tf_gpus") or []
-    return Row(f"TensorFlow ({where})", "INFO",
-               f"{tf.get('tensorflow')}, CUDA build {build.get('is_cuda_build', '?')}, "
-               f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')}; "
-               f"sees {len(seen)} GPU(s)")  # fmt: skip
+    return Row(
+        f"TensorFlow ({where})",
+        "INFO",
+        f"{tf.get('tensorflow')}, CUDA build {build.get('is_cuda_build', '?')}, "
+        f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')}; "
+        f"sees {len(seen)} GPU(s)",
+    )
 
 
 def local_gpu_gap(tf: dict | None) -> str | None:
@@ -147,8 +163,10 @@ def local_gpu_gap(tf: dict | None) -> str | None:
     if not tf:
         return "TensorFlow cannot be imported here"
     if str((tf.get("tf_build") or {}).get("is_cuda_build")) != "True":
-        return (f"TensorFlow here ({tf.get('tensorflow')}) is not a CUDA build: install "
-                "tensorflow[and-cuda] (nox -s gpu_acceptance does, from lockfiles/tf-gpu.txt)")  # fmt: skip
+        return (
+            f"TensorFlow here ({tf.get('tensorflow')}) is not a CUDA build: install "
+            "tensorflow[and-cuda] (nox -s gpu_acceptance does, from lockfiles/tf-gpu.txt)"
+        )
     if not tf.get("tf_gpus"):
         return "TensorFlow here is a CUDA build but sees no GPU (driver, CUDA_VISIBLE_DEVICES?)"
     return None
@@ -174,8 +192,12 @@ def split_row(compare_rc: int, compare_out: str, weights_equal: bool) -> Row:
     if compare_rc not in (0, 1, 3):
         return Row(check, "FAIL", f"launch compare --force exit {compare_rc}: {compare_out.strip()[:200]}")
     if weights_equal:
-        return Row(check, "INFO", "off gave strict's bits this time: no split to locate "
-                                  "(this model did not meet a non-deterministic GPU kernel)")  # fmt: skip
+        return Row(
+            check,
+            "INFO",
+            "off gave strict's bits this time: no split to locate "
+            "(this model did not meet a non-deterministic GPU kernel)",
+        )
     match = SPLIT_LINE.search(compare_out)
     if match is None or not match.group(0).startswith("first diverging step"):
         found = match.group(0) if match else "no trace line"
@@ -187,16 +209,20 @@ def median_ratio(strict: Sequence[float], off: Sequence[float]) -> float:
     return statistics.median(strict) / statistics.median(off)
 
 
-def timing_row(strict_train: Sequence[float], off_train: Sequence[float],
-               strict_wall: Sequence[float], off_wall: Sequence[float]) -> Row:  # fmt: skip
+def timing_row(
+    strict_train: Sequence[float], off_train: Sequence[float], strict_wall: Sequence[float], off_wall: Sequence[float]
+) -> Row:
     """Strict over off on the GPU, medians of interleaved rounds: a measurement, not a verdict."""
     if not strict_train or not off_train:
         return Row("strict / off time", "NOT RUN", "no timed rounds")
-    return Row("strict / off time", "INFO",
-               f"training {median_ratio(strict_train, off_train):.2f}x "
-               f"({statistics.median(strict_train):.2f} s / {statistics.median(off_train):.2f} s), "
-               f"wall {median_ratio(strict_wall, off_wall):.2f}x, median of {len(strict_train)} "
-               f"interleaved rounds; anchor {ANCHOR}x (TF 2.3 report)")  # fmt: skip
+    return Row(
+        "strict / off time",
+        "INFO",
+        f"training {median_ratio(strict_train, off_train):.2f}x "
+        f"({statistics.median(strict_train):.2f} s / {statistics.median(off_train):.2f} s), "
+        f"wall {median_ratio(strict_wall, off_wall):.2f}x, median of {len(strict_train)} "
+        f"interleaved rounds; anchor {ANCHOR}x (TF 2.3 report)",
+    )
 
 
 def sweep_slots(gpus: Sequence[dict], cores: Sequence[int]) -> tuple[list[slots.Slot], str | None]:
@@ -242,9 +268,12 @@ def render(rows: Sequence[Row], limits: Sequence[str] = LIMITS) -> str:
     if unchecked:
         lines += ["", "Could not check:", *unchecked]
     failed = sum(r.verdict == "FAIL" for r in rows)
-    lines += ["", f"{'FAILED: ' + str(failed) + ' check(s)' if failed else 'PASSED'} "
-                  f"({sum(r.verdict == 'PASS' for r in rows)} passed, "
-                  f"{sum(r.verdict == 'NOT RUN' for r in rows)} not run)"]  # fmt: skip
+    lines += [
+        "",
+        f"{'FAILED: ' + str(failed) + ' check(s)' if failed else 'PASSED'} "
+        f"({sum(r.verdict == 'PASS' for r in rows)} passed, "
+        f"{sum(r.verdict == 'NOT RUN' for r in rows)} not run)",
+    ]
     return "\n".join(lines)
 
 
@@ -255,8 +284,10 @@ def exit_code(rows: Sequence[Row]) -> int:
 def no_gpu_message(source: str | None = None, note: str | None = None) -> str:
     """Why nothing is checked: who listed no GPU, or why neither NVML nor nvidia-smi answered."""
     why = note if source is None and note else f"{SOURCES.get(source, source)} lists none"
-    return (f"gpu_acceptance: no GPU found ({why}): nothing to check here; run it on a machine with "
-            f"NVIDIA GPUs (exit {NO_GPU_EXIT})")  # fmt: skip
+    return (
+        f"gpu_acceptance: no GPU found ({why}): nothing to check here; run it on a machine with "
+        f"NVIDIA GPUs (exit {NO_GPU_EXIT})"
+    )
 
 
 # ---------------------------------------------------------------- running launch
@@ -270,13 +301,20 @@ class Launcher:
             # root) could not reach the run directories below it.
             store.chmod(0o755)
         self.store = store.absolute()
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
 
     def call(self, *args: str) -> tuple[int, str, float]:
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True,
-                              env=self.env, cwd=tempfile.gettempdir())  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "launcher", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=tempfile.gettempdir(),
+        )
         return done.returncode, done.stdout + done.stderr, time.perf_counter() - start
 
     def run(self, *overrides: str) -> tuple[Path | None, float, str]:
@@ -399,8 +437,9 @@ def docker_checks(lx: Launcher, common: Sequence[str], base: str) -> list[Row]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--epochs", type=int, default=3, help="epochs per run (default 3)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default 5)")
     p.add_argument("--image-base", default="local", help="image.base for the tf-gpu image (default local)")
@@ -429,8 +468,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts: dict = {}
     gap = local_gpu_gap(local_tf)
     if gap:
-        for name in ("strict twice, local", "first split, strict vs off", "strict / off time",
-                     f"+seed=range({SWEEP_SEEDS}) in one-GPU slots"):  # fmt: skip
+        for name in (
+            "strict twice, local",
+            "first split, strict vs off",
+            "strict / off time",
+            f"+seed=range({SWEEP_SEEDS}) in one-GPU slots",
+        ):
             checks.append(Row(name, "NOT RUN", gap))
     else:
         row, facts = strict_twice(lx, "strict twice, local", common)

@@ -46,28 +46,48 @@ def run_row(name: str, run: Path, wall: float, sw: dict, digest: str | None) -> 
     build = (sw.get("tf_build") or {}).get("is_cuda_build")
     tree = (sw.get("container") or {}).get("packages_sha256")
     where = f", installed tree {str(tree)[:12]}" if tree else ""
-    return Row(name, "INFO", f"{run.name}, {wall:.0f} s: weights {digest}; TensorFlow {sw.get('tensorflow')}, "
-                             f"CUDA build {build}, {len(sw.get('tf_gpus') or [])} GPU(s) seen{where}")  # fmt: skip
+    return Row(
+        name,
+        "INFO",
+        f"{run.name}, {wall:.0f} s: weights {digest}; TensorFlow {sw.get('tensorflow')}, "
+        f"CUDA build {build}, {len(sw.get('tf_gpus') or [])} GPU(s) seen{where}",
+    )
 
 
 def verdict_rows(gpu_sw: dict, digests: dict[str, str | None], compare_rc: int, compare_out: str) -> list[Row]:
     """The checks: tf-gpu is the CUDA build yet ran on the CPU; the key refuses; the bits agree."""
     cuda = str((gpu_sw.get("tf_build") or {}).get("is_cuda_build")) == "True"
     on_cpu = not gpu_sw.get("tf_gpus")
-    rows = [Row("tf-gpu: CUDA build, on the CPU", "PASS" if cuda and on_cpu else "FAIL",
-                f"is_cuda_build={cuda}, GPUs seen: {len(gpu_sw.get('tf_gpus') or [])}")]  # fmt: skip
+    rows = [
+        Row(
+            "tf-gpu: CUDA build, on the CPU",
+            "PASS" if cuda and on_cpu else "FAIL",
+            f"is_cuda_build={cuda}, GPUs seen: {len(gpu_sw.get('tf_gpus') or [])}",
+        )
+    ]
     lines = compare_out.strip().splitlines() or ["(no output)"]
     # The differing key fields, by group (software.tf_build.cuda_version -> software.tf_build).
-    fields = dict.fromkeys(".".join(line.split()[0].split(".")[:2]) for line in lines[2:]
-                           if line.startswith("  ") and line.split())  # fmt: skip
-    rows.append(Row("launch compare: REFUSED", "PASS" if compare_rc == 3 else "FAIL",
-                    f"exit {compare_rc}, differing key fields: {', '.join(fields) or '-'}; "
-                    "so the weights' hashes are compared directly"))  # fmt: skip
+    fields = dict.fromkeys(
+        ".".join(line.split()[0].split(".")[:2]) for line in lines[2:] if line.startswith("  ") and line.split()
+    )
+    rows.append(
+        Row(
+            "launch compare: REFUSED",
+            "PASS" if compare_rc == 3 else "FAIL",
+            f"exit {compare_rc}, differing key fields: {', '.join(fields) or '-'}; "
+            "so the weights' hashes are compared directly",
+        )
+    )
     gpu = digests["tf-gpu"]
     for other in ("tf-cpu", "local"):
         same = gpu is not None and gpu == digests[other]
-        rows.append(Row(f"weights: tf-gpu == {other}", "PASS" if same else "FAIL",
-                        f"{gpu} {'==' if same else '!='} {digests[other]}"))  # fmt: skip
+        rows.append(
+            Row(
+                f"weights: tf-gpu == {other}",
+                "PASS" if same else "FAIL",
+                f"{gpu} {'==' if same else '!='} {digests[other]}",
+            )
+        )
     return rows
 
 
@@ -107,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         print(render([*rows, Row("build tf-cpu", "FAIL", f"exit {rc}: {out.strip()[-400:]}")], ()))
         return 1
 
-    ways = {"tf-gpu": ("runtime=docker", "image=tf-gpu", base, "image.gpus=false"),
-            "tf-cpu": ("runtime=docker", "image=tf-cpu", base), "local": ()}  # fmt: skip
+    ways = {
+        "tf-gpu": ("runtime=docker", "image=tf-gpu", base, "image.gpus=false"),
+        "tf-cpu": ("runtime=docker", "image=tf-cpu", base),
+        "local": (),
+    }
     runs = {}
     for name, extra in ways.items():
         run, wall, out = lx.run(*JOB, *extra)

@@ -76,9 +76,7 @@ class DockerUnavailable(LauncherError):
     """No Docker daemon answers (runtime=docker, launch image ...)."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(
-            f"no Docker daemon answers at {url}: start one (dockerd) or use runtime=local"
-        )
+        super().__init__(f"no Docker daemon answers at {url}: start one (dockerd) or use runtime=local")
         self.url = url
 
 

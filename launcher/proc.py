@@ -135,8 +135,16 @@ def run_job(
 
 def _start(argv: Sequence[str], env: Mapping[str, str], cwd: str | None, setup, new_session: bool = False):
     """The job's process: its output (stdout and stderr as one) to us, no stdin."""
-    return subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, preexec_fn=setup, start_new_session=new_session)
+    return subprocess.Popen(
+        list(argv),
+        env=dict(env),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=setup,
+        start_new_session=new_session,
+    )
 
 
 class _Stopper:
@@ -250,15 +258,14 @@ def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
             out.flush()
 
 
-def capture(argv: Sequence[str], cwd: str | None = None, timeout: float = 10, *,
-            any_status: bool = False) -> str | None:
+def capture(
+    argv: Sequence[str], cwd: str | None = None, timeout: float = 10, *, any_status: bool = False
+) -> str | None:
     """Run a probe; its stdout, or None when the program is missing or fails (``any_status``:
     its stdout whatever its exit status, for programs such as ``qemu-x86_64 -cpu help`` that
     exit 1 after printing what was asked)."""
     try:
-        done = subprocess.run(
-            list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
-        )
+        done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 or any_status else None
@@ -278,8 +285,9 @@ def run_piped(argv: Sequence[str], data: bytes = b"", timeout: float = 60) -> Fi
     would ask for a passphrase fails instead of waiting), and return what it printed. For tools
     such as ``ssh-keygen -Y sign|verify`` that read the message on stdin."""
     try:
-        done = subprocess.run(list(argv), input=data, capture_output=True, timeout=timeout, check=False,
-                              start_new_session=True)  # fmt: skip
+        done = subprocess.run(
+            list(argv), input=data, capture_output=True, timeout=timeout, check=False, start_new_session=True
+        )
     except OSError as exc:
         return Finished(-1, b"", f"{argv[0]} could not be started: {exc.strerror}")
     except subprocess.TimeoutExpired:
@@ -375,8 +383,11 @@ def place_main(args: Sequence[str]) -> int:
         for source, target in binds:
             bind_file(source, target)
     except OSError as exc:
-        print(f"[launch] cannot place the run's kept data at its paths ({exc.strerror or exc}): the job did not run",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[launch] cannot place the run's kept data at its paths ({exc.strerror or exc}): the job did not run",
+            file=sys.stderr,
+            flush=True,
+        )
         return PLACE_FAILED
     try:
         os.execvp(argv[0], argv)
@@ -393,8 +404,9 @@ def placing_refused(python: str = sys.executable) -> str | None:
         for path, text in ((source, "kept"), (target, "here")):
             with open(path, "w") as f:
                 f.write(text)
-        argv = place_argv(python, {target: source},
-                          [python, "-c", "import sys; sys.stdout.write(open(sys.argv[1]).read())", target])  # fmt: skip
+        argv = place_argv(
+            python, {target: source}, [python, "-c", "import sys; sys.stdout.write(open(sys.argv[1]).read())", target]
+        )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [LAUNCHER_ROOT, os.environ.get("PYTHONPATH")]))}
         try:
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)

@@ -46,7 +46,7 @@ def store(tmp_path: Path) -> Path:
 @pytest.fixture
 def weird_dir(tmp_path: Path) -> Path:
     """A directory whose name has spaces, quotes and a dollar sign (pass it through ``q``)."""
-    path = tmp_path / "we'ird \"dir\" $HOME"
+    path = tmp_path / 'we\'ird "dir" $HOME'
     path.mkdir()
     return path
 
@@ -82,6 +82,7 @@ def _start_environment():
     process, at collection or in a test, and the key holds a launch's environment, so a launch
     after it would not be comparable with a shared run made before it. (pytest's own
     ``PYTEST_*`` variables are left alone.)"""
+
     def reset() -> None:
         for name in set(os.environ) - set(START_ENV):
             if not name.startswith("PYTEST_"):
@@ -93,8 +94,9 @@ def _start_environment():
     reset()
 
 
-def run_launch(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600,
-               base_env: dict | None = None):
+def run_launch(
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600, base_env: dict | None = None
+):
     """Run the real `launch` command (as `python -m launcher`) and capture its output.
 
     It runs in an empty directory of its own, outside any git checkout, unless ``cwd`` says
@@ -243,16 +245,18 @@ def _paths(built: dict) -> dict:
 def tiny_runs(shared_root) -> list[dict]:
     """Two strict MNIST runs of the defaults (seed 0) on 300 images, one epoch of 3 steps, each
     alone in its store: ``[{"store", "run", "stdout"}, ...]``; they are IDENTICAL."""
-    built = build_once(shared_root, "tiny", lambda d: {"runs": _twins(
-        d, "train=mnist", f"train.data={q(NPZ)}", *TINY)})
+    built = build_once(shared_root, "tiny", lambda d: {"runs": _twins(d, "train=mnist", f"train.data={q(NPZ)}", *TINY)})
     return [_paths(r) for r in built["runs"]]
 
 
 @pytest.fixture(scope="session")
 def untraced_runs(shared_root) -> list[dict]:
     """Two strict MNIST runs on 600 images (``QUICK``) with ``determinism.trace_every=0``: no trace."""
-    built = build_once(shared_root, "untraced", lambda d: {"runs": _twins(
-        d, "train=mnist", f"train.data={q(NPZ)}", *QUICK, "determinism.trace_every=0")})
+    built = build_once(
+        shared_root,
+        "untraced",
+        lambda d: {"runs": _twins(d, "train=mnist", f"train.data={q(NPZ)}", *QUICK, "determinism.trace_every=0")},
+    )
     return [_paths(r) for r in built["runs"]]
 
 
@@ -263,12 +267,17 @@ THREE_EPOCHS = ("train=mnist", "determinism=strict", "train.epochs=3", "train.ba
 def three_epoch_run(shared_root) -> dict:
     """An uninterrupted strict MNIST run of 3 epochs of 12 steps (``THREE_EPOCHS``): what a killed
     and resumed run must equal; ``{"store", "run", "stdout", "result", "metrics", "trace", "checkpoints"}``."""
+
     def build(directory: Path) -> dict:
         built = _trained(directory, *THREE_EPOCHS, f"train.data={NPZ}")
         run = Path(built["run"])
-        return {**built, "result": json.loads((run / "result.json").read_text()),
-                "metrics": (run / "metrics.jsonl").read_text(), "trace": (run / "trace.jsonl").read_text(),
-                "checkpoints": sorted(p.name for p in (run / "checkpoints").iterdir())}  # fmt: skip
+        return {
+            **built,
+            "result": json.loads((run / "result.json").read_text()),
+            "metrics": (run / "metrics.jsonl").read_text(),
+            "trace": (run / "trace.jsonl").read_text(),
+            "checkpoints": sorted(p.name for p in (run / "checkpoints").iterdir()),
+        }
 
     return _paths(build_once(shared_root, "three-epochs", build))
 
@@ -277,7 +286,11 @@ def three_epoch_run(shared_root) -> dict:
 def keras_fit_runs(shared_root) -> list[dict]:
     """``scripts/keras_fit.py`` (a Keras fit of 2 epochs inside a function) on the MNIST subset,
     unmodified, twice, each alone in its store; they are IDENTICAL."""
-    built = build_once(shared_root, "keras-fit", lambda d: {"runs": _twins(
-        d, "train=script", f"train.script={q(SCRIPTS / 'keras_fit.py')}",
-        f"train.args=[{q(NPZ)}]")})
+    built = build_once(
+        shared_root,
+        "keras-fit",
+        lambda d: {
+            "runs": _twins(d, "train=script", f"train.script={q(SCRIPTS / 'keras_fit.py')}", f"train.args=[{q(NPZ)}]")
+        },
+    )
     return [_paths(r) for r in built["runs"]]

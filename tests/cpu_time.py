@@ -22,8 +22,13 @@ LOG_ENV = "LAUNCH_TEST_CPU_LOG"  # set by the controller before its workers star
 
 
 def pytest_addoption(parser) -> None:
-    parser.addoption("--cpu-time", type=int, default=0, metavar="N",
-                     help="list the N tests that used the most CPU (with the processes they started)")  # fmt: skip
+    parser.addoption(
+        "--cpu-time",
+        type=int,
+        default=0,
+        metavar="N",
+        help="list the N tests that used the most CPU (with the processes they started)",
+    )
 
 
 def pytest_configure(config) -> None:

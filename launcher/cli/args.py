@@ -32,8 +32,10 @@ def old_spelling(p: argparse.ArgumentParser, old: str, new: str, dest: str) -> N
 
     class _Renamed(argparse.Action):
         def __call__(self, parser, namespace, values, option_string=None):
-            print(f"[launch] note: {option_string} is now {new} (the old spelling goes in the next release)",
-                  file=sys.stderr)
+            print(
+                f"[launch] note: {option_string} is now {new} (the old spelling goes in the next release)",
+                file=sys.stderr,
+            )
             setattr(namespace, self.dest, True)
 
     p.add_argument(old, dest=dest, nargs=0, action=_Renamed, help=argparse.SUPPRESS)

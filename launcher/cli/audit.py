@@ -12,6 +12,8 @@ def main(argv: list[str]) -> int:
         print(audit.USAGE)
         return 0
     if any(a.startswith("-") for a in argv):
-        raise ConfigError(f"launch audit: unknown option {next(a for a in argv if a.startswith('-'))!r}; "
-                          "it takes overrides and audit.KEY=VALUE (see launch audit --help)")  # fmt: skip
+        raise ConfigError(
+            f"launch audit: unknown option {next(a for a in argv if a.startswith('-'))!r}; "
+            "it takes overrides and audit.KEY=VALUE (see launch audit --help)"
+        )
     return audit.run(argv)

@@ -18,15 +18,26 @@ def main(argv: list[str]) -> int:
     p = parser("compare", "Compare two sealed runs bit for bit (or within a tolerance).")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
-    p.add_argument("--allow-mismatch", dest="force", action="store_true",
-                   help="compare even when the keys differ (labelled NOT COMPARABLE)")
+    p.add_argument(
+        "--allow-mismatch",
+        dest="force",
+        action="store_true",
+        help="compare even when the keys differ (labelled NOT COMPARABLE)",
+    )
     old_spelling(p, "--force", "--allow-mismatch", "force")
     p.add_argument("--tolerance", metavar="RTOL,ATOL", help="equivalence within allclose tolerances")
-    p.add_argument("--migration", action="store_true",
-                   help="a TF2 port against its TF1 model: every variable and step's loss within --tolerance")
+    p.add_argument(
+        "--migration",
+        action="store_true",
+        help="a TF2 port against its TF1 model: every variable and step's loss within --tolerance",
+    )
     p.add_argument("--mapping", metavar="FILE", help="--migration: a JSON list of [name_a, name_b] variable pairs")
-    p.add_argument("--plot", metavar="FILE.png", type=Path,
-                   help="draw both runs' traced loss by step and where they split (needs matplotlib)")  # fmt: skip
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        type=Path,
+        help="draw both runs' traced loss by step and where they split (needs matplotlib)",
+    )
     args = p.parse_args(argv)
     tolerance = compare.parse_tolerance(args.tolerance) if args.tolerance else None
     if args.plot:
@@ -48,10 +59,13 @@ def main(argv: list[str]) -> int:
     print(compare.report(result, Path(args.run_a), Path(args.run_b)))
     print("; ".join(sealed))  # who sealed each run, on one line
     if Path(args.run_a).resolve() == Path(args.run_b).resolve():
-        print(f"note: both arguments are the same run ({args.run_a}): a run is always identical to itself; "
-              "compare it with another run, or replay it (launch replay RUN)")  # fmt: skip
+        print(
+            f"note: both arguments are the same run ({args.run_a}): a run is always identical to itself; "
+            "compare it with another run, or replay it (launch replay RUN)"
+        )
     if args.plot:
         from launcher.record import trace
+
         a, b = Path(args.run_a), Path(args.run_b)
         plots.draw_comparison(plots.comparison(trace.read(a), trace.read(b), f"A {a.name}", f"B {b.name}"), args.plot)
         print(f"plot: {args.plot}")

@@ -13,8 +13,11 @@ def main(argv: list[str]) -> int:
     list, a ``snapshot.json`` replay would refuse, a link to a run outside the store)."""
     from launcher.record.store import gc
 
-    p = parser("gc", "Remove the objects of a store that no run references (mark and sweep; "
-                     "safe while other launches write to the store).")  # fmt: skip
+    p = parser(
+        "gc",
+        "Remove the objects of a store that no run references (mark and sweep; "
+        "safe while other launches write to the store).",
+    )
     p.add_argument("--store", default="runs", help="the store root (default ./runs)")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
     args = p.parse_args(argv)

@@ -20,8 +20,10 @@ from launcher.cli.args import UsageError
 from launcher.errors import ConfigError
 
 PROG = "launch"
-USAGE = ("usage: launch [--cfg job|hydra|all [--resolve] [--package PKG]] [--info [WHAT]] [-cd DIR] [-m] "
-         "[-sc install=bash] [OVERRIDES...]; see launch --help")  # fmt: skip
+USAGE = (
+    "usage: launch [--cfg job|hydra|all [--resolve] [--package PKG]] [--info [WHAT]] [-cd DIR] [-m] "
+    "[-sc install=bash] [OVERRIDES...]; see launch --help"
+)
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:

@@ -23,8 +23,12 @@ def image_command(argv: list[str]) -> int:
     p = parser("image", "Build, list and prune the launcher's Docker images.")
     sub = p.add_subparsers(dest="action", required=True)
     build = sub.add_parser("build", help="build the image of the config (or reuse it)")
-    build.add_argument("--force", dest="rebuild", action="store_true",
-                       help="build with no cache even when the tag exists; check the packages match")  # fmt: skip
+    build.add_argument(
+        "--force",
+        dest="rebuild",
+        action="store_true",
+        help="build with no cache even when the tag exists; check the packages match",
+    )
     old_spelling(build, "--rebuild", "--force", "rebuild")
     build.add_argument("overrides", nargs="*", help="config overrides, e.g. image=tf-cpu image.base=local")
     sub.add_parser("list", help="the launcher's images and the local base")
@@ -54,8 +58,9 @@ def image_command(argv: list[str]) -> int:
 
 def lock_command(argv: list[str]) -> int:
     p = parser("lock", "Regenerate lockfiles/<image>.txt from its .in file with pip-compile.")
-    p.add_argument("--host", action="store_true",
-                   help="lock with this host's Python (must be the image's: 3.11, linux x86_64)")  # fmt: skip
+    p.add_argument(
+        "--host", action="store_true", help="lock with this host's Python (must be the image's: 3.11, linux x86_64)"
+    )
     p.add_argument("overrides", nargs="*", help="config overrides, e.g. image=tf-gpu")
     args = p.parse_args(argv)
     from launcher.docker import baseimage

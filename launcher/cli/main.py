@@ -26,16 +26,25 @@ from launcher.errors import LauncherError
 
 # name -> ("module:function", help). A static table: no registration by import.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compare": ("launcher.cli.compare:main",
-                "RUN_A RUN_B [--allow-mismatch] [--tolerance RTOL,ATOL] [--plot PNG]: verdict"),
-    "replay": ("launcher.cli.replay:main",
-               "RUN|FILE [--allow-mismatch] [--data NAME=PATH] [--rebuild] [--cpu MODEL]: rerun a stored run "
-               "(or an archive's), say if it reproduced"),
-    "resume": ("launcher.cli.resume:main", "RUN [--allow-mismatch] [store.signing_key=K store.require_signed=true]: "
-               "continue an interrupted run from its checkpoint"),
+    "compare": (
+        "launcher.cli.compare:main",
+        "RUN_A RUN_B [--allow-mismatch] [--tolerance RTOL,ATOL] [--plot PNG]: verdict",
+    ),
+    "replay": (
+        "launcher.cli.replay:main",
+        "RUN|FILE [--allow-mismatch] [--data NAME=PATH] [--rebuild] [--cpu MODEL]: rerun a stored run "
+        "(or an archive's), say if it reproduced",
+    ),
+    "resume": (
+        "launcher.cli.resume:main",
+        "RUN [--allow-mismatch] [store.signing_key=K store.require_signed=true]: "
+        "continue an interrupted run from its checkpoint",
+    ),
     "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--reindex]: list runs"),
-    "pack": ("launcher.cli.pack:main", "RUN [-o FILE] [--with-env]: one file holding the run, its code and data "
-             "(and wheels)"),
+    "pack": (
+        "launcher.cli.pack:main",
+        "RUN [-o FILE] [--with-env]: one file holding the run, its code and data (and wheels)",
+    ),
     "unpack": ("launcher.cli.unpack:main", "FILE [--store DIR]: import an archive's run into a store"),
     "verify": ("launcher.cli.verify:main", "RUN|FILE [store.allowed_signers=F]: check the seal and who signed it"),
     "gc": ("launcher.cli.gc:main", "[--store DIR] [--dry-run]: remove the store's objects no run references"),
@@ -43,7 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR | plot SWEEP_DIR PNG: replay every job | draw the spread"),
     "image": ("launcher.cli.image:image_command", "build|list|prune|bootstrap-base [OVERRIDES]: images"),
     "lock": ("launcher.cli.image:lock_command", "image=NAME [--host]: pin an image's packages (pip-compile)"),
-}  # fmt: skip
+}
 
 
 def command(name: str):
@@ -55,6 +64,7 @@ def command(name: str):
 def run_single(overrides: list[str], config_dir: str | None = None) -> int:
     from launcher.job import determinism
     from launcher.run import composition, config, pipeline
+
     cfg = composition.compose(overrides, config_dir=config_dir)
     config.validate(cfg)
     config.check_entrypoint(cfg, os.getcwd())
@@ -90,6 +100,7 @@ def resume_hint(outcome) -> str:
     """For an interrupted run: ``launch resume RUN`` where resume would accept it, else why it
     cannot be resumed (``launcher.verdict.compare.resume_advice``, as compare says it)."""
     from launcher.verdict.compare import resume_advice
+
     if outcome.status != "interrupted":
         return ""
     return f"; {resume_advice(outcome.run_dir)}"
@@ -199,7 +210,7 @@ def usage() -> str:
         "       launch --cfg job|hydra|all [--resolve] [--package PKG] [OVERRIDES...]   print the config; no run",
         "       launch --info [all|config|defaults|defaults-tree|plugins|searchpath] [OVERRIDES...]",
         "       launch -cd DIR [OVERRIDES...]    add your config groups: DIR/train/tiny.yaml gives train=tiny",
-        "       launch -sc install=bash|zsh      shell completion: eval \"$(launch -sc install=bash)\"",
+        '       launch -sc install=bash|zsh      shell completion: eval "$(launch -sc install=bash)"',
     ]
     for name, (_, help_text) in COMMANDS.items():
         lines.append(f"       launch {name:<9} {help_text}")

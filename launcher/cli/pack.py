@@ -21,28 +21,49 @@ def main(argv: list[str]) -> int:
     words, rest = split_settings(argv)
     p = parser("pack", "Write a sealed run, its code and data (and with --with-env its wheels) into one file.")
     p.add_argument("run", metavar="RUN")
-    p.add_argument("-o", "--output", metavar="FILE", help="the archive to write (default: RUN_NAME.launch.tar.gz "
-                   "or .tar.zst, here)")  # fmt: skip
-    p.add_argument("--with-env", dest="with_env", action="store_true",
-                   help="also the wheels of every distribution the job used and of the launcher (a folder wheels/)")
-    p.add_argument("--compression", choices=("zstd", "gzip", "none"),
-                   help="default: zstd when the zstandard package is installed, else gzip")
-    p.add_argument("--mode", metavar="OCTAL", type=_octal,
-                   help="the archive file's mode (default: the most private of the files it holds, 600 or 644)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the archive to write (default: RUN_NAME.launch.tar.gz or .tar.zst, here)",
+    )
+    p.add_argument(
+        "--with-env",
+        dest="with_env",
+        action="store_true",
+        help="also the wheels of every distribution the job used and of the launcher (a folder wheels/)",
+    )
+    p.add_argument(
+        "--compression",
+        choices=("zstd", "gzip", "none"),
+        help="default: zstd when the zstandard package is installed, else gzip",
+    )
+    p.add_argument(
+        "--mode",
+        metavar="OCTAL",
+        type=_octal,
+        help="the archive file's mode (default: the most private of the files it holds, 600 or 644)",
+    )
     args = p.parse_args(rest)
     trust = signing.trust_from(signing.store_settings(words))
     compression = "plain" if args.compression == "none" else args.compression
-    packed = packing.pack(args.run, args.output, with_env=args.with_env, compression=compression, trust=trust,
-                          mode=args.mode)  # fmt: skip
+    packed = packing.pack(
+        args.run, args.output, with_env=args.with_env, compression=compression, trust=trust, mode=args.mode
+    )
     data = packed.manifest
     wheels = f", {len(data['wheels'])} wheel(s)" if data["wheels"] else ""
     left = f"; {len(data['left_out'])} data file(s) left out (listed with their hashes)" if data["left_out"] else ""
-    print(f"packed run {data['run']} into {packed.path} ({len(data['run_files'])} run files, "
-          f"{len(data['objects'])} object(s){wheels}, {packed.size / (1 << 20):.1f} MiB){left}; "
-          f"{signing.describe(packed.seal)}")  # fmt: skip
+    print(
+        f"packed run {data['run']} into {packed.path} ({len(data['run_files'])} run files, "
+        f"{len(data['objects'])} object(s){wheels}, {packed.size / (1 << 20):.1f} MiB){left}; "
+        f"{signing.describe(packed.seal)}"
+    )
     if packed.mode & 0o044 != 0o044 and args.mode is None:
-        print(f"[launch] {packed.path} is mode {packed.mode:04o}: it holds files only their owner may read "
-              "(--mode 644 to widen)", file=sys.stderr)  # fmt: skip
+        print(
+            f"[launch] {packed.path} is mode {packed.mode:04o}: it holds files only their owner may read "
+            "(--mode 644 to widen)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -14,8 +14,13 @@ def main(argv: list[str]) -> int:
     from launcher.verdict import replay
 
     words, rest = split_settings(argv)
-    args = rerun_args("replay", "Rerun a stored run (or the run of an archive, launch pack's file) from its snapshot, "
-                      "config and seed, and compare bit for bit.", rest, replay=True)  # fmt: skip
+    args = rerun_args(
+        "replay",
+        "Rerun a stored run (or the run of an archive, launch pack's file) from its snapshot, "
+        "config and seed, and compare bit for bit.",
+        rest,
+        replay=True,
+    )
     data = {}
     for item in args.data or []:
         name, sep, path = item.partition("=")
@@ -41,8 +46,14 @@ def main(argv: list[str]) -> int:
     # who sealed it, said before the replay: the verdict and its detail stay the last lines
     print(f"the stored run {runs.require_run(run).name} is {signing.describe(seal)}", flush=True)
     try:
-        result = replay.replay(run, allow_mismatch=args.allow_mismatch, data=data, rebuild=args.rebuild,
-                               cpu=args.cpu, store={"signing_key": settings["signing_key"]})  # fmt: skip
+        result = replay.replay(
+            run,
+            allow_mismatch=args.allow_mismatch,
+            data=data,
+            rebuild=args.rebuild,
+            cpu=args.cpu,
+            store={"signing_key": settings["signing_key"]},
+        )
     except NotComparable as exc:
         return refused(exc)
     emulated = f" (its job emulated as CPU {args.cpu} by qemu-x86_64)" if args.cpu else ""

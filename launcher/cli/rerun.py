@@ -12,16 +12,30 @@ def rerun_args(name: str, description: str, argv: list[str], replay: bool = Fals
     """The arguments shared by replay and resume: a run, and --allow-mismatch (replay: --data)."""
     p = parser(name, description)
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--allow-mismatch", dest="allow_mismatch", action="store_true",
-                   help="run even when the environment differs (recorded as not comparable)")
+    p.add_argument(
+        "--allow-mismatch",
+        dest="allow_mismatch",
+        action="store_true",
+        help="run even when the environment differs (recorded as not comparable)",
+    )
     old_spelling(p, "--force", "--allow-mismatch", "allow_mismatch")
     if replay:
-        p.add_argument("--data", action="append", metavar="NAME=PATH",
-                       help="a copy of a data file the run read but did not keep (checked by its recorded hash)")
-        p.add_argument("--rebuild", action="store_true",
-                       help="replay in a Python environment with the run's recorded package versions (cached)")
-        p.add_argument("--cpu", metavar="MODEL",
-                       help="run the replay's job under qemu-user as this x86-64 CPU model (Haswell, EPYC, ...)")
+        p.add_argument(
+            "--data",
+            action="append",
+            metavar="NAME=PATH",
+            help="a copy of a data file the run read but did not keep (checked by its recorded hash)",
+        )
+        p.add_argument(
+            "--rebuild",
+            action="store_true",
+            help="replay in a Python environment with the run's recorded package versions (cached)",
+        )
+        p.add_argument(
+            "--cpu",
+            metavar="MODEL",
+            help="run the replay's job under qemu-user as this x86-64 CPU model (Haswell, EPYC, ...)",
+        )
     return p.parse_args(argv)
 
 

@@ -19,8 +19,9 @@ def main(argv: list[str]) -> int:
     if any(word.startswith("store.root=") for word in words):
         raise ConfigError("launch resume continues a run in the store it is in: store.root cannot be given")
     try:
-        outcome, notes = resume.resume(args.run, allow_mismatch=args.allow_mismatch,
-                                       store=signing.store_settings(words))  # fmt: skip
+        outcome, notes = resume.resume(
+            args.run, allow_mismatch=args.allow_mismatch, store=signing.store_settings(words)
+        )
     except NotComparable as exc:
         return refused(exc)
     for note in notes:

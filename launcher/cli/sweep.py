@@ -11,8 +11,11 @@ from launcher.errors import ConfigError
 def main(argv: list[str]) -> int:
 
     p = parser("sweep", "Work with a sweep directory (<store>/sweeps/<id>).")
-    p.add_argument("action", choices=["verify", "plot"],
-                   help="verify: replay every job, serially; plot: each metric's spread across the jobs")  # fmt: skip
+    p.add_argument(
+        "action",
+        choices=["verify", "plot"],
+        help="verify: replay every job, serially; plot: each metric's spread across the jobs",
+    )
     p.add_argument("sweep_dir", metavar="SWEEP_DIR", type=Path)
     p.add_argument("file", nargs="?", metavar="FILE.png", type=Path, help="plot: the PNG file to write")
     p.add_argument(

@@ -17,8 +17,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--store", metavar="DIR", help="the store to import into (default: store.root, ./runs)")
     args = p.parse_args(rest)
     settings = signing.store_settings(words)
-    imported = unpacking.unpack(args.file, args.store or str(settings["root"]), signing.trust_from(settings),
-                                limits_from(settings))  # fmt: skip
+    imported = unpacking.unpack(
+        args.file, args.store or str(settings["root"]), signing.trust_from(settings), limits_from(settings)
+    )
     print(imported_line(imported))
     return 0
 

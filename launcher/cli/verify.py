@@ -25,8 +25,10 @@ def main(argv: list[str]) -> int:
 
             imported = unpacking.unpack(args.target, Path(tmp) / "store", trust, limits_from(settings))
             files = len(imported.manifest["run_files"])
-            print(f"archive {args.target}: {files} run files, {len(imported.manifest['objects'])} object(s) and "
-                  f"{len(imported.manifest['wheels'])} wheel(s) match their hashes")  # fmt: skip
+            print(
+                f"archive {args.target}: {files} run files, {len(imported.manifest['objects'])} object(s) and "
+                f"{len(imported.manifest['wheels'])} wheel(s) match their hashes"
+            )
             print(f"seal: run {imported.run_dir.name} intact")
             print(f"signature: {signing.describe(imported.seal)}")
         return 0

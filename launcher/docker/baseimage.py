@@ -26,20 +26,33 @@ SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ("python3", "python3-venv", "ca-certificates")
 # Files that differ between two debootstraps of the same packages and matter to no one.
-CLEAN = ("var/log", "var/cache/apt", "var/lib/apt/lists", "var/cache/debconf/templates.dat-old",
-         "var/cache/ldconfig/aux-cache")  # fmt: skip
+CLEAN = (
+    "var/log",
+    "var/cache/apt",
+    "var/lib/apt/lists",
+    "var/cache/debconf/templates.dat-old",
+    "var/cache/ldconfig/aux-cache",
+)
 PIP_TOOLS = "pip-tools==7.6.2"  # installed in the throwaway locking container only
 
 
 def debootstrap_argv(rootfs: Path, suite: str = SUITE, mirror: str = MIRROR) -> list[str]:
-    return ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", suite,
-            str(rootfs), mirror]  # fmt: skip
+    return ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", suite, str(rootfs), mirror]
 
 
 def tar_argv(rootfs: Path, out: Path) -> list[str]:
     """GNU tar of ``rootfs`` that is the same bytes for the same files: sorted, times fixed."""
-    return ["tar", "--create", f"--file={out}", f"--directory={rootfs}", "--sort=name",
-            "--numeric-owner", "--mtime=@0", "--format=gnu", "."]  # fmt: skip
+    return [
+        "tar",
+        "--create",
+        f"--file={out}",
+        f"--directory={rootfs}",
+        "--sort=name",
+        "--numeric-owner",
+        "--mtime=@0",
+        "--format=gnu",
+        ".",
+    ]
 
 
 def import_changes(rootfs_sha256: str) -> list[str]:
@@ -164,13 +177,22 @@ def _lock_in_base(spec, tmp: Path, source: Path, target: Path, header: str, echo
     if spec.ca_bundle:
         mounts.append(container_spec.MountSpec(spec.ca_bundle, ca, read_only=True))
     _say(echo, f"locking {spec.requirements.name} inside {base_ref} (network: host)")
-    env = {"CUSTOM_COMPILE_COMMAND": header, "PIP_CONFIG_FILE": "/dev/null",
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "HOME": "/tmp"}  # fmt: skip
+    env = {
+        "CUSTOM_COMPILE_COMMAND": header,
+        "PIP_CONFIG_FILE": "/dev/null",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "HOME": "/tmp",
+    }
     status, _ = containers.run_tool(
-        cli, base_ref, ["sh", "-c", script], mounts=mounts, env=env, network="host",
+        cli,
+        base_ref,
+        ["sh", "-c", script],
+        mounts=mounts,
+        env=env,
+        network="host",
         user=f"{os.getuid()}:{os.getgid()}",
         on_output=(lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush())) if echo else (lambda b: None),
-    )  # fmt: skip
+    )
     if status != 0:
         raise ImageError(
             f"pip-compile in {base_ref} failed (exit {status}): is the index reachable? behind a "
@@ -185,6 +207,5 @@ def lock_script(compile_argv: list[str], ca: str | None) -> str:
     cert = f" --cert {shlex.quote(ca)}" if ca else ""
     return (
         "set -e; cd /work; python3 -m venv /tmp/lock; "
-        f"/tmp/lock/bin/python -m pip install -q{cert} {shlex.quote(PIP_TOOLS)}; "
-        + shlex.join(compile_argv)
+        f"/tmp/lock/bin/python -m pip install -q{cert} {shlex.quote(PIP_TOOLS)}; " + shlex.join(compile_argv)
     )

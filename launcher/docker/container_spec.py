@@ -19,9 +19,27 @@ from launcher.record.probe.environment import allowed_env
 IMAGE_UID = 1000  # the image's `launch` user, used when launch itself runs as root
 NETWORK = "none"  # a job never has a network
 # Mounting over these would replace the image's own system or its installed packages.
-PROTECTED = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/opt/launch",
-             "/proc", "/sbin", "/sys", "/usr", "/var", "/var/tmp", "/home", "/home/launch", "/root",
-             "/run")  # fmt: skip
+PROTECTED = (
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib64",
+    "/opt",
+    "/opt/launch",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+    "/var/tmp",
+    "/home",
+    "/home/launch",
+    "/root",
+    "/run",
+)
 JOB_LABELS = ("launch.role", "launch.run", "launch.owner", "launch.host")
 
 
@@ -123,8 +141,9 @@ def reachable(
     seen_through = [p for p in seen_through if p not in targets]
     masks: list[str] = []
     for target in [*targets, *seen_through]:
-        holder = max((m.target for m in mounts if m.target != target and _inside(target, m.target)),
-                     key=len, default=None)  # fmt: skip
+        holder = max(
+            (m.target for m in mounts if m.target != target and _inside(target, m.target)), key=len, default=None
+        )
         top = holder or "/"
         for parent in _between(top, target):
             info = None if holder is None else stat(parent)

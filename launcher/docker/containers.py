@@ -88,16 +88,24 @@ def build(
     step, tail, image_id = None, [], None
     try:
         stream = cli.api.build(
-            fileobj=context, custom_context=True, rm=True, forcerm=True, pull=False,
-            nocache=nocache, network_mode="none", labels=dict(labels or {}), decode=True,
-        )  # fmt: skip
+            fileobj=context,
+            custom_context=True,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            nocache=nocache,
+            network_mode="none",
+            labels=dict(labels or {}),
+            decode=True,
+        )
         for chunk in stream:
             if "error" in chunk:
                 raise BuildFailed(
                     f"image build failed at {step or 'the first step'}: "
                     f"{_shorten(chunk['error'], 300)} (output above; log in ~/.cache/launch/logs)",
-                    step, "".join(tail[-20:]),
-                )  # fmt: skip
+                    step,
+                    "".join(tail[-20:]),
+                )
             text = chunk.get("stream", "")
             if text:
                 tail = (tail + [text])[-40:]
@@ -172,10 +180,16 @@ def run_tool(
 ) -> tuple[int, bytes]:
     """Run ``argv`` in a throwaway container (entrypoint replaced); exit status and stdout."""
     container = cli.containers.create(
-        image, entrypoint=argv[:1], command=argv[1:], environment=dict(env or {}),
-        mounts=[_mount(m) for m in mounts], network_mode=network, user=user,
-        labels={MANAGED: "1", "launch.role": "tool"}, detach=True,
-    )  # fmt: skip
+        image,
+        entrypoint=argv[:1],
+        command=argv[1:],
+        environment=dict(env or {}),
+        mounts=[_mount(m) for m in mounts],
+        network_mode=network,
+        user=user,
+        labels={MANAGED: "1", "launch.role": "tool"},
+        detach=True,
+    )
     try:
         container.start()
         for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):

@@ -92,13 +92,18 @@ class ImageInfo:
     def record(self, uid: int, gid: int) -> dict:
         lab = self.labels
         return {
-            "image_id": self.image_id, "image": self.ref, "content_tag": lab["launch.content_tag"],
-            "uid": uid, "gid": gid, "network": container_spec.NETWORK,
-            "base": lab["launch.base"], "base_digest": lab["launch.base_digest"],
+            "image_id": self.image_id,
+            "image": self.ref,
+            "content_tag": lab["launch.content_tag"],
+            "uid": uid,
+            "gid": gid,
+            "network": container_spec.NETWORK,
+            "base": lab["launch.base"],
+            "base_digest": lab["launch.base_digest"],
             "lockfile_sha256": lab["launch.lockfile_sha256"],
             "packages_sha256": lab["launch.packages_sha256"],
             "launcher_version": lab["launch.launcher_version"],
-        }  # fmt: skip
+        }
 
 
 # ---------------------------------------------------------------- inputs
@@ -106,9 +111,7 @@ def read_inputs(spec: images.ImageSpec, cli) -> BuildInputs:
     """The inputs of ``spec``'s image: the template rendered, the lockfile checked."""
     base_ref, _ = images.parse_base(spec.base, spec.allow_unpinned)
     template = read_stored(spec.template, "image.template")
-    dockerfile = images.render_dockerfile(
-        template, images.dockerfile_values(spec, base_ref), str(spec.template)
-    )
+    dockerfile = images.render_dockerfile(template, images.dockerfile_values(spec, base_ref), str(spec.template))
     return inputs_from_texts(spec, dockerfile, read_stored(spec.lockfile, "image.lockfile"), cli)
 
 
@@ -117,9 +120,7 @@ def inputs_from_texts(spec: images.ImageSpec, dockerfile: str, lockfile: str, cl
     entries = images.parse_lockfile(lockfile, str(spec.lockfile))
     images.installer_requirements(entries)  # refuse a lockfile the build cannot install
     base_ref, pinned = images.parse_base(spec.base, spec.allow_unpinned)
-    version = images.source_version(
-        __version__, images.source_files(PACKAGE_DIR)
-    )
+    version = images.source_version(__version__, images.source_files(PACKAGE_DIR))
     digest = pinned or base_digest(cli, base_ref, spec.base)
     return BuildInputs(spec.name, dockerfile, lockfile, spec.base, base_ref, digest, version, entries)
 
@@ -143,8 +144,10 @@ def read_stored(path: Path, what: str) -> str:
     except OSError as exc:
         hint = ""
         if not (images.LAUNCH_ROOT / "images").is_dir():
-            hint = (": images/ and lockfiles/ come with the launcher (source tree, or "
-                    f"{images.LAUNCH_ROOT} for an installed wheel); reinstall it, or give absolute paths")  # fmt: skip
+            hint = (
+                ": images/ and lockfiles/ come with the launcher (source tree, or "
+                f"{images.LAUNCH_ROOT} for an installed wheel); reinstall it, or give absolute paths"
+            )
         raise ImageError(f"{what} {str(path)!r} cannot be read ({exc.strerror}){hint}") from None
 
 
@@ -185,8 +188,9 @@ def check_packages(info: ImageInfo, expected: str | None, what: str) -> None:
         raise PackagesMismatch(
             f"{what} {info.ref} has installed packages {actual[:16]}, the run recorded "
             f"{expected[:16]}: the launcher, lockfile or base changed since the run",
-            expected, actual,
-        )  # fmt: skip
+            expected,
+            actual,
+        )
 
 
 def _build(cli, spec, inputs: BuildInputs, nocache: bool, expected: str | None, echo: bool):
@@ -195,22 +199,23 @@ def _build(cli, spec, inputs: BuildInputs, nocache: bool, expected: str | None, 
     say(echo, f"building image {inputs.ref} from {spec.template.parent.name}/ on {inputs.base_ref}")
     wheels = fill_wheelhouse(spec, inputs, echo)
     logs = cache_dir("logs")
-    with open(logs / f"build-{inputs.name}-{inputs.tag[:12]}.log", "w") as log, tempfile.TemporaryFile(
-        dir=cache_dir()
-    ) as context:
+    with (
+        open(logs / f"build-{inputs.name}-{inputs.tag[:12]}.log", "w") as log,
+        tempfile.TemporaryFile(dir=cache_dir()) as context,
+    ):
         write_context(context, inputs, wheels)
         context.seek(0)
-        image_id = containers.build(
-            cli, context, labels=inputs.labels(), nocache=nocache, on_line=_progress(log, echo)
-        )
+        image_id = containers.build(cli, context, labels=inputs.labels(), nocache=nocache, on_line=_progress(log, echo))
     packages = packages_sha256(cli, image_id)
     for what, want in (("the recorded image", expected), ("the image it replaces", _label(previous))):
         if want and want != packages:
             containers.remove_image(cli, image_id)
             raise PackagesMismatch(
                 f"rebuilding {inputs.ref} installed packages {packages[:16]} but {what} has "
-                f"{want[:16]}: the build is not reproducible from these inputs", want, packages,
-            )  # fmt: skip
+                f"{want[:16]}: the build is not reproducible from these inputs",
+                want,
+                packages,
+            )
     final_id = _tag_verified(cli, image_id, inputs.ref, packages)
     say(echo, f"built image {inputs.ref} ({final_id[7:19]}), packages_sha256 {packages[:16]}")
     attrs = containers.find_image(cli, final_id)
@@ -285,9 +290,7 @@ def fill_wheelhouse(spec: images.ImageSpec, inputs: BuildInputs, echo: bool) -> 
         with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=cache_dir()) as lock:
             lock.write(inputs.lockfile)
             lock.flush()
-            argv = images.pip_download_argv(
-                sys.executable, Path(lock.name), wheelhouse, spec.ca_bundle, spec.index_url
-            )
+            argv = images.pip_download_argv(sys.executable, Path(lock.name), wheelhouse, spec.ca_bundle, spec.index_url)
             env = {k: v for k, v in os.environ.items() if k != "PIP_REQUIRE_VIRTUALENV"}
             log = cache_dir("logs") / "download.log"
             code = proc.run_streaming(argv, env, log, echo=echo)
@@ -340,9 +343,7 @@ def write_context(out: IO[bytes], inputs: BuildInputs, wheels: dict[str, Path]) 
     _tar_files(out, small, files)
 
 
-def _tar_files(
-    out: IO[bytes], data: Iterable[tuple[str, bytes]], paths: Iterable[tuple[str, Path]] = ()
-) -> None:
+def _tar_files(out: IO[bytes], data: Iterable[tuple[str, bytes]], paths: Iterable[tuple[str, Path]] = ()) -> None:
     import io
 
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:

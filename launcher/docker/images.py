@@ -173,8 +173,9 @@ def parse_lockfile(text: str, where: str = "lockfile") -> list[LockEntry]:
         if line.startswith("-"):
             raise LockfileError(
                 f"{where}: option line {line.split()[0]!r} is not allowed in a lockfile; "
-                "regenerate it with `launch lock`", where
-            )  # fmt: skip
+                "regenerate it with `launch lock`",
+                where,
+            )
         requirement, *options = line.split(" --hash=")
         hashes = tuple(o.strip() for o in options)
         spec = requirement.split(";", 1)[0].strip()
@@ -182,14 +183,16 @@ def parse_lockfile(text: str, where: str = "lockfile") -> list[LockEntry]:
         if not match:
             raise LockfileError(
                 f"{where}: {spec!r} is not pinned as name==version; regenerate with `launch lock`",
-                where, spec,
-            )  # fmt: skip
+                where,
+                spec,
+            )
         name = normalize(match.group(1))
         if not hashes or not all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes):
             raise LockfileError(
-                f"{where}: {name} has no sha256 --hash; regenerate with `launch lock` "
-                "(pip-compile --generate-hashes)", where, name,
-            )  # fmt: skip
+                f"{where}: {name} has no sha256 --hash; regenerate with `launch lock` (pip-compile --generate-hashes)",
+                where,
+                name,
+            )
         entries.append(LockEntry(name, match.group(3), hashes, line))
     if not entries:
         raise LockfileError(f"{where} lists no requirements; regenerate with `launch lock`", where)
@@ -254,9 +257,22 @@ def pip_download_argv(
     ``--require-hashes`` checks each file against the lockfile; files already in the
     wheelhouse with the right hash are not downloaded again.
     """
-    argv = [python, "-m", "pip", "download", "--require-hashes", "--no-deps",
-            "--dest", str(wheelhouse), "--python-version", TARGET_PYTHON,
-            "--implementation", "cp", "--progress-bar", "off"]  # fmt: skip
+    argv = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--require-hashes",
+        "--no-deps",
+        "--dest",
+        str(wheelhouse),
+        "--python-version",
+        TARGET_PYTHON,
+        "--implementation",
+        "cp",
+        "--progress-bar",
+        "off",
+    ]
     for abi in TARGET_ABIS:
         argv += ["--abi", abi]
     for platform in TARGET_PLATFORMS:
@@ -269,9 +285,20 @@ def pip_compile_argv(
     python: str, requirements: Path, output: Path, ca_bundle: str | None, index_url: str | None
 ) -> list[str]:
     """pip-compile with hashes for every file of each pin, installers included."""
-    argv = [python, "-m", "piptools", "compile", "--generate-hashes", "--allow-unsafe",
-            "--strip-extras", "--no-emit-index-url", "--no-emit-find-links", "--quiet",
-            "--output-file", str(output)]  # fmt: skip
+    argv = [
+        python,
+        "-m",
+        "piptools",
+        "compile",
+        "--generate-hashes",
+        "--allow-unsafe",
+        "--strip-extras",
+        "--no-emit-index-url",
+        "--no-emit-find-links",
+        "--quiet",
+        "--output-file",
+        str(output),
+    ]
     argv += ["--index-url", index_url or "https://pypi.org/simple"]
     if ca_bundle:
         argv += ["--cert", ca_bundle]
@@ -287,9 +314,7 @@ def _index_options(ca_bundle: str | None, index_url: str | None) -> list[str]:
     return out
 
 
-def select_wheels(
-    entries: list[LockEntry], available: Mapping[str, str]
-) -> tuple[dict[str, str], list[str]]:
+def select_wheels(entries: list[LockEntry], available: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """Files of the wheelhouse the lockfile allows (name -> sha256), and pins with no file.
 
     ``available`` maps file name to sha256. Every file whose hash a pin lists is taken;

@@ -93,11 +93,17 @@ def run_in_container(job) -> int:
     skeletons = [_mask(mask, mounts) for mask in masks]
     try:
         args = container_spec.run_args(
-            info.image_id, run_dir, cwd, (uid, gid), container_spec.container_env(job.env),
+            info.image_id,
+            run_dir,
+            cwd,
+            (uid, gid),
+            container_spec.container_env(job.env),
             container_spec.sort_mounts([*mounts, *(m for m, _ in skeletons)]),
             container_spec.job_labels(run_dir, os.getpid(), socket.gethostname()),
-            cpus=job.cpus, gpus=spec.gpus, tmpfs_mb=int(runtime_cfg.get("tmpfs_mb", 1024)),
-        )  # fmt: skip
+            cpus=job.cpus,
+            gpus=spec.gpus,
+            tmpfs_mb=int(runtime_cfg.get("tmpfs_mb", 1024)),
+        )
         owner = _lend(job.run_dir, uid, gid)
         try:
             return containers.run_job(
@@ -179,11 +185,10 @@ def _image_for_run(run_dir: Path, cli, echo: bool = True) -> tuple[ImageInfo, st
                 f"the image of run {run_dir.name} is gone and cannot be rebuilt as it was: it held "
                 f"launcher {record['launcher_version']}, this is {inputs.launcher_version}; "
                 "run the replay with the launcher source the run used",
-                record["packages_sha256"], "",
-            )  # fmt: skip
-        info = ensure_image(
-            spec, inputs=inputs, expected_packages=record["packages_sha256"], echo=echo, cli=cli
-        )
+                record["packages_sha256"],
+                "",
+            )
+        info = ensure_image(spec, inputs=inputs, expected_packages=record["packages_sha256"], echo=echo, cli=cli)
     imagebuild.check_packages(info, record["packages_sha256"], "the image")
     return info, dockerfile, lockfile
 

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from launcher.errors import LauncherError
     from launcher.job import interrupts
     from launcher.record.store import runs
+
     try:
         if _IS_JOB_PROCESS:  # a stop the launcher sent while we started arrives here, inside the try
             interrupts.install()
@@ -129,19 +130,34 @@ def _task_context(run_dir: Path, job: dict, plan):
     output_dir = run_dir / OUTPUT_DIR
     output_dir.mkdir(exist_ok=True)
     trace_every = int(cfg.determinism.get("trace_every") or 0)
-    os.environ.update({"LAUNCH_RUN_DIR": str(run_dir), "LAUNCH_OUTPUT_DIR": str(output_dir),
-                       "LAUNCH_SEED": str(plan.seed), "LAUNCH_TRACE_EVERY": str(trace_every)})  # fmt: skip
-    return tasks.TaskContext(cfg=cfg, seed=plan.seed, plan=plan, run_dir=run_dir, output_dir=output_dir,
-                             progress=bool(job.get("progress")), resume=job.get("resume"), trace_every=trace_every,
-                             root=job.get("root"))  # fmt: skip
+    os.environ.update(
+        {
+            "LAUNCH_RUN_DIR": str(run_dir),
+            "LAUNCH_OUTPUT_DIR": str(output_dir),
+            "LAUNCH_SEED": str(plan.seed),
+            "LAUNCH_TRACE_EVERY": str(trace_every),
+        }
+    )
+    return tasks.TaskContext(
+        cfg=cfg,
+        seed=plan.seed,
+        plan=plan,
+        run_dir=run_dir,
+        output_dir=output_dir,
+        progress=bool(job.get("progress")),
+        resume=job.get("resume"),
+        trace_every=trace_every,
+        root=job.get("root"),
+    )
 
 
 class _Recorder:
     """What the job leaves for the launcher: its facts before each checkpoint (``facts_so_far``),
     and at its end, or when its code calls ``os._exit(0)``, the facts and ``result.json`` (``record``)."""
 
-    def __init__(self, run_dir: Path, job: dict, ctx, effective: dict, started: float, bootstrap_s: float,
-                 laid_out: bool) -> None:  # fmt: skip
+    def __init__(
+        self, run_dir: Path, job: dict, ctx, effective: dict, started: float, bootstrap_s: float, laid_out: bool
+    ) -> None:
         self.run_dir, self.job, self.ctx, self.effective = run_dir, job, ctx, effective
         self.started, self.bootstrap_s, self.laid_out = started, bootstrap_s, laid_out
         self.launch_dir = str(job.get("launch_dir") or os.getcwd())
@@ -208,9 +224,16 @@ class _Recorder:
                 # the code so far, kept in the store: a resume reruns the code the run ran (its data is
                 # kept by the launcher after the job: the checkpoint never waits for a dataset's copy)
                 try:
-                    keep.keep_so_far(self.run_dir, ctx.cfg, runs.read_json(self.run_dir / fingerprint.FILE), facts,
-                                     snapshot.unrooted(self.launch_dir, ctx.root), ctx.root, code_only=True,
-                                     wait_s=0)  # fmt: skip
+                    keep.keep_so_far(
+                        self.run_dir,
+                        ctx.cfg,
+                        runs.read_json(self.run_dir / fingerprint.FILE),
+                        facts,
+                        snapshot.unrooted(self.launch_dir, ctx.root),
+                        ctx.root,
+                        code_only=True,
+                        wait_s=0,
+                    )
                 except keep.StoreBusy:  # a launch gc runs: never wait for it, keep the code next time
                     self.gathered_at = -1
 
@@ -226,14 +249,20 @@ def _settings_in_effect(ctx, effective: dict) -> dict:
     for name in READ_AT_START:  # read once, at start-up: a later change does nothing
         value, started_with = final["env"].get(name), effective["env"].get(name)
         if value != started_with:
-            print(f"[launch] note: the job set {name}={value} after it was read at start-up ({started_with}): "
-                  "it had no effect, and the record keeps the value in effect", flush=True)  # fmt: skip
+            print(
+                f"[launch] note: the job set {name}={value} after it was read at start-up ({started_with}): "
+                "it had no effect, and the record keeps the value in effect",
+                flush=True,
+            )
             final.setdefault("set_too_late_by_job", {})[name] = value
             final["env"][name] = started_with
     for key in ("intra_op_threads", "inter_op_threads"):
         if final[key] != effective[key]:
-            print(f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "
-                  "the fingerprint records what it ran with", flush=True)  # fmt: skip
+            print(
+                f"[launch] note: the job set {key}={final[key]} itself (the plan said {effective[key]}); "
+                "the fingerprint records what it ran with",
+                flush=True,
+            )
             final.setdefault("set_by_job", {})[key] = final[key]  # the launcher's value never reached it
     final.update(ctx.effective)
     seeds, note = observers.seeds_set(plan.seed)

@@ -161,8 +161,9 @@ def check(spec: str, *, in_container: bool = False) -> None:
         raise DataError(f"train.data {spec!r} is not sample, full, an .npz file or an IDX directory")
 
 
-def check_layout(arrays: dict[str, tuple[tuple[int, ...], np.dtype]], where: str,
-                 names: dict[str, str] | None = None) -> None:  # fmt: skip
+def check_layout(
+    arrays: dict[str, tuple[tuple[int, ...], np.dtype]], where: str, names: dict[str, str] | None = None
+) -> None:
     """Raise ``DataError`` unless ``arrays`` (key -> shape, dtype) is MNIST: N 28x28 images,
     N integer labels per split, N > 0. ``names`` are what to call each key (IDX file names)."""
     names = names or {key: key for key in IDX_FILES}
@@ -186,8 +187,10 @@ def check_layout(arrays: dict[str, tuple[tuple[int, ...], np.dtype]], where: str
 def _npz_layout(path: Path) -> None:
     """An .npz's array headers, read from the zip without loading an array or a pickle."""
     if not zipfile.is_zipfile(path):
-        raise DataError(f"{path} is not an .npz file (not a zip archive); train.data takes an .npz in {LAYOUT}, "
-                        "an IDX directory, sample or full")  # fmt: skip
+        raise DataError(
+            f"{path} is not an .npz file (not a zip archive); train.data takes an .npz in {LAYOUT}, "
+            "an IDX directory, sample or full"
+        )
     arrays = {}
     try:
         with zipfile.ZipFile(path) as archive:
@@ -199,12 +202,16 @@ def _npz_layout(path: Path) -> None:
             for key in IDX_FILES:
                 with archive.open(members[key]) as f:
                     version = np.lib.format.read_magic(f)
-                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) \
-                        else np.lib.format.read_array_header_2_0  # fmt: skip
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
                     shape, _, dtype = read(f)
                 if dtype.hasobject:
-                    raise DataError(f"{path}: {key} holds Python objects, not numbers; "
-                                    "an .npz of pickled objects is never loaded")  # fmt: skip
+                    raise DataError(
+                        f"{path}: {key} holds Python objects, not numbers; an .npz of pickled objects is never loaded"
+                    )
                 arrays[key] = (shape, dtype)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise DataError(f"{path} is not a readable .npz file: {exc}") from None
@@ -213,8 +220,9 @@ def _npz_layout(path: Path) -> None:
 
 def _idx_layout(directory: Path) -> None:
     """An IDX directory's four headers, and each file's size against its header."""
-    found = {key: c for key, stem in IDX_FILES.items()
-             for c in (directory / stem, directory / f"{stem}.gz") if c.is_file()}  # fmt: skip
+    found = {
+        key: c for key, stem in IDX_FILES.items() for c in (directory / stem, directory / f"{stem}.gz") if c.is_file()
+    }
     if not found:
         expected = ", ".join(f"{stem}[.gz]" for stem in IDX_FILES.values())
         raise DataError(f"{directory} holds no MNIST IDX files (expected {expected})")
@@ -271,9 +279,11 @@ def _check_full(in_container: bool) -> None:
         return
     reason = _unreachable(KERAS_MNIST_URL)
     if reason:
-        raise DataError(f"train.data=full: MNIST is not in the Keras cache ({keras_cache()[0]}) and "
-                        f"{KERAS_MNIST_HOST} cannot be reached ({reason}); "
-                        "use train.data=sample or a local .npz/IDX path")  # fmt: skip
+        raise DataError(
+            f"train.data=full: MNIST is not in the Keras cache ({keras_cache()[0]}) and "
+            f"{KERAS_MNIST_HOST} cannot be reached ({reason}); "
+            "use train.data=sample or a local .npz/IDX path"
+        )
 
 
 def _unreachable(url: str) -> str | None:

@@ -25,9 +25,10 @@ RANDOM_OPS = (None, "num_random_ops", "constant")
 ISA_BASELINES = ("x86-64-v3",)  # the caps below are measured for these (docs/determinism.md)
 # NumPy's dispatch targets above x86-64-v3, as NPY_DISABLE_CPU_FEATURES names them: NumPy 2.4
 # groups AVX-512 as X86_V4 (plus two extensions), earlier releases named each AVX-512 set.
-_NPY_ABOVE_V3 = {"2.4": "X86_V4 AVX512_ICL AVX512_SPR",
-                 "old": "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL "
-                        "AVX512_SPR"}  # fmt: skip
+_NPY_ABOVE_V3 = {
+    "2.4": "X86_V4 AVX512_ICL AVX512_SPR",
+    "old": "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR",
+}
 _NPY_ABOVE_V3_PREFIXES = ("AVX512", "X86_V4", "AVX10", "AMX")
 
 
@@ -84,8 +85,9 @@ def plan(
     if onednn_opts is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn_opts else "0"
     if random_ops not in RANDOM_OPS:
-        raise DeterminismError(f"determinism.random_ops must be one of {', '.join(map(str, RANDOM_OPS))}, "
-                               f"got {random_ops!r}")  # fmt: skip
+        raise DeterminismError(
+            f"determinism.random_ops must be one of {', '.join(map(str, RANDOM_OPS))}, got {random_ops!r}"
+        )
     chosen = {"jit_compile": jit_compile, "deterministic_data": deterministic_data, "random_ops": random_ops}
     if level == "off":
         return Plan(level=level, seed=seed, env=env, **chosen)
@@ -140,8 +142,7 @@ def isa_caps(baseline: str, numpy_version: str | None = None) -> dict[str, str]:
     docs/determinism.md.
     """
     if baseline not in ISA_BASELINES:
-        raise DeterminismError(f"determinism.isa_baseline must be one of {', '.join(ISA_BASELINES)}, "
-                               f"got {baseline!r}")  # fmt: skip
+        raise DeterminismError(f"determinism.isa_baseline must be one of {', '.join(ISA_BASELINES)}, got {baseline!r}")
     return {
         "ONEDNN_MAX_CPU_ISA": "AVX2",
         "OPENBLAS_CORETYPE": "Haswell",
@@ -241,8 +242,12 @@ def isa_read_back(baseline: str) -> dict:
     from launcher.record.probe import cpuid
 
     seen = cpuid.read()
-    return {"name": baseline, "numpy_dispatch": numpy_dispatch(), "openblas_cores": openblas_cores(),
-            "supported_by_cpu": None if seen is None else cpuid.supports(seen["flags"], baseline)}  # fmt: skip
+    return {
+        "name": baseline,
+        "numpy_dispatch": numpy_dispatch(),
+        "openblas_cores": openblas_cores(),
+        "supported_by_cpu": None if seen is None else cpuid.supports(seen["flags"], baseline),
+    }
 
 
 def numpy_dispatch() -> dict[str, bool] | None:
@@ -258,8 +263,12 @@ def numpy_dispatch() -> dict[str, bool] | None:
     return {name: bool(features.get(name)) for name in umath.__cpu_dispatch__}
 
 
-_OPENBLAS_CORENAME = ("openblas_get_corename", "openblas_get_corename64_", "scipy_openblas_get_corename64_",
-                      "scipy_openblas_get_corename")  # fmt: skip
+_OPENBLAS_CORENAME = (
+    "openblas_get_corename",
+    "openblas_get_corename64_",
+    "scipy_openblas_get_corename64_",
+    "scipy_openblas_get_corename",
+)
 
 
 def openblas_cores() -> dict[str, str]:
@@ -315,8 +324,12 @@ def keras_config() -> dict:
     """The Keras settings that change numbers (from ``~/.keras/keras.json`` or the code)."""
     import keras
 
-    return {"backend": keras.config.backend(), "floatx": keras.config.floatx(),
-            "epsilon": keras.config.epsilon(), "image_data_format": keras.config.image_data_format()}  # fmt: skip
+    return {
+        "backend": keras.config.backend(),
+        "floatx": keras.config.floatx(),
+        "epsilon": keras.config.epsilon(),
+        "image_data_format": keras.config.image_data_format(),
+    }
 
 
 def _op_determinism_enabled(tf) -> bool:
@@ -354,9 +367,7 @@ def verify(p: Plan, effective: dict) -> None:
     if p.isa_baseline:
         problems += isa_problems(p, effective.get("isa_baseline") or {})
     if problems:
-        raise DeterminismError(
-            "determinism settings did not take effect: " + "; ".join(problems), problems
-        )
+        raise DeterminismError("determinism settings did not take effect: " + "; ".join(problems), problems)
 
 
 def isa_problems(p: Plan, isa: dict) -> list[str]:
@@ -365,8 +376,9 @@ def isa_problems(p: Plan, isa: dict) -> list[str]:
     problems = []
     if isa.get("supported_by_cpu") is False:
         problems.append(f"this CPU does not support {p.isa_baseline}")
-    above = [name for name, on in (isa.get("numpy_dispatch") or {}).items()
-             if on and name.startswith(_NPY_ABOVE_V3_PREFIXES)]  # fmt: skip
+    above = [
+        name for name, on in (isa.get("numpy_dispatch") or {}).items() if on and name.startswith(_NPY_ABOVE_V3_PREFIXES)
+    ]
     if above:
         problems.append(f"NumPy still dispatches {', '.join(above)} above {p.isa_baseline}")
     planned = p.env.get("OPENBLAS_CORETYPE", "").lower()
@@ -404,9 +416,11 @@ def idle_note(level: str, intra_op_threads: object, cores: int) -> str | None:
         return None
     if cores < IDLE_CORES or intra_op_threads * 4 > cores:
         return None
-    return (f"[launch] note: strict pins {intra_op_threads} intra-op thread(s) on this {cores}-core machine, so most "
-            "of it idles; determinism.intra_op_threads=auto uses every core (the count is recorded, and runs "
-            "with another count are refused as not comparable)")  # fmt: skip
+    return (
+        f"[launch] note: strict pins {intra_op_threads} intra-op thread(s) on this {cores}-core machine, so most "
+        "of it idles; determinism.intra_op_threads=auto uses every core (the count is recorded, and runs "
+        "with another count are refused as not comparable)"
+    )
 
 
 def draw_seed() -> int:

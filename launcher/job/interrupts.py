@@ -34,8 +34,12 @@ from contextlib import contextmanager
 
 # Ctrl-C; SIGTERM (Slurm, Kubernetes, spot agents); SIGUSR1/2 (Slurm's --signal before a time limit)
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-REASONS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGUSR1: "SIGUSR1",
-           signal.SIGUSR2: "SIGUSR2"}  # the run's error, by the signal that stopped it
+REASONS = {
+    signal.SIGINT: "Ctrl-C",
+    signal.SIGTERM: "SIGTERM",
+    signal.SIGUSR1: "SIGUSR1",
+    signal.SIGUSR2: "SIGUSR2",
+}  # the run's error, by the signal that stopped it
 
 _requested: int | None = None  # the signal that asked the job to stop
 _raised = False  # the one KeyboardInterrupt has been raised
@@ -121,8 +125,10 @@ def _note_stopped() -> None:
         from launcher.record.store import runs
 
         with reads.paused():  # the launcher's own file, not a write of the job's
-            runs.write_json(os.path.join(run_dir, layout.ERROR),
-                            {"type": "KeyboardInterrupt", "message": REASONS.get(_requested, "Ctrl-C")})
+            runs.write_json(
+                os.path.join(run_dir, layout.ERROR),
+                {"type": "KeyboardInterrupt", "message": REASONS.get(_requested, "Ctrl-C")},
+            )
     except Exception:  # noqa: BLE001 - the stop must happen; the exit code then decides, as before
         pass
 

@@ -38,8 +38,10 @@ from launcher.job.observe import reads
 from launcher.record import notebooks
 from launcher.record.store import runs
 
-NO_INPUT = ("a notebook run by launch is headless: nobody can answer input(); put the value in the "
-            "parameters cell and set it with train.params")  # fmt: skip
+NO_INPUT = (
+    "a notebook run by launch is headless: nobody can answer input(); put the value in the "
+    "parameters cell and set it with train.params"
+)
 
 
 class CellError(LauncherError):
@@ -56,14 +58,18 @@ def execute(path: str, params: dict, executed: Path) -> dict[str, float]:
         import IPython  # noqa: F401
         import nbformat
     except ImportError as exc:  # the launcher checked its own environment; a container's may lack them
-        raise ConfigError(f"train=notebook needs IPython and nbformat where the job runs ({exc}): "
-                          f"{notebooks.EXTRA}") from None  # fmt: skip
+        raise ConfigError(
+            f"train=notebook needs IPython and nbformat where the job runs ({exc}): {notebooks.EXTRA}"
+        ) from None
 
     reads.code_files.update({os.path.abspath(path), os.path.realpath(path)})  # code, never data
     nb = notebooks.load(path)
     if params and not notebooks.has_parameters_cell(nb):
-        print("[launch] note: no cell is tagged 'parameters'; train.params are set in a new first cell "
-              "(papermill's convention)", flush=True)  # fmt: skip
+        print(
+            "[launch] note: no cell is tagged 'parameters'; train.params are set in a new first cell "
+            "(papermill's convention)",
+            flush=True,
+        )
     nb, injected = notebooks.inject(nb, params)
     nb = nbformat.from_dict(nb)
     if (nb.nbformat, nb.nbformat_minor) >= (4, 5):  # cell ids are required since 4.5: the copy has them
@@ -111,8 +117,10 @@ def _run_cells(shell, nb, path: str, injected: int | None, executed: Path) -> No
             print(f"[launch] {name} called sys.exit({error.code or ''}): the notebook ends there", flush=True)
             return
         if error is not None:
-            raise CellError(f"{name} raised {_describe(error, shell.code_name, text)}; "
-                            f"the executed notebook up to it is in outputs/{executed.name}") from None  # fmt: skip
+            raise CellError(
+                f"{name} raised {_describe(error, shell.code_name, text)}; "
+                f"the executed notebook up to it is in outputs/{executed.name}"
+            ) from None
 
 
 def _describe(error: BaseException, code_name: str, text: str) -> str:
@@ -172,8 +180,11 @@ def _shell(ipython_dir: str):
         def _showtraceback(self, etype, evalue, stb):
             import nbformat
 
-            self.outputs.append(nbformat.v4.new_output("error", ename=getattr(etype, "__name__", str(etype)),
-                                                       evalue=str(evalue), traceback=list(stb)))  # fmt: skip
+            self.outputs.append(
+                nbformat.v4.new_output(
+                    "error", ename=getattr(etype, "__name__", str(etype)), evalue=str(evalue), traceback=list(stb)
+                )
+            )
             print(self.InteractiveTB.stb2text(stb), file=sys.__stderr__ or sys.stderr, flush=True)
 
         def enable_gui(self, gui=None):  # %matplotlib inline: no event loop, as in ipykernel

@@ -59,6 +59,7 @@ def record_data(path: str | os.PathLike) -> None:
     if run_dir() is None:
         return
     from launcher.job.observe import reads
+
     reads.name_explicitly(path)
 
 
@@ -71,4 +72,5 @@ def trace_callback():
     or with ``trace_every=0``, it does nothing.
     """
     from launcher.job.training import trace
+
     return trace.keras_callback(run_dir(), int(os.environ.get("LAUNCH_TRACE_EVERY") or 0))

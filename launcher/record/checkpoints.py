@@ -24,11 +24,14 @@ INPUTS = ("tf.data", "arrays")  # the fit inputs a resume restores by aligning t
 # What the job reads again to its position, with no training step, where a checkpoint written by a
 # launcher from before the fast-forward refused it (Keras 3.15's TF backend, read in its source).
 OLD_REFUSALS = {
-    "generator": ("a Python generator cannot be rewound, and this checkpoint was written by a launcher that did not "
-                  "fast-forward one"),
+    "generator": (
+        "a Python generator cannot be rewound, and this checkpoint was written by a launcher that did not "
+        "fast-forward one"
+    ),
     "PyDataset": "a keras.utils.PyDataset's own state was not checkpointed by the launcher that wrote this checkpoint",
 }
 UNFOLLOWED_VALIDATION = ("generator", "PyDataset")  # evaluated through an iterator cached across epochs
+
 
 def name(epoch: int) -> str:
     return f"epoch-{epoch:06d}"
@@ -126,26 +129,36 @@ def _why_not_kind(fit: dict, fast_forwards: bool) -> str | None:
     (and builds a lazily built model), not one from before."""
     kind = fit.get("input")
     if fit.get("validation") in UNFOLLOWED_VALIDATION:
-        return (f"its validation_data is a {fit['validation']}, which Keras reads through one iterator across "
-                "epochs: its position is neither kept nor read again; give it as a tf.data.Dataset or arrays")
+        return (
+            f"its validation_data is a {fit['validation']}, which Keras reads through one iterator across "
+            "epochs: its position is neither kept nor read again; give it as a tf.data.Dataset or arrays"
+        )
     if fit.get("unkept"):
-        return (f"its callback attribute {fit['unkept'][0]} changed during training and holds what a checkpoint "
-                "cannot keep (numbers, strings, arrays, and lists, tuples, dicts and sets of them)")
+        return (
+            f"its callback attribute {fit['unkept'][0]} changed during training and holds what a checkpoint "
+            "cannot keep (numbers, strings, arrays, and lists, tuples, dicts and sets of them)"
+        )
     if fast_forwards:
         return None
     if kind in OLD_REFUSALS:
         return OLD_REFUSALS[kind]
     if kind not in INPUTS:
-        return (f"it reads {kind}, not a tf.data.Dataset or arrays, and was checkpointed by a launcher that did not "
-                "read such an input again to its position")
+        return (
+            f"it reads {kind}, not a tf.data.Dataset or arrays, and was checkpointed by a launcher that did not "
+            "read such an input again to its position"
+        )
     if fit.get("steps_per_epoch") is not None:
-        return ("it sets steps_per_epoch (its iterator runs on across epochs), and was checkpointed by a launcher "
-                "that did not read it again to its position")
+        return (
+            "it sets steps_per_epoch (its iterator runs on across epochs), and was checkpointed by a launcher "
+            "that did not read it again to its position"
+        )
     if fit.get("built") is False:
-        return ("its model had no variables when the fit began (a subclassed keras.Model, or a Sequential "
-                "without keras.Input, makes them in its first batch), and it was checkpointed by a launcher that "
-                "did not build such a model before restoring; call the model once on a batch before fit "
-                "(model(x[:1])) and its runs resume")
+        return (
+            "its model had no variables when the fit began (a subclassed keras.Model, or a Sequential "
+            "without keras.Input, makes them in its first batch), and it was checkpointed by a launcher that "
+            "did not build such a model before restoring; call the model once on a batch before fit "
+            "(model(x[:1])) and its runs resume"
+        )
     return None
 
 
@@ -158,13 +171,19 @@ def why_not_resumable(fit: dict) -> str | None:
         return f"its fit (call {fit.get('fit', 1)} of Keras fit) cannot be resumed: {why}{again}"
     before = fit.get("before")
     if fit.get("fit", 1) != 1 and before is None:
-        return (f"its checkpoint is in call {fit['fit']} of Keras fit and was written by a launcher that does not "
-                f"keep the earlier fits' ends{again}")  # fmt: skip
+        return (
+            f"its checkpoint is in call {fit['fit']} of Keras fit and was written by a launcher that does not "
+            f"keep the earlier fits' ends{again}"
+        )
     for earlier in before or []:
         if (why := _why_not_kind(earlier, fast_forwards)) is not None:
-            return (f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, which a "
-                    f"resume must fast-forward and cannot: {why}{again}")  # fmt: skip
+            return (
+                f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, which a "
+                f"resume must fast-forward and cannot: {why}{again}"
+            )
         if earlier.get("checkpoint") is None:
-            return (f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, whose last "
-                    f"epoch has no checkpoint to fast-forward it from (it ran no epoch){again}")
+            return (
+                f"its checkpoint is in call {fit['fit']} of Keras fit, after call {earlier['fit']}, whose last "
+                f"epoch has no checkpoint to fast-forward it from (it ran no epoch){again}"
+            )
     return None

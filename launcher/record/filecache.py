@@ -104,8 +104,8 @@ class FileHashes:
             return None
         try:
             row = self._db.execute(
-                "SELECT sha256 FROM files_v2 WHERE path=? AND dev=? AND ino=? AND size=? AND mtime_ns=?"
-                " AND ctime_ns=?", key
+                "SELECT sha256 FROM files_v2 WHERE path=? AND dev=? AND ino=? AND size=? AND mtime_ns=? AND ctime_ns=?",
+                key,
             ).fetchone()
         except sqlite3.Error:
             return None

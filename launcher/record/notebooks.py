@@ -46,8 +46,10 @@ def load(path: str | Path) -> dict:
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise ConfigError(f"train.notebook {str(path)!r} is not a Jupyter notebook (no cells list)")
     if int(nb.get("nbformat", 4)) < 4:
-        raise ConfigError(f"train.notebook {str(path)!r} is nbformat {nb.get('nbformat')}; save it with "
-                          "Jupyter 4 or later (nbformat 4)")  # fmt: skip
+        raise ConfigError(
+            f"train.notebook {str(path)!r} is nbformat {nb.get('nbformat')}; save it with "
+            "Jupyter 4 or later (nbformat 4)"
+        )
     return nb
 
 
@@ -111,8 +113,13 @@ def inject(nb: Mapping, params: Mapping[str, object]) -> tuple[dict, int | None]
     if not params:
         return out, None
     at = next((i + 1 for i, c in enumerate(out["cells"]) if PARAMETERS in tags(c)), 0)
-    cell = {"cell_type": "code", "execution_count": None, "metadata": {"tags": [INJECTED]},
-            "outputs": [], "source": render_parameters(params)}  # fmt: skip
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {"tags": [INJECTED]},
+        "outputs": [],
+        "source": render_parameters(params),
+    }
     out["cells"].insert(at, cell)
     return out, at
 

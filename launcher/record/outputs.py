@@ -99,8 +99,11 @@ def _h5_parts(data: bytes) -> dict[str, str]:
 
     parts: dict[str, str] = {}
     with h5py.File(io.BytesIO(data), "r") as f:
-        f.visititems(lambda name, obj: parts.__setitem__(name, _arrays_digest(name, obj[()]))
-                     if isinstance(obj, h5py.Dataset) else None)  # fmt: skip
+        f.visititems(
+            lambda name, obj: (
+                parts.__setitem__(name, _arrays_digest(name, obj[()])) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
     return parts
 
 
@@ -125,8 +128,10 @@ def _renumber_shared_ids(node: object, seen: dict) -> object:
     """Keras names objects shared between layers by their Python ``id()`` (``shared_object_id``),
     a memory address: renumbered in order of appearance, which says the same sharing."""
     if isinstance(node, dict):
-        return {k: (seen.setdefault(v, len(seen)) if k == "shared_object_id" else _renumber_shared_ids(v, seen))
-                for k, v in sorted(node.items())}  # fmt: skip
+        return {
+            k: (seen.setdefault(v, len(seen)) if k == "shared_object_id" else _renumber_shared_ids(v, seen))
+            for k, v in sorted(node.items())
+        }
     if isinstance(node, list):
         return [_renumber_shared_ids(v, seen) for v in node]
     return node
@@ -136,8 +141,7 @@ def _checkpoint_parts(prefix: str) -> dict[str, str]:
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(prefix)
-    return {name: _arrays_digest(name, reader.get_tensor(name))
-            for name in sorted(reader.get_variable_to_shape_map())}  # fmt: skip
+    return {name: _arrays_digest(name, reader.get_tensor(name)) for name in sorted(reader.get_variable_to_shape_map())}
 
 
 def _without_timestamps(text: str) -> str:

@@ -94,8 +94,9 @@ def _bytes_field(number: int, value: bytes) -> bytes:
     return _field(number, 2) + _varint(len(value)) + value
 
 
-def event(wall_time: float, step: int = 0, *, file_version: str | None = None,
-          scalars: dict[str, float] | None = None) -> bytes:  # fmt: skip
+def event(
+    wall_time: float, step: int = 0, *, file_version: str | None = None, scalars: dict[str, float] | None = None
+) -> bytes:
     """An ``Event`` protocol buffer: a file-version header, or scalars (``simple_value``) at ``step``."""
     out = _field(1, 1) + struct.pack("<d", wall_time)  # double wall_time = 1
     if step:
@@ -117,8 +118,11 @@ def metric_scalars(line: dict) -> tuple[int, dict[str, float]] | None:
     epoch = line.get("epoch")
     if not isinstance(epoch, int) or isinstance(epoch, bool):
         return None
-    scalars = {f"epoch/{k}": float(v) for k, v in sorted(line.items())
-               if k != "epoch" and isinstance(v, (int, float)) and not isinstance(v, bool)}  # fmt: skip
+    scalars = {
+        f"epoch/{k}": float(v)
+        for k, v in sorted(line.items())
+        if k != "epoch" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     return epoch, scalars
 
 

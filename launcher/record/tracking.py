@@ -41,8 +41,11 @@ TAG = "launch."
 # MLflow's HTTP client retries for minutes by default: a launcher must not hang on a dead server.
 # Its usage telemetry (a background thread posting to MLflow's servers) is not something a run
 # asked for. The user's own settings of these variables win.
-MLFLOW_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-              "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+MLFLOW_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
 QUIET_LOGGERS = ("mlflow", "alembic", "urllib3", "sqlalchemy", "git")
 STATUS = {"complete": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 BATCH = 100  # MLflow's limit on params (and tags) per log_batch call
@@ -167,17 +170,31 @@ def log_sweep(sweep_dir: Path, summary: dict, meta: dict) -> str | None:
     def log(client) -> str:
         from mlflow.entities import Metric, Param, RunTag
 
-        tags = {"mlflow.runName": f"sweep {sweep_dir.name}", TAG + "sweep_id": sweep_dir.name,
-                TAG + "sweep_dir": str(sweep_dir.absolute()), TAG + "kind": "sweep",
-                TAG + "status": "complete" if summary.get("ok") else "incomplete"}  # fmt: skip
+        tags = {
+            "mlflow.runName": f"sweep {sweep_dir.name}",
+            TAG + "sweep_id": sweep_dir.name,
+            TAG + "sweep_dir": str(sweep_dir.absolute()),
+            TAG + "kind": "sweep",
+            TAG + "status": "complete" if summary.get("ok") else "incomplete",
+        }
         parent = client.create_run(_experiment_id(client, where), start_time=start_time_ms(sweep_dir), tags=tags)
         pid = parent.info.run_id
         for job in jobs:
-            _log_run(client, where, Path(job["run_dir"]), _config(Path(job["run_dir"])), parent=pid,
-                     extra={TAG + "sweep_id": sweep_dir.name, TAG + "sweep_job": str(job["num"])})  # fmt: skip
+            _log_run(
+                client,
+                where,
+                Path(job["run_dir"]),
+                _config(Path(job["run_dir"])),
+                parent=pid,
+                extra={TAG + "sweep_id": sweep_dir.name, TAG + "sweep_job": str(job["num"])},
+            )
         now = _now_ms()
-        sweep_params = {"overrides": " ".join(meta.get("overrides", [])), "swept": ", ".join(meta.get("swept", [])),
-                        "launcher": meta.get("launcher"), "jobs": len(summary.get("jobs", []))}  # fmt: skip
+        sweep_params = {
+            "overrides": " ".join(meta.get("overrides", [])),
+            "swept": ", ".join(meta.get("swept", [])),
+            "launcher": meta.get("launcher"),
+            "jobs": len(summary.get("jobs", [])),
+        }
         client.log_batch(
             pid,
             metrics=[Metric(k, v, now, 0) for k, v in sweep_metrics(summary).items()],
@@ -225,8 +242,9 @@ def tag_sweep(sweep_dir: Path, job_run_dir: Path | None, tags: dict[str, str]) -
     _with_client(where, tag)
 
 
-def _log_run(client, where: Target, run_dir: Path, cfg: dict, parent: str | None = None,
-             extra: dict | None = None) -> str:  # fmt: skip
+def _log_run(
+    client, where: Target, run_dir: Path, cfg: dict, parent: str | None = None, extra: dict | None = None
+) -> str:
     from mlflow.entities import Metric, Param
 
     from launcher.record.probe import key
@@ -321,8 +339,11 @@ def warn(where: Target, exc: BaseException) -> None:
         text = f"{cause.group(1).strip()}: {text}"
     if len(text) > 240:
         text = text[:237] + "..."
-    print(f"[launch] warning: MLflow tracking to {where.uri} failed, the run is unaffected: {text}",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"[launch] warning: MLflow tracking to {where.uri} failed, the run is unaffected: {text}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _config(run_dir: Path) -> dict:

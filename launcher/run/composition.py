@@ -96,8 +96,7 @@ def _compose(overrides: Sequence[str], return_hydra_config: bool = False, config
     from hydra import compose as hydra_compose
 
     with _hydra(config_dir):
-        return hydra_compose(config_name=PRIMARY, overrides=list(overrides),
-                             return_hydra_config=return_hydra_config)  # fmt: skip
+        return hydra_compose(config_name=PRIMARY, overrides=list(overrides), return_hydra_config=return_hydra_config)
 
 
 @contextmanager
@@ -210,8 +209,14 @@ def _unknown_key(
     import difflib
 
     key = head.removeprefix("Could not override ").strip("'.")
-    append = next((line.strip().removeprefix("To append to your config use ") for line in message.splitlines()
-                   if line.strip().startswith("To append")), None)  # fmt: skip
+    append = next(
+        (
+            line.strip().removeprefix("To append to your config use ")
+            for line in message.splitlines()
+            if line.strip().startswith("To append")
+        ),
+        None,
+    )
     missing = "no such key in the config" if full_key == key else f"{full_key!r} is not in the config"
     text = f"Could not override {key!r}: {missing}"
     group = _group_with_key(key, overrides, config_dir)

@@ -32,9 +32,14 @@ NOT_IN_HASH = (
     "train.save_weights_max_mb",  # how large that copy may be
     "tracking",  # MLflow logging reads the sealed run, after it ended (tested bit for bit)
 )
-NOT_IN_HASH_DOCKER = ("image.ca_bundle", "image.index_url", "image.wheelhouse",  # where wheels come from
-                      "runtime.stop_timeout_s", "runtime.tmpfs_mb",  # how a job is stopped, its /tmp
-                      "runtime.mounts")  # where data is visible; what the job reads is hashed by content  # fmt: skip
+NOT_IN_HASH_DOCKER = (
+    "image.ca_bundle",
+    "image.index_url",
+    "image.wheelhouse",  # where wheels come from
+    "runtime.stop_timeout_s",
+    "runtime.tmpfs_mb",  # how a job is stopped, its /tmp
+    "runtime.mounts",
+)  # where data is visible; what the job reads is hashed by content
 
 
 def _positive_int(value: object, name: str, allow_none: bool = False) -> None:
@@ -68,15 +73,14 @@ def validate(cfg: DictConfig) -> None:
         value = cfg.get(section)
         if value is not None and not OmegaConf.is_dict(value):
             keys = ", ".join(f"{section}.{k}" for k in _section_keys(section)) or f"{section}.KEY"
-            raise ConfigError(f"{section} is a set of settings, not a value ({section}={value!r}); "
-                              f"set one of them: {keys}")  # fmt: skip
+            raise ConfigError(
+                f"{section} is a set of settings, not a value ({section}={value!r}); set one of them: {keys}"
+            )
     train, det = cfg.train, cfg.determinism
     if train.name not in TASKS:
         raise ConfigError(f"train={train.name!r} is unknown; choose one of {', '.join(TASKS)}")
     if det.level not in determinism.LEVELS:
-        raise ConfigError(
-            f"determinism={det.level!r} is unknown; choose one of {', '.join(determinism.LEVELS)}"
-        )
+        raise ConfigError(f"determinism={det.level!r} is unknown; choose one of {', '.join(determinism.LEVELS)}")
     if cfg.runtime.name not in RUNTIMES:
         raise ConfigError(f"runtime={cfg.runtime.name!r} is unknown; choose one of {', '.join(RUNTIMES)}")
     if "seed" in cfg and cfg.seed is not None:
@@ -94,24 +98,32 @@ def validate(cfg: DictConfig) -> None:
         except LauncherError as exc:
             raise ConfigError(f"determinism.{key}: {exc}") from None
     if det.level == "portable" and det.get("isa_baseline") not in determinism.ISA_BASELINES:
-        raise ConfigError(f"determinism.isa_baseline must be one of {', '.join(determinism.ISA_BASELINES)}, "
-                          f"got {det.get('isa_baseline')!r}")  # fmt: skip
+        raise ConfigError(
+            f"determinism.isa_baseline must be one of {', '.join(determinism.ISA_BASELINES)}, "
+            f"got {det.get('isa_baseline')!r}"
+        )
     if det.get("random_ops") not in determinism.RANDOM_OPS:
-        raise ConfigError("determinism.random_ops must be null, num_random_ops or constant, "
-                          f"got {det.get('random_ops')!r}")  # fmt: skip
+        raise ConfigError(
+            f"determinism.random_ops must be null, num_random_ops or constant, got {det.get('random_ops')!r}"
+        )
     for key in ("onednn_opts", "jit_compile", "deterministic_data"):
         if det.get(key) is not None and not isinstance(det.get(key), bool):
             raise ConfigError(f"determinism.{key} must be true, false or null, got {det.get(key)!r}")
     if det.get("jit_compile") and train.name != "mnist":
-        raise ConfigError(f"determinism.jit_compile applies to train=mnist; train={train.name} code passes "
-                          "jit_compile to its own model.compile()")  # fmt: skip
+        raise ConfigError(
+            f"determinism.jit_compile applies to train=mnist; train={train.name} code passes "
+            "jit_compile to its own model.compile()"
+        )
     trace_every = det.get("trace_every", 0)
     if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
         raise ConfigError(f"determinism.trace_every must be an integer >= 0 (0 = no trace), got {trace_every!r}")
     if "checkpoint_keep" in train:
         _positive_int(train.checkpoint_keep, "train.checkpoint_keep")
-    if "checkpoint_every" in train and (isinstance(train.checkpoint_every, bool)
-                                        or not isinstance(train.checkpoint_every, int) or train.checkpoint_every < 0):
+    if "checkpoint_every" in train and (
+        isinstance(train.checkpoint_every, bool)
+        or not isinstance(train.checkpoint_every, int)
+        or train.checkpoint_every < 0
+    ):
         raise ConfigError(f"train.checkpoint_every must be an integer >= 0, got {train.checkpoint_every!r}")
     if train.name == "mnist":
         _positive_int(train.epochs, "train.epochs")
@@ -153,8 +165,10 @@ def validate(cfg: DictConfig) -> None:
         if value is None and name != "snapshot_max_mb":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"store.{name} must be a whole number, 0 or more"
-                              f"{'' if name == 'snapshot_max_mb' else ' (null: no cap)'}, got {value!r}")
+            raise ConfigError(
+                f"store.{name} must be a whole number, 0 or more"
+                f"{'' if name == 'snapshot_max_mb' else ' (null: no cap)'}, got {value!r}"
+            )
 
 
 def check_entrypoint(cfg: DictConfig, cwd: str) -> None:
@@ -192,8 +206,10 @@ def check_entrypoint(cfg: DictConfig, cwd: str) -> None:
             raise ConfigError(f"train.entrypoint {str(train.entrypoint)!r}: {found} has no module {part!r}")
         found = f"{found}.{part}"
     if spec is None:
-        raise ConfigError(f"train.entrypoint {str(train.entrypoint)!r}: no module {top!r} in {first} or on "
-                          "sys.path; set train.path=DIR to where it lives")  # fmt: skip
+        raise ConfigError(
+            f"train.entrypoint {str(train.entrypoint)!r}: no module {top!r} in {first} or on "
+            "sys.path; set train.path=DIR to where it lives"
+        )
 
 
 def _check_notebook(train: DictConfig) -> None:
@@ -209,8 +225,9 @@ def _check_notebook(train: DictConfig) -> None:
     notebooks.load(str(train.notebook))
     params = train.get("params")
     if params is not None and not isinstance(params, DictConfig):
-        raise ConfigError(f"train.params must be a mapping of names to values ('train.params={{lr: 0.01}}'), "
-                          f"got {params!r}")  # fmt: skip
+        raise ConfigError(
+            f"train.params must be a mapping of names to values ('train.params={{lr: 0.01}}'), got {params!r}"
+        )
     notebooks.render_parameters(OmegaConf.to_container(params) if params is not None else {})
     missing = [m for m in ("IPython", "nbformat") if importlib.util.find_spec(m) is None]
     if missing:

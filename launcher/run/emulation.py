@@ -46,8 +46,7 @@ def check_model(model: str) -> str:
     known = parse_cpu_models(proc.capture([path, "-cpu", "help"], any_status=True) or "")
     if known and model not in known:
         some = ", ".join(m for m in ("Haswell", "Skylake-Client", "EPYC", "EPYC-Rome", "Nehalem") if m in known)
-        raise ConfigError(f"--cpu {model!r}: qemu-x86_64 knows no such CPU model (e.g. {some}; "
-                          f"all: {QEMU} -cpu help)")  # fmt: skip
+        raise ConfigError(f"--cpu {model!r}: qemu-x86_64 knows no such CPU model (e.g. {some}; all: {QEMU} -cpu help)")
     return path
 
 
@@ -84,10 +83,15 @@ def _emulated_cpu(model: str, python: str, launcher_root: str) -> dict:
     flags = seen["flags"]
     version = version_line(proc.capture([path, "--version"], any_status=True) or "")
     return {
-        "vendor": seen["vendor"], "model": seen["model"],
+        "vendor": seen["vendor"],
+        "model": seen["model"],
         "isa": sorted(f for f in flags if probes.is_isa_flag(f)),
-        "family": seen["family"], "model_number": seen["model_number"], "stepping": seen["stepping"],
-        "cache_size": "unknown (emulated)", "caches": "unknown (emulated)", "microcode": None,
+        "family": seen["family"],
+        "model_number": seen["model_number"],
+        "stepping": seen["stepping"],
+        "cache_size": "unknown (emulated)",
+        "caches": "unknown (emulated)",
+        "microcode": None,
         "levels": cpuid.levels(flags),
         "emulated": {"by": QEMU, "version": version, "cpu": model},
-    }  # fmt: skip
+    }

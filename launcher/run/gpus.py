@@ -68,16 +68,20 @@ def refusal(cfg: Mapping, cuda_visible: str | None, facts: Facts) -> str | None:
     docker = wants_docker_gpus(cfg)
     if docker and facts.daemon_missing is not None:
         more = f" and {no_gpu(facts.source)}" if facts.daemon_local and not facts.gpus else ""
-        return (f"image.gpus=true asks Docker for GPUs, but the daemon at {facts.daemon_url} has "
-                f"{facts.daemon_missing}{more}: {CPU_WAY_OUT}, or install the NVIDIA Container Toolkit")  # fmt: skip
+        return (
+            f"image.gpus=true asks Docker for GPUs, but the daemon at {facts.daemon_url} has "
+            f"{facts.daemon_missing}{more}: {CPU_WAY_OUT}, or install the NVIDIA Container Toolkit"
+        )
     if docker and facts.daemon_local and not facts.gpus:
         return f"image.gpus=true asks Docker for GPUs, but {no_gpu(facts.source)}: {CPU_WAY_OUT}"
     absent = [d for d in named_devices(cuda_visible) if _absent(d, facts.gpus or [])]
     if absent:
         name = "name a listed GPU, or " if facts.gpus else ""
         listed = _listed(facts.gpus or [], facts.source)
-        return (f"CUDA_VISIBLE_DEVICES={cuda_visible} names GPU {', '.join(absent)}, but {listed}: "
-                f"{name}unset CUDA_VISIBLE_DEVICES (or set it to -1) to run on the CPU")  # fmt: skip
+        return (
+            f"CUDA_VISIBLE_DEVICES={cuda_visible} names GPU {', '.join(absent)}, but {listed}: "
+            f"{name}unset CUDA_VISIBLE_DEVICES (or set it to -1) to run on the CPU"
+        )
     return None
 
 

@@ -51,8 +51,9 @@ class Outcome:
         return self.status == "complete"
 
 
-def prepare(cfg: DictConfig, store_root: Path | None = None, cwd: str | None = None,
-            cpu: str | None = None) -> tuple[DictConfig, Path]:
+def prepare(
+    cfg: DictConfig, store_root: Path | None = None, cwd: str | None = None, cpu: str | None = None
+) -> tuple[DictConfig, Path]:
     """Resolve ``cfg`` and create its run directory (``create_run``; ``cpu``: an emulated CPU model)."""
     resolved = config.resolve(cfg)
     root = Path(store_root) if store_root is not None else Path(str(resolved.store.root))
@@ -66,13 +67,15 @@ def check_baseline(resolved: DictConfig, cpu: str | None = None) -> None:
         return
     if cpu:
         from launcher.run import emulation
+
         found = emulation.emulated_cpu(cpu, sys.executable, LAUNCHER_ROOT)
     else:
         found = probes.parse_cpuinfo(probes.read_text("/proc/cpuinfo"))
     if baseline not in found["levels"]:
         has = found["levels"][-1] if found["levels"] else "none of the x86-64 levels"
-        raise DeterminismError(f"determinism=portable needs a CPU with {baseline}; "
-                               f"{found['model'] or 'this CPU'} has {has}")  # fmt: skip
+        raise DeterminismError(
+            f"determinism=portable needs a CPU with {baseline}; {found['model'] or 'this CPU'} has {has}"
+        )
 
 
 def create_run(resolved: DictConfig, root: Path, cwd: str | None = None, cpu: str | None = None) -> Path:
@@ -150,8 +153,12 @@ def execute(
 
 
 def launch_fingerprint(
-    resolved: DictConfig, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None,
-    cpu: str | None = None, python: str | None = None,
+    resolved: DictConfig,
+    cwd: str,
+    extra_env: dict[str, str] | None = None,
+    root: str | None = None,
+    cpu: str | None = None,
+    python: str | None = None,
 ) -> tuple[determinism.Plan, dict[str, str], dict]:
     """The plan, the job's environment, and the launcher side of its fingerprint (of the
     code in the laid-out snapshot ``root`` where the job runs from one). ``cpu``: the job runs
@@ -159,11 +166,17 @@ def launch_fingerprint(
     inside the emulator with the job's interpreter ``python``)."""
     det = resolved.determinism
     plan = determinism.plan(
-        det.level, int(resolved.seed), det.intra_op_threads, det.inter_op_threads, det.onednn_opts,
-        jit_compile=det.get("jit_compile"), deterministic_data=det.get("deterministic_data"),
-        random_ops=det.get("random_ops"), isa_baseline=det.get("isa_baseline"),
+        det.level,
+        int(resolved.seed),
+        det.intra_op_threads,
+        det.inter_op_threads,
+        det.onednn_opts,
+        jit_compile=det.get("jit_compile"),
+        deterministic_data=det.get("deterministic_data"),
+        random_ops=det.get("random_ops"),
+        isa_baseline=det.get("isa_baseline"),
         numpy_version=probes.distribution_version("numpy"),
-    )  # fmt: skip
+    )
     env = runtime.job_env(dict(os.environ), plan.env, LAUNCHER_ROOT)
     env.update(extra_env or {})
     if root and env.get("PYTHONPATH"):
@@ -174,10 +187,13 @@ def launch_fingerprint(
     fp = fingerprint.collect(env, cwd, config.config_hash(resolved, launch_dir), script, notebook, launch_dir)
     if cpu:
         from launcher.run import emulation
+
         fp["hardware"]["cpu"] = emulation.emulated_cpu(cpu, python or sys.executable, LAUNCHER_ROOT)
     if plan.isa_baseline:  # the key holds this instead of the CPU's model and flags
-        fp["hardware"]["cpu"]["baseline"] = {"name": plan.isa_baseline,
-                                             "supported": plan.isa_baseline in fp["hardware"]["cpu"]["levels"]}
+        fp["hardware"]["cpu"]["baseline"] = {
+            "name": plan.isa_baseline,
+            "supported": plan.isa_baseline in fp["hardware"]["cpu"]["levels"],
+        }
     config_dir = resolved.get("config_dir")
     if config_dir and root:
         config_dir = {"path": snapshot.rooted(str(config_dir["path"]), root), "files": list(config_dir["files"])}
@@ -185,8 +201,16 @@ def launch_fingerprint(
     return plan, env, fp
 
 
-def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row,
-           launch_dir: str | None = None, root: str | None = None, signing_key: object = None) -> Outcome:
+def finish(
+    run_dir: Path,
+    resolved: DictConfig,
+    fp: dict,
+    returncode: int,
+    row: index.Row,
+    launch_dir: str | None = None,
+    root: str | None = None,
+    signing_key: object = None,
+) -> Outcome:
     """Seal a successful job with its code snapshot, signed with ``signing_key`` (the current
     invocation's ``store.signing_key``; None: unsigned); mark any other ending failed or
     interrupted, with its reason.
@@ -197,8 +221,16 @@ def finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: 
         return _finish(run_dir, resolved, fp, returncode, row, launch_dir, root, signing_key)
 
 
-def _finish(run_dir: Path, resolved: DictConfig, fp: dict, returncode: int, row: index.Row,
-            launch_dir: str | None, root: str | None, signing_key: object) -> Outcome:
+def _finish(
+    run_dir: Path,
+    resolved: DictConfig,
+    fp: dict,
+    returncode: int,
+    row: index.Row,
+    launch_dir: str | None,
+    root: str | None,
+    signing_key: object,
+) -> Outcome:
     seed = int(resolved.seed)
     if returncode == 0 and interrupts.was_stopped(run_dir) is not None:
         returncode = 130  # stopped, its code caught the stop and ended by itself: a stop is never a completion
@@ -277,4 +309,3 @@ def _row(run_dir: Path, resolved: DictConfig, status: str, replay_of: str | None
         status=status,
         replay_of=replay_of,
     )
-

@@ -33,12 +33,14 @@ def _current_path(name: str, cwd: str) -> Path:
     return Path(name) if os.path.isabs(name) else Path(cwd) / name
 
 
-def current_data_hashes(stored: dict[str, str], cwd: str | None = None, root: str | None = None,
-                        at_own_path: Collection[str] = ()) -> dict[str, str]:
+def current_data_hashes(
+    stored: dict[str, str], cwd: str | None = None, root: str | None = None, at_own_path: Collection[str] = ()
+) -> dict[str, str]:
     """Re-hash the data files a run read, where a rerun will find them (``missing`` when gone):
     in the laid-out snapshot ``root`` first, else where they were (relative names from ``cwd``).
     ``at_own_path``: names the rerun's job reads where they are, whatever ``root`` holds (a
     file read by its absolute path whose kept copy cannot be placed there)."""
+
     def where(name: str) -> str:
         path = str(_current_path(name, cwd or os.getcwd()))
         return path if name in at_own_path else snapshot.rooted(path, root)
@@ -54,8 +56,10 @@ def current_usage(stored_fp: dict, root: str | None = None, probed: dict | None 
     the interpreter the rerun will use (``launcher.run.rebuild.probe``)."""
     software = stored_fp.get("software") or {}
     with FileHashes() as hashes:
-        modules = {name: {"path": m["path"], "sha256": hashes.sha256(snapshot.rooted(m["path"], root)) or "missing"}
-                   for name, m in (stored_fp["code"].get("modules") or {}).items()}  # fmt: skip
+        modules = {
+            name: {"path": m["path"], "sha256": hashes.sha256(snapshot.rooted(m["path"], root)) or "missing"}
+            for name, m in (stored_fp["code"].get("modules") or {}).items()
+        }
         libraries = {path: hashes.sha256(path) or "missing" for path in software.get("libraries") or {}}
     identity = probed["distributions"].get if probed else distributions.distribution_identity
     used = {name: identity(name) for name in software.get("distributions") or {}}
@@ -63,19 +67,31 @@ def current_usage(stored_fp: dict, root: str | None = None, probed: dict | None 
 
 
 def precheck(
-    run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None, *,
-    probed: dict | None = None, cpu: str | None = None, at_own_path: Collection[str] = (),
+    run_dir: Path,
+    cwd: str,
+    extra_env: dict[str, str] | None = None,
+    root: str | None = None,
+    *,
+    probed: dict | None = None,
+    cpu: str | None = None,
+    at_own_path: Collection[str] = (),
 ) -> list[tuple[str, object, object]]:
     """Key differences between the stored run and a rerun here, now, before running it
     (as CPU model ``cpu`` under qemu-user, when given)."""
     stored = runs.read_json(run_dir / pipeline.FINGERPRINT)
-    return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed, cpu=cpu,
-                               at_own_path=at_own_path)  # fmt: skip
+    return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed, cpu=cpu, at_own_path=at_own_path)
 
 
 def key_differences_now(
-    stored: dict, run_dir: Path, cwd: str, extra_env: dict[str, str] | None = None, root: str | None = None, *,
-    probed: dict | None = None, cpu: str | None = None, at_own_path: Collection[str] = (),
+    stored: dict,
+    run_dir: Path,
+    cwd: str,
+    extra_env: dict[str, str] | None = None,
+    root: str | None = None,
+    *,
+    probed: dict | None = None,
+    cpu: str | None = None,
+    at_own_path: Collection[str] = (),
 ) -> list[tuple[str, object, object]]:
     """Key differences between fingerprint ``stored`` of ``run_dir`` and a rerun started in
     ``cwd`` (inside the laid-out snapshot ``root``, when it runs from one).
@@ -108,12 +124,15 @@ def key_differences_now(
     # What the job used is known only once it has ended; an interrupted run (resume) has none.
     modules, distributions, libraries = current_usage(stored, root, probed)
     if current["software"] is not None and not stored["software"].get("container"):
-        current["software"].update(distributions=stored["software"].get("distributions") and distributions,
-                                   libraries=stored["software"].get("libraries") and libraries)  # fmt: skip
+        current["software"].update(
+            distributions=stored["software"].get("distributions") and distributions,
+            libraries=stored["software"].get("libraries") and libraries,
+        )
     current["code"]["modules"] = stored["code"].get("modules") and modules
     if stored.get("environment_read") is not None:  # what the job's code will find here
-        current["environment_read"] = {name: environment.as_read(name, os.environ.get(name))
-                                       for name in stored["environment_read"]}  # fmt: skip
+        current["environment_read"] = {
+            name: environment.as_read(name, os.environ.get(name)) for name in stored["environment_read"]
+        }
     current["data"] = current_data_hashes(stored.get("data") or {}, snapshot.unrooted(cwd, root), root, at_own_path)
     if stored.get("schema", 1) < 2:
         current["schema"] = stored.get("schema", 1)  # what it lacks stays unknown
@@ -134,5 +153,3 @@ def key_differences_now(
 
 def _same_release(now: str, then: str) -> str:
     return then if now.split("+")[0] == then.split("+")[0] else now
-
-

@@ -103,18 +103,28 @@ def plan(stored_fp: dict, here: Mapping[str, str], here_used: Mapping[str, dict 
     if not software.get("packages"):
         raise RebuildError("the run recorded no installed packages (software.packages): nothing to rebuild from")
     if software.get("python") != python:
-        raise RebuildError(f"the run used Python {software.get('python')} and this is Python {python}: "
-                           f"run launch with Python {software.get('python')} to rebuild its environment")  # fmt: skip
+        raise RebuildError(
+            f"the run used Python {software.get('python')} and this is Python {python}: "
+            f"run launch with Python {software.get('python')} to rebuild its environment"
+        )
     recorded = recorded_packages(software["packages"])
-    used = {name: d for name, d in (software.get("distributions") or {}).items()
-            if d is not None and name != LAUNCHER_DISTRIBUTION}  # fmt: skip
+    used = {
+        name: d
+        for name, d in (software.get("distributions") or {}).items()
+        if d is not None and name != LAUNCHER_DISTRIBUTION
+    }
     for name in used:
         if name not in recorded:
-            raise RebuildError(f"the job used {name}, which the run's installed packages do not list: "
-                               "it cannot be rebuilt", distribution=name)  # fmt: skip
+            raise RebuildError(
+                f"the job used {name}, which the run's installed packages do not list: it cannot be rebuilt",
+                distribution=name,
+            )
     differ = {name for name, _, _ in mismatches(used, here_used)}  # used, and not as recorded here
-    install = [f"{name}=={version}" for name, version in sorted(recorded.items())
-               if here.get(name) != version or name in differ]  # fmt: skip
+    install = [
+        f"{name}=={version}"
+        for name, version in sorted(recorded.items())
+        if here.get(name) != version or name in differ
+    ]
     return Plan(recorded=recorded, install=tuple(install), used=used)
 
 
@@ -123,9 +133,17 @@ def cache_key(p: Plan, interpreter: str, shared: Iterable[str], wheels: Mapping[
     interpreter (its path and version), the site directories shared, the sha256 of each wheel
     an archive brought for it (``wheels``: an environment built from other wheels is another
     one) and ``LAYOUT`` (an overlay made by an older launcher is not reused)."""
-    canonical = json.dumps({"recorded": sorted(f"{n}=={v}" for n, v in p.recorded.items()), "install": list(p.install),
-                            "interpreter": interpreter, "shared": list(shared), "layout": LAYOUT,
-                            "wheels": sorted((wheels or {}).items())}, sort_keys=True)  # fmt: skip
+    canonical = json.dumps(
+        {
+            "recorded": sorted(f"{n}=={v}" for n, v in p.recorded.items()),
+            "install": list(p.install),
+            "interpreter": interpreter,
+            "shared": list(shared),
+            "layout": LAYOUT,
+            "wheels": sorted((wheels or {}).items()),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 
@@ -141,21 +159,53 @@ def mismatches(recorded: Mapping[str, dict], found: Mapping[str, dict | None]) -
     return out
 
 
-def download_argv(python: str, dest: Path, wanted: Iterable[str], find_links: Path | None = None,
-                  no_index: bool = False) -> list[str]:
+def download_argv(
+    python: str, dest: Path, wanted: Iterable[str], find_links: Path | None = None, no_index: bool = False
+) -> list[str]:
     """Download these ``name==version`` as wheels, without their dependencies; ``find_links``: a folder of
     wheels looked in too (an archive's), alone with ``no_index``."""
     links = ["--find-links", str(find_links)] if find_links else []
-    return [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-            "--retries", "2", *(["--no-index"] if no_index else []), *links, "--dest", str(dest), *wanted]  # fmt: skip
+    return [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--retries",
+        "2",
+        *(["--no-index"] if no_index else []),
+        *links,
+        "--dest",
+        str(dest),
+        *wanted,
+    ]
 
 
 def install_argv(python: str, venv_python: Path, wheels: Path, requirements_file: Path) -> list[str]:
     """Install the downloaded wheels into the venv, offline, each pinned by its hash (pip run
     by this interpreter for the venv's, the venv seeing nothing else; no pip configuration)."""
-    return [python, "-m", "pip", "--isolated", "--python", str(venv_python), "install", "--no-index", "--no-deps",
-            "--require-hashes", "--ignore-installed", "--no-warn-script-location", "--disable-pip-version-check",
-            "--no-compile", "--find-links", str(wheels), "-r", str(requirements_file)]  # fmt: skip
+    return [
+        python,
+        "-m",
+        "pip",
+        "--isolated",
+        "--python",
+        str(venv_python),
+        "install",
+        "--no-index",
+        "--no-deps",
+        "--require-hashes",
+        "--ignore-installed",
+        "--no-warn-script-location",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--find-links",
+        str(wheels),
+        "-r",
+        str(requirements_file),
+    ]
 
 
 def wheel_name(filename: str) -> tuple[str, str]:
@@ -178,9 +228,12 @@ def pth_text(site_dirs: Iterable[str]) -> str:
     the overlay and its distributions would win. One line each: a ``.pth`` runs lines
     that start with ``import``, in the ``site`` module's namespace (hence ``__import__``).
     """
-    return "".join(f"import site, sys; sys.path[:] = [p for p in sys.path if not p or "
-                   f"__import__('os').path.realpath(p) != __import__('os').path.realpath({d!r})]; "
-                   f"site.addsitedir({d!r})\n" for d in site_dirs)  # fmt: skip
+    return "".join(
+        f"import site, sys; sys.path[:] = [p for p in sys.path if not p or "
+        f"__import__('os').path.realpath(p) != __import__('os').path.realpath({d!r})]; "
+        f"site.addsitedir({d!r})\n"
+        for d in site_dirs
+    )
 
 
 def explain(
@@ -206,17 +259,25 @@ def explain(
     site_dir, shadowed = where.get("site"), where.get("shadowed") or []
     if installed and shadowed:
         module, origin = shadowed[0]
-        return (f"the rebuilt environment imports {name}'s module {module} from {origin}, not from the overlay "
-                f"holding the run's {name} {ident(want)}: {_ahead(origin, launcher_root)}")  # fmt: skip
+        return (
+            f"the rebuilt environment imports {name}'s module {module} from {origin}, not from the overlay "
+            f"holding the run's {name} {ident(want)}: {_ahead(origin, launcher_root)}"
+        )
     if installed and site_dir and _real(site_dir) != _real(overlay):
-        return (f"the rebuilt environment's {name} is {ident(got)} from {site_dir}, not from the overlay holding the "
-                f"run's {ident(want)}: {_ahead(site_dir, launcher_root)}")  # fmt: skip
+        return (
+            f"the rebuilt environment's {name} is {ident(got)} from {site_dir}, not from the overlay holding the "
+            f"run's {ident(want)}: {_ahead(site_dir, launcher_root)}"
+        )
     if installed:
-        return (f"the rebuilt environment's {name} is {ident(got)}, the run's was {ident(want)}: its wheel on the "
-                f"index is not the one the run used ({overlay})")  # fmt: skip
-    return (f"the rebuilt environment's {name} is {ident(got)} from {site_dir or 'an unknown directory'}, the run's "
-            f"was {ident(want)}, though the launching interpreter sees the run's: another copy comes first on the "
-            "job's path")  # fmt: skip
+        return (
+            f"the rebuilt environment's {name} is {ident(got)}, the run's was {ident(want)}: its wheel on the "
+            f"index is not the one the run used ({overlay})"
+        )
+    return (
+        f"the rebuilt environment's {name} is {ident(got)} from {site_dir or 'an unknown directory'}, the run's "
+        f"was {ident(want)}, though the launching interpreter sees the run's: another copy comes first on the "
+        "job's path"
+    )
 
 
 def _ahead(directory: str, launcher_root: str) -> str:
@@ -256,8 +317,14 @@ def here_versions() -> dict[str, str]:
     return out
 
 
-def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool = True,
-                find_links: Path | None = None, wheel_hashes: Mapping[str, str] | None = None) -> Path:
+def environment(
+    stored_fp: dict,
+    *,
+    cache_root: Path | None = None,
+    echo: bool = True,
+    find_links: Path | None = None,
+    wheel_hashes: Mapping[str, str] | None = None,
+) -> Path:
     """The Python interpreter of an environment holding the run's recorded distributions,
     built (or found in the cache under ``cache_root``, default ``default_cache_root()``) and
     verified; raises ``RebuildError``. ``find_links``: a folder of wheels (an archive's,
@@ -268,8 +335,12 @@ def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool =
     (``check_overlay``): after a build, and again each time a cached one is reused."""
     root = cache_root or default_cache_root()
     used_names = list((stored_fp.get("software") or {}).get("distributions") or {})
-    p = plan(stored_fp, here_versions(), {n: distributions.distribution_identity(n) for n in used_names},
-             platform.python_version())  # fmt: skip
+    p = plan(
+        stored_fp,
+        here_versions(),
+        {n: distributions.distribution_identity(n) for n in used_names},
+        platform.python_version(),
+    )
     if find_links:  # an archive's: a distribution the job did not use and the archive has no wheel of is left out
         have = {wheel_name(w.name)[0] for w in Path(find_links).glob("*.whl")}
         p = replace(p, install=tuple(i for i in p.install if i.partition("==")[0] in {*p.used, *have}))
@@ -282,8 +353,10 @@ def environment(stored_fp: dict, *, cache_root: Path | None = None, echo: bool =
                 if not (final / "bin" / "python").exists():  # not built meanwhile by the launch we waited for
                     _build(p, final, shared, echo, find_links, wheel_hashes)
         except OSError as exc:
-            raise RebuildError(f"cannot write the rebuilt environment at {final} ({exc.strerror or exc}): "
-                               "remove it, or free or fix the cache directory") from None  # fmt: skip
+            raise RebuildError(
+                f"cannot write the rebuilt environment at {final} ({exc.strerror or exc}): "
+                "remove it, or free or fix the cache directory"
+            ) from None
     check_overlay(overlay_site(final), p, pth_text(shared))
     python = final / "bin" / "python"
     verify(python, p)
@@ -318,8 +391,11 @@ def check_overlay(site_dir: Path, p: Plan, shared_pth: str) -> None:
     claimed: set[str] = set()
 
     def refuse(why: str, name: str | None = None) -> RebuildError:
-        return RebuildError(f"the rebuilt environment {site_dir.parent.parent.parent.parent} {why}: refused before "
-                            "its Python started; remove it and replay again", distribution=name)  # fmt: skip
+        return RebuildError(
+            f"the rebuilt environment {site_dir.parent.parent.parent.parent} {why}: refused before "
+            "its Python started; remove it and replay again",
+            distribution=name,
+        )
 
     for info in sorted(site_dir.glob("*.dist-info")):
         try:
@@ -353,8 +429,11 @@ def check_overlay(site_dir: Path, p: Plan, shared_pth: str) -> None:
             raise refuse(f"holds {name} {version} with other files than the run's", name)
         startup = sorted(rel for rel, _ in entries if "/" not in rel and (rel.endswith(".pth") or rel in _STARTUP))
         if startup and not recorded:
-            raise refuse(f"holds {startup[0]} from {name}, which every start of its Python would run, and the run's "
-                         f"record does not name {name}'s files", name)  # fmt: skip
+            raise refuse(
+                f"holds {startup[0]} from {name}, which every start of its Python would run, and the run's "
+                f"record does not name {name}'s files",
+                name,
+            )
     for current, dirs, files in os.walk(site_dir):
         for entry in [*dirs, *files]:
             path = Path(current, entry)
@@ -383,12 +462,16 @@ def verify(python: Path, p: Plan) -> dict:
     installed = {n.partition("==")[0] for n in p.install}
     where = probed.get("where") or {}
     wrong = mismatches(p.used, probed["distributions"])
-    wrong += [(n, p.used[n], probed["distributions"].get(n)) for n in sorted(installed & set(p.used))
-              if (where.get(n) or {}).get("shadowed") and n not in {w[0] for w in wrong}]  # fmt: skip
+    wrong += [
+        (n, p.used[n], probed["distributions"].get(n))
+        for n in sorted(installed & set(p.used))
+        if (where.get(n) or {}).get("shadowed") and n not in {w[0] for w in wrong}
+    ]
     if wrong:
         name, want, got = wrong[0]
-        raise RebuildError(explain(name, want, got, where.get(name), str(overlay_site(venv)), name in installed),
-                           distribution=name)  # fmt: skip
+        raise RebuildError(
+            explain(name, want, got, where.get(name), str(overlay_site(venv)), name in installed), distribution=name
+        )
     return probed
 
 
@@ -446,19 +529,25 @@ def probe(python: Path, names: list[str]) -> dict:
     ``runtime.job_env``); for ``precheck(probed=...)``. ``where`` says, for each, where
     its metadata lies and which of its top-level modules import from elsewhere."""
     from launcher.run import runtime
+
     out = _capture(probe_argv(python, names), runtime.job_env(dict(os.environ), {}, LAUNCHER_ROOT))
     try:
         probed = json.loads(out or "")
     except ValueError:
         raise RebuildError(f"{python} does not start: remove {python.parent.parent} and rebuild") from None
     if "error" in probed:
-        raise RebuildError(f"the launcher cannot be imported by {python} as the job imports it "
-                           f"({probed['error']})")  # fmt: skip
+        raise RebuildError(f"the launcher cannot be imported by {python} as the job imports it ({probed['error']})")
     return probed
 
 
-def _build(p: Plan, final: Path, shared: list[str], echo: bool, find_links: Path | None = None,
-           wheel_hashes: Mapping[str, str] | None = None) -> None:
+def _build(
+    p: Plan,
+    final: Path,
+    shared: list[str],
+    echo: bool,
+    find_links: Path | None = None,
+    wheel_hashes: Mapping[str, str] | None = None,
+) -> None:
     """Build the overlay in a temporary directory beside ``final``, then rename it there."""
     started = time.monotonic()
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -467,8 +556,12 @@ def _build(p: Plan, final: Path, shared: list[str], echo: bool, find_links: Path
     tmp.mkdir()
     log = final.with_name(f"{final.name}.log")  # beside it: kept when a build fails
     if echo:
-        print(f"[launch] rebuilding the run's environment in {final}: {', '.join(p.install) or 'nothing'} "
-              "over this Python's site-packages", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[launch] rebuilding the run's environment in {final}: {', '.join(p.install) or 'nothing'} "
+            "over this Python's site-packages",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         _run([sys.executable, "-m", "venv", "--without-pip", str(tmp)], log, "creating the venv")
         if p.install:
@@ -483,27 +576,46 @@ def _build(p: Plan, final: Path, shared: list[str], echo: bool, find_links: Path
         print(f"[launch] rebuilt in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
 
 
-def _install(wanted: tuple[str, ...], venv: Path, log: Path, find_links: Path | None = None,
-             wheel_hashes: Mapping[str, str] | None = None) -> None:
+def _install(
+    wanted: tuple[str, ...],
+    venv: Path,
+    log: Path,
+    find_links: Path | None = None,
+    wheel_hashes: Mapping[str, str] | None = None,
+) -> None:
     wheels = venv / "wheels"
-    if find_links and proc.run_streaming(download_argv(sys.executable, wheels, wanted, find_links, no_index=True),
-                                         os.environ, log, echo=False) == 0:  # fmt: skip
+    if (
+        find_links
+        and proc.run_streaming(
+            download_argv(sys.executable, wheels, wanted, find_links, no_index=True), os.environ, log, echo=False
+        )
+        == 0
+    ):
         pass  # the archive's wheels hold them all: no index asked
-    elif proc.run_streaming(download_argv(sys.executable, wheels, wanted, find_links), os.environ, log,
-                            echo=False) != 0:  # fmt: skip
+    elif (
+        proc.run_streaming(download_argv(sys.executable, wheels, wanted, find_links), os.environ, log, echo=False) != 0
+    ):
         for one in wanted:  # which ones: the index has no wheel of them, or is not reachable
-            if proc.run_streaming(download_argv(sys.executable, wheels, [one], find_links), os.environ, log,
-                                  echo=False) != 0:  # fmt: skip
-                raise RebuildError(f"no wheel of {one} could be downloaded (an editable or local install, or no "
-                                   f"wheel on the index; was the index reachable?): it cannot be rebuilt",
-                                   distribution=one.partition("==")[0])  # fmt: skip
+            if (
+                proc.run_streaming(
+                    download_argv(sys.executable, wheels, [one], find_links), os.environ, log, echo=False
+                )
+                != 0
+            ):
+                raise RebuildError(
+                    f"no wheel of {one} could be downloaded (an editable or local install, or no "
+                    f"wheel on the index; was the index reachable?): it cannot be rebuilt",
+                    distribution=one.partition("==")[0],
+                )
     found = {}
     for wheel in sorted(wheels.glob("*.whl")):
         found[wheel_name(wheel.name)[0]] = (wheel_name(wheel.name)[1], file_sha256(wheel))
         checked = (wheel_hashes or {}).get(wheel.name)
         if checked is not None and checked != found[wheel_name(wheel.name)[0]][1]:
-            raise RebuildError(f"the archive's wheel {wheel.name} changed after it was checked: it is not installed",
-                               distribution=wheel_name(wheel.name)[0])  # fmt: skip
+            raise RebuildError(
+                f"the archive's wheel {wheel.name} changed after it was checked: it is not installed",
+                distribution=wheel_name(wheel.name)[0],
+            )
     for one in wanted:
         name, _, version = one.partition("==")
         if found.get(name, ("",))[0] != version:
@@ -572,8 +684,9 @@ def build_lock(final: Path, echo: bool = True, timeout: float = -1) -> Iterator[
         try:
             lock.acquire(timeout=timeout)
         except Timeout:
-            raise RebuildError(f"{lock_owner(final)} is still building {final} after {timeout:.0f} s: wait for "
-                               "it, or end that launch") from None  # fmt: skip
+            raise RebuildError(
+                f"{lock_owner(final)} is still building {final} after {timeout:.0f} s: wait for it, or end that launch"
+            ) from None
     try:
         # filelock >= 4 falls back to a marker file of its own (naming its holder) where the
         # filesystem has no flock (Lustre without -o flock): that one is not ours to write.

@@ -63,10 +63,12 @@ def _task(run_dir: Path) -> str | None:
 
 def _why_none(run_dir: Path) -> str:
     if _task(run_dir) in USER_CODE:
-        return ("the launcher checkpoints the epochs of your code's Keras fit in seeded and strict runs; "
-                "this one had none: determinism=off, train.checkpoint_every=0, it died in its first epoch, "
-                "or it trains without fit (a custom loop: use launcher.job.training.checkpoints.Checkpointer); "
-                "run it again with launch")  # fmt: skip
+        return (
+            "the launcher checkpoints the epochs of your code's Keras fit in seeded and strict runs; "
+            "this one had none: determinism=off, train.checkpoint_every=0, it died in its first epoch, "
+            "or it trains without fit (a custom loop: use launcher.job.training.checkpoints.Checkpointer); "
+            "run it again with launch"
+        )
     return "determinism=off, or it died in epoch 1"
 
 
@@ -82,8 +84,10 @@ def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
         if alive:
             raise ResumeError(f"run {run_dir.name} is still running (launcher pid {status['pid']})")
         if alive is None and status.get("host"):
-            raise ResumeError(f"run {run_dir.name} is {runs.describe_state(run_dir)}: whether it still runs "
-                              f"can only be seen there; resume it on {status['host']}")  # fmt: skip
+            raise ResumeError(
+                f"run {run_dir.name} is {runs.describe_state(run_dir)}: whether it still runs "
+                f"can only be seen there; resume it on {status['host']}"
+            )
         if alive is False:
             owner = [f"run {run_dir.name} was {runs.describe_state(run_dir)}; resuming it"]
     path, epoch, notes = checkpoints.latest_complete(run_dir)
@@ -111,8 +115,11 @@ def keep_metrics_through(run_dir: Path, epoch: int) -> None:
     path = run_dir / METRICS
     if not path.exists():
         return
-    lines = [line for number, line in enumerate(path.read_text().splitlines(), 1)
-             if line and _epoch_of(line, f"{path} line {number}") <= epoch]  # fmt: skip
+    lines = [
+        line
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if line and _epoch_of(line, f"{path} line {number}") <= epoch
+    ]
     runs.write_bytes(path, "".join(line + "\n" for line in lines).encode())
 
 
@@ -130,13 +137,20 @@ def origin(run_dir: Path, require_created: bool = False) -> str:
     that says where it came from."""
     entry = runs.creation(run_dir)
     if entry is not None:
-        return (f"resuming run {run_dir.name}, created in this store by {_shown(entry.get('user'))}@"
-                f"{_shown(entry.get('host'))} on {_shown(entry.get('time'))}")  # fmt: skip
-    said = (f"run {run_dir.name} was not created in this store (copied in from elsewhere: {runs.CREATED} "
-            "does not name this directory)")  # fmt: skip
+        return (
+            f"resuming run {run_dir.name}, created in this store by {_shown(entry.get('user'))}@"
+            f"{_shown(entry.get('host'))} on {_shown(entry.get('time'))}"
+        )
+    said = (
+        f"run {run_dir.name} was not created in this store (copied in from elsewhere: {runs.CREATED} "
+        "does not name this directory)"
+    )
     if require_created:
-        raise SignatureError(f"{said}, and store.require_signed=true resumes only runs this store created (an "
-                             "interrupted run has no seal to be signed): refused", run_dir.name)  # fmt: skip
+        raise SignatureError(
+            f"{said}, and store.require_signed=true resumes only runs this store created (an "
+            "interrupted run has no seal to be signed): refused",
+            run_dir.name,
+        )
     return said + "; resuming it"
 
 
@@ -147,7 +161,9 @@ def _stored_fingerprint(run_dir: Path) -> dict:
     if (run_dir / JOB_FACTS).exists():
         facts = runs.read_json(run_dir / JOB_FACTS)
         if facts.get("modules") is not None:  # what the job had used by its last checkpoint (user code)
-            container = runs.read_json(run_dir / pipeline.CONTAINER) if (run_dir / pipeline.CONTAINER).exists() else None
+            container = (
+                runs.read_json(run_dir / pipeline.CONTAINER) if (run_dir / pipeline.CONTAINER).exists() else None
+            )
             stored = fingerprint.merge_job_facts(stored, facts, container)
         else:
             stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
@@ -167,14 +183,18 @@ def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None
         root = previous.get("root")
         ran_in = snapshot.unrooted(ran_in, root if isinstance(root, str) else None)
         if ran_in != kept["launch_dir"]:
-            raise UnsafeRun(f"{where}: launch_dir {kept['launch_dir']!r} is not where the run ran ({ran_in!r}, "
-                            f"in {JOB}): refused before anything was written (a forged or damaged run; "
-                            "see docs/store.md)", kept["launch_dir"])  # fmt: skip
+            raise UnsafeRun(
+                f"{where}: launch_dir {kept['launch_dir']!r} is not where the run ran ({ran_in!r}, "
+                f"in {JOB}): refused before anything was written (a forged or damaged run; "
+                "see docs/store.md)",
+                kept["launch_dir"],
+            )
     try:
         resolved = OmegaConf.load(run_dir / pipeline.CONFIG)
         config_dir = resolved.get("config_dir")
         script = {"script": resolved.train.get("script"), "notebook": resolved.train.get("notebook")}.get(
-            str(resolved.train.name))  # the file of code its config names, as keep.code_file says
+            str(resolved.train.name)
+        )  # the file of code its config names, as keep.code_file says
         config_path = str(config_dir["path"]) if config_dir else None
     except Exception as exc:  # noqa: BLE001 - any unreadable config: the one line below
         raise UnsafeRun(f"{where}: the run's {pipeline.CONFIG} cannot be read to check it ({exc})") from None
@@ -182,8 +202,9 @@ def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None
     return kept
 
 
-def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True,
-           store: Mapping | None = None) -> tuple[pipeline.Outcome, list[str]]:
+def resume(
+    run: str | Path, *, allow_mismatch: bool = False, echo: bool = True, store: Mapping | None = None
+) -> tuple[pipeline.Outcome, list[str]]:
     """Resume ``run``; returns the outcome and the notes printed about skipped checkpoints.
 
     ``store``: the resumer's ``store`` settings (``signing.STORE_KEYS``; ``launch resume RUN
@@ -200,8 +221,7 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True,
         runs.refuse_links_out(run_dir)
     previous = runs.read_json(run_dir / JOB) if (run_dir / JOB).exists() else {}
     stored = _stored_fingerprint(run_dir) if not sealed and (run_dir / pipeline.FINGERPRINT).exists() else None
-    kept = checked_snapshot(run_dir, stored, previous) if stored is not None and _task(run_dir) in USER_CODE \
-        else None  # fmt: skip
+    kept = checked_snapshot(run_dir, stored, previous) if stored is not None and _task(run_dir) in USER_CODE else None
     checkpoint, epoch, notes = check_resumable(run_dir)
     if stored is None:
         stored = _stored_fingerprint(run_dir)
@@ -210,8 +230,19 @@ def resume(run: str | Path, *, allow_mismatch: bool = False, echo: bool = True,
     work = None
     try:
         cwd, root, work = _where(run_dir, previous, kept, echo)
-        outcome = _continue(run_dir, stored, previous, checkpoint, epoch, notes, cwd, root, allow_mismatch, echo,
-                            settings["signing_key"])  # fmt: skip
+        outcome = _continue(
+            run_dir,
+            stored,
+            previous,
+            checkpoint,
+            epoch,
+            notes,
+            cwd,
+            root,
+            allow_mismatch,
+            echo,
+            settings["signing_key"],
+        )
     finally:
         if work is not None:
             snapshot.remove(work)
@@ -237,8 +268,10 @@ def _where(run_dir: Path, previous: dict, stored: dict | None, echo: bool) -> tu
         return launch_dir, None, None
     launch_dir = str(stored["launch_dir"])
     if not os.path.isdir(launch_dir):
-        raise ResumeError(f"run {run_dir.name} ran in {launch_dir}, which is gone; resume continues a run "
-                          "where it wrote its files: make the directory again (its code is kept in the run)")
+        raise ResumeError(
+            f"run {run_dir.name} ran in {launch_dir}, which is gone; resume continues a run "
+            "where it wrote its files: make the directory again (its code is kept in the run)"
+        )
     code = {path: entry for path, entry in stored["files"].items() if entry["role"] != "data"}
     try:
         work = Path(tempfile.mkdtemp(prefix=".resume-", dir=run_dir.parent)).resolve()
@@ -251,13 +284,25 @@ def _where(run_dir: Path, previous: dict, stored: dict | None, echo: bool) -> tu
         snapshot.mirror_rest(work, directory, store)
     changed = snapshot.changed_since(code)
     if echo and changed:
-        print(f"[launch] resuming with the code the run ran, kept in it; changed since: {', '.join(changed)}",
-              flush=True)  # fmt: skip
+        print(
+            f"[launch] resuming with the code the run ran, kept in it; changed since: {', '.join(changed)}", flush=True
+        )
     return launch_dir, str(work), work
 
 
-def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epoch: int, notes: list[str],
-              cwd: str, root: str | None, allow_mismatch: bool, echo: bool, signing_key: object) -> pipeline.Outcome:
+def _continue(
+    run_dir: Path,
+    stored: dict,
+    previous: dict,
+    checkpoint: Path,
+    epoch: int,
+    notes: list[str],
+    cwd: str,
+    root: str | None,
+    allow_mismatch: bool,
+    echo: bool,
+    signing_key: object,
+) -> pipeline.Outcome:
     user_code = _task(run_dir) in USER_CODE
     diffs = precheck.key_differences_now(stored, run_dir, cwd, root=root)
     if diffs and not allow_mismatch:
@@ -288,4 +333,6 @@ def _continue(run_dir: Path, stored: dict, previous: dict, checkpoint: Path, epo
         resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"], stop_training=bool(fit.get("stop_training")))
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
     # the resumer's key: resolved is the run's own config, whose store.signing_key is the run's to write
-    return pipeline.execute(resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key)
+    return pipeline.execute(
+        resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key
+    )

@@ -55,6 +55,7 @@ def bootstrap_argv(python: str, run_dir: Path, cpu_model: str | None = None) -> 
     argv = [python, *safe, "-m", "launcher.bootstrap", str(run_dir)]
     if cpu_model:
         from launcher.run import emulation
+
         argv = emulation.wrap(argv, cpu_model)
     return argv
 

@@ -68,8 +68,6 @@ _GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 _WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
 
 
-
-
 def normalize(name: str) -> str:
     """A distribution's name as PEP 503 compares them."""
     from packaging.utils import canonicalize_name
@@ -93,18 +91,31 @@ def member_name(kind: str, *parts: str) -> str:
     return "/".join([kind, *parts])
 
 
-def manifest(run_name: str, run_files: Mapping[str, str], objects: Mapping[str, int],
-             left_out: Mapping[str, dict], wheels: Mapping[str, dict], signed: bool, launcher_version: str,
-             created: str) -> dict:  # fmt: skip
+def manifest(
+    run_name: str,
+    run_files: Mapping[str, str],
+    objects: Mapping[str, int],
+    left_out: Mapping[str, dict],
+    wheels: Mapping[str, dict],
+    signed: bool,
+    launcher_version: str,
+    created: str,
+) -> dict:
     """The archive's manifest: ``run_files`` (path in the run -> {sha256, size}), ``objects`` (sha256 ->
     size), ``left_out`` (data the snapshot did not keep: path -> {sha256, why}), ``wheels`` (file name ->
     {sha256, size, name, version, files_sha256}), whether the seal is signed."""
     return {
-        "format": FORMAT, "version": VERSION, "run": run_name, "created": created,
-        "launcher_version": launcher_version, "signed": signed,
-        "run_files": dict(sorted(run_files.items())), "objects": dict(sorted(objects.items())),
-        "left_out": dict(sorted(left_out.items())), "wheels": dict(sorted(wheels.items())),
-    }  # fmt: skip
+        "format": FORMAT,
+        "version": VERSION,
+        "run": run_name,
+        "created": created,
+        "launcher_version": launcher_version,
+        "signed": signed,
+        "run_files": dict(sorted(run_files.items())),
+        "objects": dict(sorted(objects.items())),
+        "left_out": dict(sorted(left_out.items())),
+        "wheels": dict(sorted(wheels.items())),
+    }
 
 
 @dataclass(frozen=True)
@@ -149,8 +160,10 @@ def check_manifest(data: object, limits: Limits = Limits()) -> dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ArchiveError(f"{NAME} is not a launch archive's manifest")
     if data.get("version") != VERSION:
-        raise ArchiveError(f"{NAME} is of version {data.get('version')!r}; this launcher reads version {VERSION} "
-                           "(pack the run again with this launcher)")  # fmt: skip
+        raise ArchiveError(
+            f"{NAME} is of version {data.get('version')!r}; this launcher reads version {VERSION} "
+            "(pack the run again with this launcher)"
+        )
     name = data.get("run")
     if not layout.is_run_id(name):
         raise ArchiveError(f"{NAME} names the run {name!r}, which is not a run's id (YYYYMMDD-HHMMSS-xxxxxx)", NAME)
@@ -158,8 +171,11 @@ def check_manifest(data: object, limits: Limits = Limits()) -> dict:
         if not isinstance(data.get(key), dict):
             raise ArchiveError(f"{NAME} has no {key} table", NAME)
     if len(data["run_files"]) > MAX_RUN_FILES or len(data["wheels"]) > MAX_WHEELS:
-        raise ArchiveError(f"{NAME} lists {len(data['run_files'])} run files and {len(data['wheels'])} wheels, over "
-                           f"the {MAX_RUN_FILES} and {MAX_WHEELS} an archive may hold", NAME)  # fmt: skip
+        raise ArchiveError(
+            f"{NAME} lists {len(data['run_files'])} run files and {len(data['wheels'])} wheels, over "
+            f"the {MAX_RUN_FILES} and {MAX_WHEELS} an archive may hold",
+            NAME,
+        )
     for path, entry in data["run_files"].items():
         if (problem := name_problem(path) if isinstance(path, str) else "is not a path") is not None:
             raise ArchiveError(f"{NAME} names a run file {path!r} that {problem}", str(path))
@@ -188,21 +204,33 @@ def check_manifest(data: object, limits: Limits = Limits()) -> dict:
 def _check_bounds(data: Mapping, limits: Limits) -> None:
     objects = sum(data["objects"].values())
     if limits.max_objects is not None and len(data["objects"]) > limits.max_objects:
-        raise ArchiveError(f"the archive holds {len(data['objects'])} objects, over store.snapshot_max_files "
-                           f"({limits.max_objects}): nothing was imported", NAME)  # fmt: skip
+        raise ArchiveError(
+            f"the archive holds {len(data['objects'])} objects, over store.snapshot_max_files "
+            f"({limits.max_objects}): nothing was imported",
+            NAME,
+        )
     if limits.max_object_bytes is not None and objects > limits.max_object_bytes:
-        raise ArchiveError(f"the archive's objects hold {objects} bytes, over store.snapshot_max_total_mb "
-                           f"({limits.max_object_bytes >> 20} MiB): nothing was imported", NAME)  # fmt: skip
+        raise ArchiveError(
+            f"the archive's objects hold {objects} bytes, over store.snapshot_max_total_mb "
+            f"({limits.max_object_bytes >> 20} MiB): nothing was imported",
+            NAME,
+        )
     total = declared_bytes(data)
     if limits.free_bytes is not None and 2 * total > limits.free_bytes:  # extracted, then stored
-        raise ArchiveError(f"the archive declares {total} bytes, and the store's disk has {limits.free_bytes} free "
-                           "(twice as much is needed while it is checked): nothing was imported", NAME)  # fmt: skip
+        raise ArchiveError(
+            f"the archive declares {total} bytes, and the store's disk has {limits.free_bytes} free "
+            "(twice as much is needed while it is checked): nothing was imported",
+            NAME,
+        )
 
 
 def declared_bytes(data: Mapping) -> int:
     """The bytes of every member the manifest declares."""
-    return (sum(e["size"] for e in data["run_files"].values()) + sum(data["objects"].values())
-            + sum(e["size"] for e in data["wheels"].values()))  # fmt: skip
+    return (
+        sum(e["size"] for e in data["run_files"].values())
+        + sum(data["objects"].values())
+        + sum(e["size"] for e in data["wheels"].values())
+    )
 
 
 def expected_members(data: Mapping) -> dict[str, tuple[str, int]]:
@@ -222,8 +250,9 @@ def directories(names: Iterable[str]) -> set[str]:
     return out
 
 
-def member_problem(name: str, kind: str, run_name: str, expected: Mapping[str, object],
-                   needed_dirs: set[str]) -> str | None:  # fmt: skip
+def member_problem(
+    name: str, kind: str, run_name: str, expected: Mapping[str, object], needed_dirs: set[str]
+) -> str | None:
     """Why a member of kind ``kind`` (``file``, ``directory``, or what else ``tarstream`` names) cannot
     be extracted, or None. Files must be ones the manifest names; directories the ones above them
     (``needed_dirs``) or inside the run (an empty ``outputs/``); nothing else at all: the
@@ -296,8 +325,9 @@ def recorded_versions(fp: Mapping) -> dict[str, str]:
     return out
 
 
-def wheel_refusal(name: str, version: str, identity: str | None, fp: Mapping,
-                  launcher_modules: Mapping[str, str] | None = None) -> str | None:  # fmt: skip
+def wheel_refusal(
+    name: str, version: str, identity: str | None, fp: Mapping, launcher_modules: Mapping[str, str] | None = None
+) -> str | None:
     """Why the run's sealed record ``fp`` (its fingerprint) does not name this wheel, or None when it does.
 
     A distribution the job used must be at its recorded version and install the recorded files
@@ -319,8 +349,10 @@ def wheel_refusal(name: str, version: str, identity: str | None, fp: Mapping,
         if str(want.get("version")) != version:
             return f"the run used {name} {want.get('version')}, not {version}"
         if want.get("files_sha256") and identity != want["files_sha256"]:
-            return (f"it installs other files than the run's {name} {version} (files {str(identity)[:12]}, the "
-                    f"run's {str(want['files_sha256'])[:12]})")  # fmt: skip
+            return (
+                f"it installs other files than the run's {name} {version} (files {str(identity)[:12]}, the "
+                f"run's {str(want['files_sha256'])[:12]})"
+            )
         return None
     if recorded_versions(fp).get(name) != version:
         return f"the run's record names no {name} {version}"
@@ -366,8 +398,10 @@ def wheel_plan(fp: Mapping, needed_by_launcher: Iterable[str], here: Mapping[str
             continue
         version = recorded.get(name) or (here or {}).get(name)
         if version is None:
-            raise ArchiveError(f"the launcher needs {name}, which neither the run recorded nor is installed here: "
-                               "its wheel cannot be packed")  # fmt: skip
+            raise ArchiveError(
+                f"the launcher needs {name}, which neither the run recorded nor is installed here: "
+                "its wheel cannot be packed"
+            )
         out[name] = version
     return dict(sorted(out.items()))
 

@@ -54,9 +54,17 @@ def default_compression() -> str:
     return "zstd"
 
 
-def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool = False,
-         compression: str | None = None, trust: signing.Trust = signing.NO_TRUST, echo: bool = True,
-         wheel_dir: Path | None = None, mode: int | None = None) -> Packed:  # fmt: skip
+def pack(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    with_env: bool = False,
+    compression: str | None = None,
+    trust: signing.Trust = signing.NO_TRUST,
+    echo: bool = True,
+    wheel_dir: Path | None = None,
+    mode: int | None = None,
+) -> Packed:
     """Write the archive of the sealed run ``run_dir`` to ``out`` (default ``<run name>.launch.tar.gz``
     or ``.tar.zst`` in the current directory), atomically. Refuses a run that is not sealed (naming
     why), whose seal or signature does not verify, or an object missing from the store.
@@ -71,8 +79,10 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool =
     """
     run_dir = Path(os.path.abspath(runs.verify_seal(run_dir)))
     if not layout.is_run_id(run_dir.name):
-        raise ArchiveError(f"run {run_dir.name} is not named as runs are (YYYYMMDD-HHMMSS-xxxxxx), and an archive's "
-                           "run must be: give it back its name to pack it")  # fmt: skip
+        raise ArchiveError(
+            f"run {run_dir.name} is not named as runs are (YYYYMMDD-HHMMSS-xxxxxx), and an archive's "
+            "run must be: give it back its name to pack it"
+        )
     seal = signing.check(run_dir, trust)
     compression = compression or (compression_for(str(out)) if out else None) or default_compression()
     suffix = {"zstd": ".tar.zst", "gzip": ".tar.gz", "plain": ".tar"}[compression]
@@ -84,18 +94,21 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, with_env: bool =
     for path, entry in sorted(snap["files"].items()):
         source = objects.object_path(store, entry["sha256"])
         if not source.is_file():
-            raise snapshot.SnapshotError(f"run {run_dir.name}: the object of {path} is missing from the store "
-                                         f"({source}): the run cannot travel without it")  # fmt: skip
+            raise snapshot.SnapshotError(
+                f"run {run_dir.name}: the object of {path} is missing from the store "
+                f"({source}): the run cannot travel without it"
+            )
         kept[entry["sha256"]] = source
     # every file the seal lists (a link inside the run is packed as the file it names: an archive has no links)
-    run_files = {name: {"sha256": sha256_file(run_dir / name), "size": (run_dir / name).stat().st_size}
-                 for name in runs.read_json(run_dir / layout.MANIFEST)["files"]}  # fmt: skip
+    run_files = {
+        name: {"sha256": sha256_file(run_dir / name), "size": (run_dir / name).stat().st_size}
+        for name in runs.read_json(run_dir / layout.MANIFEST)["files"]
+    }
     run_files[layout.MANIFEST] = _entry(run_dir / layout.MANIFEST)
     if (run_dir / layout.SIGNATURE).is_file():
         run_files[layout.SIGNATURE] = _entry(run_dir / layout.SIGNATURE)
     try:
-        data, wheels = _write_archive(run_dir, out, kept, run_files, fp, snap, with_env, compression, echo,
-                                      wheel_dir)  # fmt: skip
+        data, wheels = _write_archive(run_dir, out, kept, run_files, fp, snap, with_env, compression, echo, wheel_dir)
         chosen = private_mode([*(run_dir / n for n in run_files), *kept.values()]) if mode is None else mode
         os.chmod(out, chosen)
     except OSError as exc:  # no such directory, a full disk, no permission
@@ -116,9 +129,18 @@ def private_mode(paths: list[Path]) -> int:
     return 0o600 | readable
 
 
-def _write_archive(run_dir: Path, out: Path, objects: Mapping[str, Path], run_files: Mapping[str, dict],
-                   fp: Mapping, snap: Mapping, with_env: bool, compression: str, echo: bool,
-                   wheel_dir: Path | None) -> tuple[dict, list[Path]]:  # fmt: skip
+def _write_archive(
+    run_dir: Path,
+    out: Path,
+    objects: Mapping[str, Path],
+    run_files: Mapping[str, dict],
+    fp: Mapping,
+    snap: Mapping,
+    with_env: bool,
+    compression: str,
+    echo: bool,
+    wheel_dir: Path | None,
+) -> tuple[dict, list[Path]]:
     """The archive written to a temporary file beside ``out`` (mode 0600 while it is written), renamed to
     ``out`` once complete; its manifest and the wheels it holds."""
     with tempfile.TemporaryDirectory(prefix=".launch-pack-", dir=out.parent.resolve()) as tmp:
@@ -130,11 +152,16 @@ def _write_archive(run_dir: Path, out: Path, objects: Mapping[str, Path], run_fi
                 raise snapshot.SnapshotError(f"run {run_dir.name}: object {source} does not match its name")
         from launcher.version import __version__
 
-        data = manifest(run_dir.name, run_files, {d: p.stat().st_size for d, p in objects.items()},
-                        left_out_data(fp, snap), {w.name: {**info, "size": w.stat().st_size}
-                                                  for w, info in wheels.items()},
-                        (run_dir / layout.SIGNATURE).is_file(), __version__,
-                        _dt.datetime.now().astimezone().isoformat(timespec="seconds"))  # fmt: skip
+        data = manifest(
+            run_dir.name,
+            run_files,
+            {d: p.stat().st_size for d, p in objects.items()},
+            left_out_data(fp, snap),
+            {w.name: {**info, "size": w.stat().st_size} for w, info in wheels.items()},
+            (run_dir / layout.SIGNATURE).is_file(),
+            __version__,
+            _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        )
         partial = Path(tmp) / "archive.part"
         with _writer(partial, compression) as tar:
             _add_bytes(tar, NAME, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())

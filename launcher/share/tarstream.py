@@ -36,10 +36,20 @@ MAX_DEPTH = 32  # components of it
 MAX_SIZE = 1 << 40  # bytes of one member: anything larger is not a run's
 
 KINDS = {
-    b"0": "file", b"\0": "file", b"7": "contiguous file", b"1": "hard link", b"2": "symbolic link",
-    b"3": "character device", b"4": "block device", b"5": "directory", b"6": "fifo",
-    b"x": "pax header", b"g": "pax global header", b"L": "GNU long name", b"K": "GNU long link name",
-}  # fmt: skip
+    b"0": "file",
+    b"\0": "file",
+    b"7": "contiguous file",
+    b"1": "hard link",
+    b"2": "symbolic link",
+    b"3": "character device",
+    b"4": "block device",
+    b"5": "directory",
+    b"6": "fifo",
+    b"x": "pax header",
+    b"g": "pax global header",
+    b"L": "GNU long name",
+    b"K": "GNU long link name",
+}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
@@ -114,10 +124,10 @@ def parse_pax(data: bytes) -> dict[str, str]:
         if not digits.isdigit():
             raise ArchiveError("a pax header's record has no length")
         length = int(digits)
-        record = data[at:at + length]
+        record = data[at : at + length]
         if length <= len(digits) + 1 or len(record) != length or not record.endswith(b"\n"):
             raise ArchiveError("a pax header's record is not as long as it says")
-        key, sep, value = record[len(digits) + 1:-1].partition(b"=")
+        key, sep, value = record[len(digits) + 1 : -1].partition(b"=")
         if not sep:
             raise ArchiveError("a pax header's record has no '='")
         try:
@@ -183,8 +193,9 @@ class Reader:
 
     def _extended(self, header: Header) -> bytes:
         if header.size > MAX_EXTENDED:
-            raise ArchiveError(f"a {KINDS[header.type]} of {header.size} bytes, over the {MAX_EXTENDED} a launch "
-                               "archive needs")  # fmt: skip
+            raise ArchiveError(
+                f"a {KINDS[header.type]} of {header.size} bytes, over the {MAX_EXTENDED} a launch archive needs"
+            )
         data = self._read(header.size)
         self._read(-header.size % BLOCK)
         return data

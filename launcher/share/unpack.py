@@ -77,8 +77,9 @@ def _stream(path: Path) -> Iterator[BinaryIO]:
             try:
                 import zstandard
             except ImportError:
-                raise ArchiveError(f"{path} is compressed with zstd, which needs the zstandard package here "
-                                   "(pip install zstandard)") from None  # fmt: skip
+                raise ArchiveError(
+                    f"{path} is compressed with zstd, which needs the zstandard package here (pip install zstandard)"
+                ) from None
             with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as stream:
                 yield stream
         elif kind == "gzip":
@@ -101,8 +102,10 @@ def _reading(path: Path) -> Iterator[Reader]:
             raise
         raise ArchiveError(f"{path} is truncated or corrupted ({exc}): nothing was imported") from None
     except (EOFError, zlib.error, OSError, ValueError, MemoryError, *_zstd_errors()) as exc:
-        raise ArchiveError(f"{path} is truncated or corrupted ({type(exc).__name__}: "
-                           f"{' '.join(str(exc).split()) or 'unexpected end'}): nothing was imported") from None
+        raise ArchiveError(
+            f"{path} is truncated or corrupted ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split()) or 'unexpected end'}): nothing was imported"
+        ) from None
 
 
 def _zstd_errors() -> tuple[type[BaseException], ...]:
@@ -116,8 +119,9 @@ def _zstd_errors() -> tuple[type[BaseException], ...]:
 def _first_manifest(tar: Reader, path: Path, limits: Limits) -> dict:
     first = tar.next()
     if first is None or first.name != NAME or first.kind != "file":
-        raise ArchiveError(f"{path} is not a launch archive (its first member is "
-                           f"{first.name if first else 'nothing'!r}, not {NAME})")  # fmt: skip
+        raise ArchiveError(
+            f"{path} is not a launch archive (its first member is {first.name if first else 'nothing'!r}, not {NAME})"
+        )
     if first.size > MAX_MANIFEST:
         raise ArchiveError(f"{path}: {NAME} is {first.size} bytes, too large to be a manifest", NAME)
     data = parse_json(b"".join(tar.chunks()), f"{path}: {NAME}")
@@ -153,8 +157,9 @@ class Imported:
     wheels: list[Path] = field(default_factory=list)
 
 
-def unpack(path: str | Path, store_root: str | Path, trust: signing.Trust = signing.NO_TRUST,
-           limits: Limits | None = None) -> Imported:  # fmt: skip
+def unpack(
+    path: str | Path, store_root: str | Path, trust: signing.Trust = signing.NO_TRUST, limits: Limits | None = None
+) -> Imported:
     """Import the archive at ``path`` into the store ``store_root`` (made if missing), without running it.
 
     Everything is checked before anything lands in the store (the module's docstring): members
@@ -192,10 +197,13 @@ def unpack(path: str | Path, store_root: str | Path, trust: signing.Trust = sign
         _check_wheels(tmp, data, fp, path)
         target = store / name
         already = target.exists()
-        if already and (not (target / layout.MANIFEST).is_file() or
-                        (target / layout.MANIFEST).read_bytes() != (run_tmp / layout.MANIFEST).read_bytes()):
-            raise ArchiveError(f"{store} already holds another run named {name}: unpack into another store "
-                               "(--store DIR)", name)  # fmt: skip
+        if already and (
+            not (target / layout.MANIFEST).is_file()
+            or (target / layout.MANIFEST).read_bytes() != (run_tmp / layout.MANIFEST).read_bytes()
+        ):
+            raise ArchiveError(
+                f"{store} already holds another run named {name}: unpack into another store (--store DIR)", name
+            )
         try:
             with gc.store_lock(store, shared=True, wait_s=LOCK_WAIT_S):
                 _store_objects(tmp, store, data, snap, path)
@@ -211,8 +219,9 @@ def unpack(path: str | Path, store_root: str | Path, trust: signing.Trust = sign
                 index.record(store, row)
         return Imported(target, data, seal, already, wheels)
     except OSError as exc:  # a full disk, a store that cannot be written
-        raise ArchiveError(f"{path} could not be imported into {store} ({exc.strerror or exc}): "
-                           "nothing was imported") from None  # fmt: skip
+        raise ArchiveError(
+            f"{path} could not be imported into {store} ({exc.strerror or exc}): nothing was imported"
+        ) from None
     finally:
         snapshot.remove(tmp)
 
@@ -269,8 +278,9 @@ def _extract(path: Path, tmp: Path, limits: Limits) -> dict:
                 if problem is None and member.kind == "file" and member.size != expected[name][1]:
                     problem = f"declares {member.size} bytes, and the manifest {expected[name][1]}"
                 if problem is not None:
-                    raise ArchiveError(f"{path}: member {member.name!r} {problem}: refused, nothing was imported",
-                                       member.name)  # fmt: skip
+                    raise ArchiveError(
+                        f"{path}: member {member.name!r} {problem}: refused, nothing was imported", member.name
+                    )
                 seen.add(name)
                 if member.kind == "directory":
                     tree.directory(name)
@@ -280,9 +290,12 @@ def _extract(path: Path, tmp: Path, limits: Limits) -> dict:
         tree.close()
     missing, _ = missing_and_extra(expected, seen)
     if missing:
-        raise ArchiveError(f"{path}: the manifest names {missing[0]}, which the archive lacks"
-                           f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}: truncated or "
-                           "incomplete, nothing was imported", missing[0])  # fmt: skip
+        raise ArchiveError(
+            f"{path}: the manifest names {missing[0]}, which the archive lacks"
+            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}: truncated or "
+            "incomplete, nothing was imported",
+            missing[0],
+        )
     return data
 
 
@@ -296,8 +309,11 @@ def _write_member(tree: _Tree, tar: Reader, name: str, mode: int, digest: str, p
             out.write(chunk)
         os.fchmod(out.fileno(), (mode & 0o555) | 0o600)
     if h.hexdigest() != digest:
-        what = "its content does not match its name" if name.startswith(OBJECTS + "/") else \
-            "its content is not what the manifest lists"  # fmt: skip
+        what = (
+            "its content does not match its name"
+            if name.startswith(OBJECTS + "/")
+            else "its content is not what the manifest lists"
+        )
         raise ArchiveError(f"{path}: member {name!r}: {what}: refused, nothing was imported", name)
 
 
@@ -323,13 +339,19 @@ def _check_wheels(tmp: Path, data: Mapping, fp: Mapping, path: Path) -> None:
     for wheel, entry in sorted(data["wheels"].items()):
         name, version = wheel_parts(wheel)
         if (entry.get("name"), entry.get("version")) != (name, version):
-            raise ArchiveError(f"{path}: the manifest says wheel {wheel} is {entry.get('name')} "
-                               f"{entry.get('version')}: refused, nothing was imported", wheel)  # fmt: skip
+            raise ArchiveError(
+                f"{path}: the manifest says wheel {wheel} is {entry.get('name')} "
+                f"{entry.get('version')}: refused, nothing was imported",
+                wheel,
+            )
         identity, modules = _wheel_contents(tmp / member_name(WHEELS, wheel), name, version, path)
         why = wheel_refusal(name, version, identity, fp, modules)
         if why is not None:
-            raise ArchiveError(f"{path}: wheel {wheel} is not one the run's sealed record names ({why}): refused, "
-                               "nothing was imported", wheel)  # fmt: skip
+            raise ArchiveError(
+                f"{path}: wheel {wheel} is not one the run's sealed record names ({why}): refused, "
+                "nothing was imported",
+                wheel,
+            )
 
 
 def _wheel_contents(wheel: Path, name: str, version: str, path: Path) -> tuple[str | None, dict[str, str]]:
@@ -353,18 +375,24 @@ def _wheel_contents(wheel: Path, name: str, version: str, path: Path) -> tuple[s
             record = next(n for n in info if n.endswith("/RECORD"))
             headers = HeaderParser().parsestr(small(z, meta).decode("utf-8"))
             if (normalize(headers.get("Name") or ""), headers.get("Version")) != (name, version):
-                raise ArchiveError(f"{path}: wheel {wheel.name}'s METADATA names {headers.get('Name')} "
-                                   f"{headers.get('Version')}: refused, nothing was imported", wheel.name)  # fmt: skip
+                raise ArchiveError(
+                    f"{path}: wheel {wheel.name}'s METADATA names {headers.get('Name')} "
+                    f"{headers.get('Version')}: refused, nothing was imported",
+                    wheel.name,
+                )
             identity = wheel_identity(small(z, record).decode("utf-8"))
             modules = {}
             if name == "tf-repro-launcher":
                 for n in names:
                     if n.startswith("launcher/") and n.endswith(".py"):
                         modules[hashing.module_name(n.removeprefix("launcher/"))] = hashlib.sha256(
-                            small(z, n)).hexdigest()
+                            small(z, n)
+                        ).hexdigest()
     except (OSError, StopIteration, KeyError, zipfile.BadZipFile, UnicodeDecodeError, ValueError) as exc:
-        raise ArchiveError(f"{path}: wheel {wheel.name} is not a readable wheel ({type(exc).__name__}): refused, "
-                           "nothing was imported", wheel.name) from None  # fmt: skip
+        raise ArchiveError(
+            f"{path}: wheel {wheel.name} is not a readable wheel ({type(exc).__name__}): refused, nothing was imported",
+            wheel.name,
+        ) from None
     return identity, modules
 
 
@@ -381,9 +409,11 @@ def _store_objects(tmp: Path, store: Path, data: Mapping, snap: Mapping | None, 
         if digest in data["objects"]:
             continue
         if not objects.holds(store, digest):
-            raise ArchiveError(f"{path}: run {data['run']}'s snapshot names {file} (object {digest[:12]}), "
-                               "which neither the archive nor the store holds intact: nothing was imported",
-                               file)  # fmt: skip
+            raise ArchiveError(
+                f"{path}: run {data['run']}'s snapshot names {file} (object {digest[:12]}), "
+                "which neither the archive nor the store holds intact: nothing was imported",
+                file,
+            )
         objects.refresh(store, digest)
 
 

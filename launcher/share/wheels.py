@@ -54,11 +54,23 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
     failed, pip_said = False, ""
     if missing:
         if echo:
-            print(f"[launch] collecting {len(missing)} wheel(s) for the archive (pip wheel --no-deps)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"[launch] collecting {len(missing)} wheel(s) for the archive (pip wheel --no-deps)",
+                file=sys.stderr,
+                flush=True,
+            )
         log = dest / "pip.log"
-        argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "--wheel-dir",
-                str(dest), *missing]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            str(dest),
+            *missing,
+        ]
         failed = proc.run_streaming(argv, os.environ, log, echo=False) != 0
         pip_said = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
         log.unlink()
@@ -78,17 +90,24 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
                 raise ArchiveError(f"the wheels of the run's distributions could not be had (pip wheel: {pip_said})")
             raise ArchiveError(f"no wheel of {name}=={version} was found or built: the run's environment cannot travel")
         if want and identity != want:
-            raise ArchiveError(f"the wheel {wheel.name} installs other files than the run's {name} {version} "
-                               f"(files {str(identity)[:12]}, the run's {want[:12]}): a rebuilt or different "
-                               "wheel; the run's environment cannot travel")  # fmt: skip
+            raise ArchiveError(
+                f"the wheel {wheel.name} installs other files than the run's {name} {version} "
+                f"(files {str(identity)[:12]}, the run's {want[:12]}): a rebuilt or different "
+                "wheel; the run's environment cannot travel"
+            )
         out[wheel] = {"sha256": sha256_file(wheel), "name": name, "version": version, "files_sha256": identity}
-    out[built] = {"sha256": sha256_file(built), "name": LAUNCHER_DISTRIBUTION, "version": wheel_parts(built.name)[1],
-                  "files_sha256": _wheel_record_identity(built)}  # fmt: skip
+    out[built] = {
+        "sha256": sha256_file(built),
+        "name": LAUNCHER_DISTRIBUTION,
+        "version": wheel_parts(built.name)[1],
+        "files_sha256": _wheel_record_identity(built),
+    }
     return out
 
 
-def installed_wheel(name: str, version: str, want: str | None, dest: Path,
-                    path: list[str] | None = None) -> Path | None:
+def installed_wheel(
+    name: str, version: str, want: str | None, dest: Path, path: list[str] | None = None
+) -> Path | None:
     """A wheel of ``name`` ``version`` packed from its files installed here (``python -m wheel pack``),
     when the installed one has the files the run recorded (``want``, its RECORD's identity) and each
     of them still holds what its RECORD says; None otherwise. For what the index cannot give again:
@@ -152,9 +171,25 @@ def _wheel_record_identity(wheel: Path) -> str | None:
         raise ArchiveError(f"{wheel.name} is not a readable wheel ({exc})") from None
 
 
-_NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".nox", ".pytest_cache",
-                                     ".ruff_cache", ".import_linter_cache", ".benchmarks", "runs", "tests", "docs",
-                                     "benchmarks", "mutants", ".venv", "venv")  # fmt: skip
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".nox",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".import_linter_cache",
+    ".benchmarks",
+    "runs",
+    "tests",
+    "docs",
+    "benchmarks",
+    "mutants",
+    ".venv",
+    "venv",
+)
 
 
 def launcher_wheel(fp: Mapping, dest: Path) -> Path:
@@ -164,16 +199,28 @@ def launcher_wheel(fp: Mapping, dest: Path) -> Path:
     source = Path(hashing.__file__).resolve().parents[2]
     project = source / "pyproject.toml"
     if not project.is_file() or LAUNCHER_DISTRIBUTION not in project.read_text():
-        raise ArchiveError(f"the launcher here ({source / 'launcher'}) is not a source tree, so its wheel cannot be "
-                           "built: pack --with-env from the launcher's source checkout")  # fmt: skip
+        raise ArchiveError(
+            f"the launcher here ({source / 'launcher'}) is not a source tree, so its wheel cannot be "
+            "built: pack --with-env from the launcher's source checkout"
+        )
     for old in dest.glob(f"{LAUNCHER_DISTRIBUTION.replace('-', '_')}-*.whl"):
         old.unlink()  # never an earlier build's
     with tempfile.TemporaryDirectory(prefix=".launch-wheel-") as tmp:
         copy = Path(tmp) / "src"
         shutil.copytree(source, copy, ignore=_NOT_SOURCE, symlinks=True)
         log = Path(tmp) / "pip.log"
-        argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                "--disable-pip-version-check", "--wheel-dir", str(dest), str(copy)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            str(dest),
+            str(copy),
+        ]
         if proc.run_streaming(argv, os.environ, log, echo=False) != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
             raise ArchiveError(f"the launcher's wheel could not be built from {source}: {tail}")
@@ -182,11 +229,16 @@ def launcher_wheel(fp: Mapping, dest: Path) -> Path:
         raise ArchiveError(f"pip built no wheel of the launcher from {source}")
     recorded = ((fp.get("code") or {}).get("launcher_modules")) or {}
     with zipfile.ZipFile(built[-1]) as z:
-        inside = {hashing.module_name(n.removeprefix("launcher/")): hashlib.sha256(z.read(n)).hexdigest()
-                  for n in z.namelist() if n.startswith("launcher/") and n.endswith(".py")}  # fmt: skip
+        inside = {
+            hashing.module_name(n.removeprefix("launcher/")): hashlib.sha256(z.read(n)).hexdigest()
+            for n in z.namelist()
+            if n.startswith("launcher/") and n.endswith(".py")
+        }
     for module, digest in sorted(recorded.items()):
         if inside.get(module) != digest:
-            raise ArchiveError(f"the launcher's {module} here is not the code the run ran (it changed since: "
-                               f"{str(inside.get(module))[:12]}, the run's {str(digest)[:12]}): pack --with-env with "
-                               "the launcher the run ran")  # fmt: skip
+            raise ArchiveError(
+                f"the launcher's {module} here is not the code the run ran (it changed since: "
+                f"{str(inside.get(module))[:12]}, the run's {str(digest)[:12]}): pack --with-env with "
+                "the launcher the run ran"
+            )
     return built[-1]

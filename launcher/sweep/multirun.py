@@ -45,9 +45,17 @@ SCHEDULED = ("submitit_slurm",)
 # ``TBB_ENABLE_IPC_VAR``, and ``import joblib`` sets KMP_INIT_AT_FORK). A job must start
 # with launch's environment, not the worker's, or its recorded environment (OMP_*, KMP_*)
 # and so its comparability key would depend on the launcher plugin that ran it.
-WORKER_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-              "VECLIB_MAXIMUM_THREADS", "NUMBA_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-              "ENABLE_IPC", "KMP_INIT_AT_FORK")  # fmt: skip
+WORKER_ENV = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "ENABLE_IPC",
+    "KMP_INIT_AT_FORK",
+)
 
 
 @dataclass
@@ -90,8 +98,10 @@ def expand(overrides: list[str]) -> tuple[list[list[str]], list[str], list[str]]
     task = [o for o in parsed if not o.is_hydra_override()]
     for o in task:
         if o.is_sweep_override() and not o.is_discrete_sweep():
-            raise ConfigError(f"{o.input_line}: the basic sweeper sweeps lists, range() and choice(); "
-                              "interval() needs a search: hydra/sweeper=optuna (see docs/sweeps.md)")  # fmt: skip
+            raise ConfigError(
+                f"{o.input_line}: the basic sweeper sweeps lists, range() and choice(); "
+                "interval() needs a search: hydra/sweeper=optuna (see docs/sweeps.md)"
+            )
         if o.is_sweep_override() and not list(o.sweep_string_iterator()):
             raise ConfigError(f"{o.input_line} yields no values: the sweep would run no jobs")
     jobs = BasicSweeper.split_arguments(task, None)[0]
@@ -123,8 +133,9 @@ def parse(overrides: list[str]) -> tuple[list, list]:
     return [o for o in parsed if not o.is_hydra_override()], [o for o in parsed if o.is_hydra_override()]
 
 
-def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
-            config_dir: str | None = None) -> SweepPlan:  # fmt: skip
+def prepare(
+    overrides: list[str], gpus: list[dict] | None = None, cores=None, config_dir: str | None = None
+) -> SweepPlan:
     """Expand, compose and validate every job; decide the slots. Raises ``ConfigError``.
 
     With an optimizing sweeper the jobs are proposed as the sweep runs: its search space
@@ -134,6 +145,7 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
     from launcher.record.probe import probes
     from launcher.run import composition, config
     from launcher.run import gpus as gpu_request
+
     config_dir = os.path.abspath(os.path.expanduser(config_dir)) if config_dir else None
     task, hydra_parsed = parse(overrides)
     hydra_overrides = [o.input_line for o in hydra_parsed]
@@ -157,8 +169,15 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
             what = f"job {num}" if jobs else "the search space at"
             raise ConfigError(f"{what} ({label(job_overrides, swept)}): {exc}") from None
         cfgs.append(cfg)
-    for name in ("store.root", "runtime.slots", "runtime.name", "determinism.intra_op_threads",
-                 "tracking.name", "tracking.uri", "tracking.experiment"):  # fmt: skip
+    for name in (
+        "store.root",
+        "runtime.slots",
+        "runtime.name",
+        "determinism.intra_op_threads",
+        "tracking.name",
+        "tracking.uri",
+        "tracking.experiment",
+    ):
         if len({str(_select(c, name)) for c in cfgs}) > 1:
             raise ConfigError(f"{name} cannot be swept: one sweep has one value")
     search = None if jobs else _plan_search(hydra_cfg, target, cfgs[0])
@@ -174,8 +193,18 @@ def prepare(overrides: list[str], gpus: list[dict] | None = None, cores=None,
         slots = _slots.plan(cfgs[0].runtime.slots, gpus, cores, threads or 1, need_gpus)
     seeds = [planned_seed(c) for c in cfgs] if jobs else []
     root = Path(str(cfgs[0].store.root)).absolute()
-    return SweepPlan(jobs, hydra_overrides, swept, launcher, slots, root, seeds, search, config_dir,
-                     code_dirs=sorted({d for c in cfgs for d in code_dirs(c)}))
+    return SweepPlan(
+        jobs,
+        hydra_overrides,
+        swept,
+        launcher,
+        slots,
+        root,
+        seeds,
+        search,
+        config_dir,
+        code_dirs=sorted({d for c in cfgs for d in code_dirs(c)}),
+    )
 
 
 def code_dirs(cfg) -> list[str]:
@@ -208,12 +237,15 @@ def _plan_search(hydra_cfg, target: str, cfg) -> _search.Search:
     from omegaconf import OmegaConf
 
     from launcher.job import determinism
+
     objective = str(_select(cfg, "sweep.objective") or "")
     if not objective:
         raise ConfigError("an optimizing sweeper needs sweep.objective: the final metric it optimizes")
     if cfg.train.name == "mnist" and objective not in _search.MNIST_METRICS:
-        raise ConfigError(f"sweep.objective={objective!r} is not a metric of train=mnist; "
-                          f"choose one of {', '.join(_search.MNIST_METRICS)}")  # fmt: skip
+        raise ConfigError(
+            f"sweep.objective={objective!r} is not a metric of train=mnist; "
+            f"choose one of {', '.join(_search.MNIST_METRICS)}"
+        )
     seed = planned_seed(cfg)
     seed = determinism.draw_seed() if seed is None else int(seed)
     sweeper = OmegaConf.to_container(hydra_cfg.sweeper, resolve=True, enum_to_str=True)
@@ -310,8 +342,10 @@ def _search_text(search: _search.Search) -> str:
     trials = f"{search.trials} trial{'s' if search.trials != 1 else ''}" if search.trials else "trials"
     at_once = min(search.batch or 0, search.trials or search.batch or 0)
     batch = f" ({at_once} at a time)" if at_once > 1 else ""
-    return f"{trials}{batch} proposed by {search.sweeper} ({search.sampler or 'its sampler'}), {search.direction} " \
-           f"{search.objective}"  # fmt: skip
+    return (
+        f"{trials}{batch} proposed by {search.sweeper} ({search.sampler or 'its sampler'}), {search.direction} "
+        f"{search.objective}"
+    )
 
 
 def restore_launch_env(launch_env: dict[str, str] | None) -> None:
@@ -329,8 +363,9 @@ def restore_launch_env(launch_env: dict[str, str] | None) -> None:
     os.environ.update(launch_env)
 
 
-def sweep_meta(plan: SweepPlan, overrides: list[str], launch_env: dict[str, str] | None = None,
-               code_root: Path | None = None) -> dict:
+def sweep_meta(
+    plan: SweepPlan, overrides: list[str], launch_env: dict[str, str] | None = None, code_root: Path | None = None
+) -> dict:
     """``sweep.json``: what every worker needs to know, and what a reader wants to see."""
     return {
         "schema": 1,
@@ -360,9 +395,17 @@ def job_path(sweep_dir: Path, num: int) -> Path:
 
 
 def pending_record(num: int, overrides: list[str], seed: int | None) -> dict:
-    return {"num": num, "overrides": list(overrides), "seed": seed, "status": "pending",
-            "slot": None, "run_dir": None, "final_metrics": {}, "weights_sha256": None,
-            "error": None}  # fmt: skip
+    return {
+        "num": num,
+        "overrides": list(overrides),
+        "seed": seed,
+        "status": "pending",
+        "slot": None,
+        "run_dir": None,
+        "final_metrics": {},
+        "weights_sha256": None,
+        "error": None,
+    }
 
 
 def _task(cfg) -> dict:
@@ -405,6 +448,7 @@ def requeued_run(sweep_dir: Path, num: int) -> Path | None:
     """The run of job ``num`` that an earlier attempt of it started, when the scheduler requeued
     the job (submitit on Slurm's preemption or time-limit signal) and that run can be resumed."""
     from launcher.run import resume
+
     path = job_path(sweep_dir, num)
     earlier = runs.read_json(path).get("run_dir") if path.exists() else None
     if not earlier:
@@ -419,6 +463,7 @@ def requeued_run(sweep_dir: Path, num: int) -> Path | None:
 def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
     """Hold a slot for the job's whole life; update ``record``; return the job's line."""
     from launcher.run import pipeline
+
     earlier = requeued_run(sweep_dir, record["num"])  # before this attempt's record replaces the earlier one
     slot_list = [_slots.Slot.from_dict(s) for s in meta["slots"]]
     with _slots.hold(slot_list, sweep_dir / SLOTS) as slot:
@@ -427,16 +472,21 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
             return "not started: the sweep was interrupted"
         record.update(status="running", slot=slot.device if slot else None)
         runs.write_json(job_path(sweep_dir, record["num"]), record)
-        print(f"[sweep] job {record['num']:03d} {label(record['overrides'], meta['swept'])}: "
-              f"started in {record['slot'] or 'this allocation'}", flush=True)  # fmt: skip
+        print(
+            f"[sweep] job {record['num']:03d} {label(record['overrides'], meta['swept'])}: "
+            f"started in {record['slot'] or 'this allocation'}",
+            flush=True,
+        )
         root = meta.get("code_root")
         if earlier is not None:  # requeued after a preemption or a time limit: continue its run
             from launcher.run import resume
+
             print(f"[sweep] job {record['num']:03d} was requeued: resuming {earlier}", flush=True)
             record.update(run_dir=str(earlier))
             runs.write_json(job_path(sweep_dir, record["num"]), record)
             outcome, _ = resume.resume(earlier, echo=False, store={"signing_key": cfg.store.get("signing_key")})
         else:
+
             def created(run_dir: Path) -> None:  # on record at once: a requeued job finds its run
                 record.update(run_dir=str(run_dir))
                 runs.write_json(job_path(sweep_dir, record["num"]), record)
@@ -454,10 +504,13 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
             )
     tbevents.link_sweep_job(sweep_dir, record["num"], label(record["overrides"], meta["swept"]), outcome.run_dir)
     record.update(
-        status=outcome.status, seed=outcome.seed, run_dir=str(outcome.run_dir),
+        status=outcome.status,
+        seed=outcome.seed,
+        run_dir=str(outcome.run_dir),
         final_metrics=outcome.result.get("final_metrics", {}),
-        weights_sha256=outcome.result.get("weights_sha256"), error=outcome.error,
-    )  # fmt: skip
+        weights_sha256=outcome.result.get("weights_sha256"),
+        error=outcome.error,
+    )
     return pipeline.summary_line(outcome).removeprefix("[launch] ")
 
 
@@ -493,11 +546,16 @@ def _stop_on_ctrl_c(sweep_dir: Path) -> Iterator[None]:
     def stop(signum, frame) -> None:
         if (sweep_dir / STOP).exists():
             raise KeyboardInterrupt
-        runs.write_json(sweep_dir / STOP, {"time": _dt.datetime.now().astimezone().isoformat(),
-                                           "signal": signal.Signals(signum).name})  # fmt: skip
+        runs.write_json(
+            sweep_dir / STOP,
+            {"time": _dt.datetime.now().astimezone().isoformat(), "signal": signal.Signals(signum).name},
+        )
         by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
-        print(f"[sweep] interrupted{by}: running jobs stop, queued jobs will not start "
-              "(Ctrl-C again to abort)", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[sweep] interrupted{by}: running jobs stop, queued jobs will not start (Ctrl-C again to abort)",
+            file=sys.stderr,
+            flush=True,
+        )
         if signum != signal.SIGINT:
             proc.pass_on_as_ctrl_c()
 
@@ -548,10 +606,13 @@ def finalize(sweep_dir: Path) -> dict:
     search = meta.get("search")
     if search:
         summary["search"] = {
-            "sweeper": search["sweeper"], "sampler": search["sampler"], "seed": search["seed"],
-            "reproducible": search["reproducible"], "note": search["note"],
+            "sweeper": search["sweeper"],
+            "sampler": search["sampler"],
+            "seed": search["seed"],
+            "reproducible": search["reproducible"],
+            "note": search["note"],
             "best": _search.best(records, search["objective"], search["direction"]),
-        }  # fmt: skip
+        }
     runs.write_json(sweep_dir / SUMMARY, summary)
     print(sweep_report.render(summary), flush=True)
     tracking.log_sweep(sweep_dir, summary, meta)

@@ -42,8 +42,7 @@ def summarize(records: list[dict]) -> dict:
 
 
 def _row(r: dict) -> dict:
-    keys = ("num", "overrides", "seed", "status", "slot", "run_dir", "final_metrics",
-            "weights_sha256", "error")  # fmt: skip
+    keys = ("num", "overrides", "seed", "status", "slot", "run_dir", "final_metrics", "weights_sha256", "error")
     return {k: r.get(k) for k in keys}
 
 
@@ -113,15 +112,26 @@ def verification(results: list[dict]) -> dict:
         code = 3
     else:
         code = 1
-    return {"jobs": results, "counts": dict(sorted(counts.items())), "reproduced": reproduced,
-            "total": len(results), "exit_code": code}  # fmt: skip
+    return {
+        "jobs": results,
+        "counts": dict(sorted(counts.items())),
+        "reproduced": reproduced,
+        "total": len(results),
+        "exit_code": code,
+    }
 
 
 def render_verification(report: dict) -> str:
     """The verify table; a refused job's detail is not shortened: it names the fields that differ."""
-    rows = [[f"{r['num']:03d}", _text(r["seed"]), r["verdict"],
-             _first_line(r["detail"], limit=None if (r["detail"] or "").startswith("refused, ") else 72)]
-            for r in report["jobs"]]  # fmt: skip
+    rows = [
+        [
+            f"{r['num']:03d}",
+            _text(r["seed"]),
+            r["verdict"],
+            _first_line(r["detail"], limit=None if (r["detail"] or "").startswith("refused, ") else 72),
+        ]
+        for r in report["jobs"]
+    ]
     lines = _table(["job", "seed", "verdict", "detail"], rows)
     lines.append(f"{report['reproduced']} of {report['total']} jobs reproduced bit for bit")
     return "\n".join(lines)
@@ -159,5 +169,7 @@ def seed_note(summary: dict) -> str | None:
     if not calls or len(seeds) < 2 or summary.get("distinct_weights", 0) >= len(complete):
         return None
     shown = ", ".join(f"{c['call']}({c['value']!r}) at {c['where']}" for c in calls[:3])
-    return (f"note: {len(seeds)} seeds gave {summary['distinct_weights']} distinct weight hash(es): the seed did not "
-            f"reach the jobs, which seed themselves ({shown}); use launcher.seed() there instead")
+    return (
+        f"note: {len(seeds)} seeds gave {summary['distinct_weights']} distinct weight hash(es): the seed did not "
+        f"reach the jobs, which seed themselves ({shown}); use launcher.seed() there instead"
+    )

@@ -78,8 +78,7 @@ def plan(sweeper: Mapping, target: str, sweep_seed: int, level: str, objective: 
     trials, batch = sweeper.get("n_trials"), sweeper.get("n_jobs")
     direction = sweeper.get("direction", "minimize")
     if name != OPTUNA:
-        note = (f"hydra/sweeper {target}: launch cannot seed this sweeper, so the same sweep "
-                "may propose other trials")  # fmt: skip
+        note = f"hydra/sweeper {target}: launch cannot seed this sweeper, so the same sweep may propose other trials"
         return Search(name, trials, batch, objective, direction, None, None, None, False, note)
     sampler = dict(sweeper.get("sampler") or {})
     sampler_name = str(sampler.get("_target_", "")).rsplit(".", 1)[-1] or None
@@ -91,16 +90,16 @@ def plan(sweeper: Mapping, target: str, sweep_seed: int, level: str, objective: 
         note = f"{sampler_name} seeded with {seed}: the same sweep proposes the same trials in the same order"
         reproducible = True
     else:
-        note = (f"{sampler_name} takes no seed and picks the next point at random: the same sweep "
-                "may run its trials in another order")  # fmt: skip
+        note = (
+            f"{sampler_name} takes no seed and picks the next point at random: the same sweep "
+            "may run its trials in another order"
+        )
         reproducible = False
     if sweeper.get("storage"):
-        note = ("hydra.sweeper.storage is set: a second sweep continues the stored study, "
-                "so it proposes other trials")  # fmt: skip
+        note = "hydra.sweeper.storage is set: a second sweep continues the stored study, so it proposes other trials"
         reproducible = False
     elif reproducible and level == "off":
-        note = ("determinism=off: trials' results differ from run to run, and so do the trials "
-                "proposed from them")  # fmt: skip
+        note = "determinism=off: trials' results differ from run to run, and so do the trials proposed from them"
         reproducible = False
     return Search(name, trials, batch, objective, direction, sampler_name, seed, override, reproducible, note)
 

@@ -72,8 +72,7 @@ def plan(
         raise ConfigError(f"runtime.slots must be auto or a positive integer, got {requested!r}")
     elif requested > devices:
         raise ConfigError(
-            f"runtime.slots={requested} but this machine has {kind}; "
-            f"use runtime.slots=auto or at most {devices}"
+            f"runtime.slots={requested} but this machine has {kind}; use runtime.slots=auto or at most {devices}"
         )
     else:
         count = requested

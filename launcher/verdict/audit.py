@@ -98,8 +98,9 @@ def parse_options(dotlist: Sequence[str]) -> Options:
         raise ConfigError(f"bad audit option: {first} (audit options: repeats, trace_every, knobs, cpus)") from None
     options = Options(**OmegaConf.to_container(merged))
     if options.repeats < 2:
-        raise ConfigError(f"audit.repeats must be at least 2 (stability needs two runs to compare), "
-                          f"got {options.repeats}")  # fmt: skip
+        raise ConfigError(
+            f"audit.repeats must be at least 2 (stability needs two runs to compare), got {options.repeats}"
+        )
     if options.trace_every < 1:
         raise ConfigError(f"audit.trace_every must be at least 1, got {options.trace_every}")
     unknown = [k for k in options.knobs if k not in KNOBS]
@@ -130,8 +131,9 @@ def _threads(key: str):
         effective = current if current is not None else cores  # TensorFlow's default: the core count
         candidates = (1, 2, 4, cores) if key == "intra_op_threads" else (1, 2)
         values = [v for v in sorted(set(candidates)) if v != effective][:2]
-        return [Trial(key, f"{v} (was {_show(current, cores)})", (f"determinism.{key}={v}",), ((key, v),))
-                for v in values]  # fmt: skip
+        return [
+            Trial(key, f"{v} (was {_show(current, cores)})", (f"determinism.{key}={v}",), ((key, v),)) for v in values
+        ]
 
     return tried
 
@@ -146,8 +148,16 @@ def _switch(knob: str, key: str, label: str, unset: str, check: bool):
     def tried(cfg: DictConfig, cores: int) -> list[Trial]:
         current = cfg.determinism[key]
         was = unset if current is None else str(current).lower()
-        return [Trial(knob, f"{label}{str(v).lower()} (was {was})", (f"determinism.{key}={str(v).lower()}",),
-                      ((key, v),) if check else ()) for v in (False, True) if v != current]  # fmt: skip
+        return [
+            Trial(
+                knob,
+                f"{label}{str(v).lower()} (was {was})",
+                (f"determinism.{key}={str(v).lower()}",),
+                ((key, v),) if check else (),
+            )
+            for v in (False, True)
+            if v != current
+        ]
 
     return tried
 
@@ -157,8 +167,11 @@ def _level(cfg: DictConfig, cores: int) -> list[Trial]:
 
     current = cfg.determinism.level
     # portable is strict with ISA caps: the cpu knob asks what the CPU does to the bits.
-    return [Trial("level", f"{lv} (was {current})", (f"determinism={lv}",), (("level", lv),))
-            for lv in LEVELS if lv not in (current, "portable")]  # fmt: skip
+    return [
+        Trial("level", f"{lv} (was {current})", (f"determinism={lv}",), (("level", lv),))
+        for lv in LEVELS
+        if lv not in (current, "portable")
+    ]
 
 
 def _cpus(models: list[str]):
@@ -218,14 +231,24 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
             config.resolve(cfg)
     if any(t.cpu for t in plan):  # no qemu, or a model it does not know: refused before anything runs
         from launcher.run import emulation
+
         for model in dict.fromkeys(t.cpu for t in plan if t.cpu):
             emulation.check_model(model)
     audit_dir = runs.create(os.path.join(str(base.store.root), "audits"))
-    header = {"schema": 1, "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-              "overrides": user, "options": asdict(options), "seed": int(base.seed),
-              "level": str(base.determinism.level), "task": str(base.train.name), "cores": os.cpu_count()}  # fmt: skip
-    echo(f"[audit] {len([t for t in plan if not t.skip])} runs of train={base.train.name} "
-         f"determinism={base.determinism.level} seed={base.seed}; report: {audit_dir}")  # fmt: skip
+    header = {
+        "schema": 1,
+        "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "overrides": user,
+        "options": asdict(options),
+        "seed": int(base.seed),
+        "level": str(base.determinism.level),
+        "task": str(base.train.name),
+        "cores": os.cpu_count(),
+    }
+    echo(
+        f"[audit] {len([t for t in plan if not t.skip])} runs of train={base.train.name} "
+        f"determinism={base.determinism.level} seed={base.seed}; report: {audit_dir}"
+    )
     rows: list[audit_report.Row] = []
     causes: list[str] = []
     interrupted = True  # until the loop ends normally: whatever stops it, the report is written
@@ -239,19 +262,22 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
         verdict = audit_report.judge(rows, str(base.determinism.level), KNOBS, interrupted, causes)
         text = audit_report.render(rows, verdict)
         runs.write_bytes(audit_dir / "audit.txt", (text + "\n").encode())
-        runs.write_json(audit_dir / "audit.json", {**header, "rows": [asdict(r) for r in rows],
-                                                   "verdict": asdict(verdict)})  # fmt: skip
+        runs.write_json(
+            audit_dir / "audit.json", {**header, "rows": [asdict(r) for r in rows], "verdict": asdict(verdict)}
+        )
         runs.make_read_only(audit_dir)
     echo(text)
     echo(f"[audit] saved {audit_dir / 'audit.txt'} and audit.json")
     return verdict.exit_code
 
 
-def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], echo: Callable[[str], None],
-                causes: list[str]) -> None:
+def _run_trials(
+    plan: list[Trial], cfgs: list, rows: list[audit_report.Row], echo: Callable[[str], None], causes: list[str]
+) -> None:
     """Run the planned trials in order, appending each one's row as it ends. Once the baseline
     repeats differ, stop, with the causes their runs recorded in ``causes``."""
     from launcher.run import pipeline
+
     reference: compare.RunRecord | None = None
     baseline: list[compare.RunRecord] = []
     for i, (t, cfg) in enumerate(zip(plan, cfgs, strict=True)):
@@ -296,16 +322,22 @@ def _assess(t: Trial, outcome, ref: compare.RunRecord | None) -> tuple[audit_rep
     timings = outcome.result.get("timings", {})
     row.seconds = timings.get("job_s", 0.0) - timings.get("bootstrap_s", 0.0)
     record = compare.load(outcome.run_dir)
-    set_by_job = {**((ref.fingerprint["determinism"].get("set_by_job") or {}) if ref else {}),
-                  **(record.fingerprint["determinism"].get("set_by_job") or {})}  # the baseline's, or this run's
+    set_by_job = {
+        **((ref.fingerprint["determinism"].get("set_by_job") or {}) if ref else {}),
+        **(record.fingerprint["determinism"].get("set_by_job") or {}),
+    }  # the baseline's, or this run's
     by_job = {k: v for k, v in set_by_job.items() if k in dict(t.expect)}
     if by_job:
         row.status = "set by the job"
-        row.note = "; ".join(f"the job's code sets {k}={v} itself: the value tried never reached it"
-                             for k, v in by_job.items())  # fmt: skip
+        row.note = "; ".join(
+            f"the job's code sets {k}={v} itself: the value tried never reached it" for k, v in by_job.items()
+        )
         return row, record
-    stayed = [(k, record.fingerprint["determinism"].get(k)) for k, v in t.expect
-              if record.fingerprint["determinism"].get(k) != v]  # fmt: skip
+    stayed = [
+        (k, record.fingerprint["determinism"].get(k))
+        for k, v in t.expect
+        if record.fingerprint["determinism"].get(k) != v
+    ]
     if stayed:
         row.status = "not applied"
         row.note = "; ".join(f"{k} stayed {_json(got)}" for k, got in stayed)

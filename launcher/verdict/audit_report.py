@@ -52,8 +52,9 @@ class Verdict:
         return 0 if self.stable else 1
 
 
-def judge(rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False,
-          causes: list[str] | None = None) -> Verdict:
+def judge(
+    rows: list[Row], level: str, knobs: Mapping, interrupted: bool = False, causes: list[str] | None = None
+) -> Verdict:
     """The verdict over the audit's rows; ``knobs`` maps names to objects with ``recorded_in``;
     ``causes``: what the baseline runs recorded that makes runs differ (unseeded generators).
 
@@ -99,12 +100,12 @@ def render(rows: list[Row], v: Verdict) -> str:
     """The table and the verdict, as printed and saved in audit.txt."""
     header = ("knob", "value tried", "bits", "first split (step, layer)", "cost", "run")
     table = [
-        (r.knob, r.value, status_text(r), _split(r), f"{r.cost:.2f}x" if r.cost else "-", r.run or "-")
-        for r in rows
+        (r.knob, r.value, status_text(r), _split(r), f"{r.cost:.2f}x" if r.cost else "-", r.run or "-") for r in rows
     ]
     widths = [max(len(str(line[i])) for line in [header, *table]) for i in range(len(header))]
-    lines = ["  ".join(f"{cell:<{w}}" for cell, w in zip(line, widths, strict=True)).rstrip()
-             for line in [header, *table]]  # fmt: skip
+    lines = [
+        "  ".join(f"{cell:<{w}}" for cell, w in zip(line, widths, strict=True)).rstrip() for line in [header, *table]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for r in rows:
         if r.note:
@@ -118,18 +119,24 @@ def verdict_lines(v: Verdict) -> list[str]:
     if v.interrupted:
         lines.append("  interrupted: the audit is incomplete")
     if "repeat" in v.not_observed:
-        lines.append("  the job records nothing to compare (no weights, metrics, output files or trace): "
-                     "stability NOT JUDGED; see docs/running-your-code.md for what is observed")  # fmt: skip
+        lines.append(
+            "  the job records nothing to compare (no weights, metrics, output files or trace): "
+            "stability NOT JUDGED; see docs/running-your-code.md for what is observed"
+        )
     elif v.stable is None and v.completed_repeats == 0 and not v.interrupted:
         lines.append("  the job fails as configured (see the notes): fix it, then audit it")
     elif v.stable is None:
         lines.append(f"  repeats: only {v.completed_repeats} baseline run(s) completed; stability not judged")
     elif v.stable:
-        lines.append(f"  repeats: {v.completed_repeats} runs under {v.level} are bitwise identical "
-                     "(weights, every epoch's metrics, every traced step): STABLE")  # fmt: skip
+        lines.append(
+            f"  repeats: {v.completed_repeats} runs under {v.level} are bitwise identical "
+            "(weights, every epoch's metrics, every traced step): STABLE"
+        )
     else:
-        lines.append(f"  repeats: runs under {v.level} differ from each other: NOT STABLE (a determinism bug); "
-                     "no knob was judged: make the repeats agree first")  # fmt: skip
+        lines.append(
+            f"  repeats: runs under {v.level} differ from each other: NOT STABLE (a determinism bug); "
+            "no knob was judged: make the repeats agree first"
+        )
         if v.causes:
             lines.append(f"  likely cause: {'; '.join(v.causes[:3])}")
     if v.pin:
@@ -138,8 +145,10 @@ def verdict_lines(v: Verdict) -> list[str]:
     if v.free:
         lines.append(f"  free here (varied, bits unchanged on this machine for this job): {', '.join(v.free)}")
     if v.set_by_job:
-        lines.append("  set by the job itself, not varied (the launcher's value never reached it; the job's code "
-                     f"decides, and its value is recorded): {', '.join(v.set_by_job)}")  # fmt: skip
+        lines.append(
+            "  set by the job itself, not varied (the launcher's value never reached it; the job's code "
+            f"decides, and its value is recorded): {', '.join(v.set_by_job)}"
+        )
     if v.not_applied:
         lines.append(f"  not applied at this level (see the notes): {', '.join(v.not_applied)}")
     knobs = [k for k in v.not_observed if k != "repeat"]

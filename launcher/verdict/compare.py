@@ -90,8 +90,13 @@ def compared_items(a: RunRecord, b: RunRecord) -> list[str]:
 
 def recorded_anything(r: RunRecord) -> bool:
     """Did the run record any result at all (weights, metrics, output files, a trace)?"""
-    return bool(r.result.get("weights_sha256") or r.metrics or r.result.get("outputs")
-                or r.result.get("final_metrics") or r.steps)  # fmt: skip
+    return bool(
+        r.result.get("weights_sha256")
+        or r.metrics
+        or r.result.get("outputs")
+        or r.result.get("final_metrics")
+        or r.steps
+    )
 
 
 def verified(path: str | Path) -> Path:
@@ -115,8 +120,9 @@ def load(path: str | Path) -> RunRecord:
     metrics_path = run_dir / "metrics.jsonl"
     metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
     job = runs.read_json(run_dir / "job.json") if (run_dir / "job.json").exists() else {}
-    return RunRecord(run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"), trace.read(run_dir),
-                     job.get("resume"))  # fmt: skip
+    return RunRecord(
+        run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"), trace.read(run_dir), job.get("resume")
+    )
 
 
 def resume_advice(run_dir: Path) -> str:
@@ -138,8 +144,10 @@ def key_differences(a: RunRecord, b: RunRecord) -> list[tuple[str, object, objec
     diffs = comparability.key_differences(a.fingerprint, b.fingerprint)
     if any(name == "config_sha256" for name, _, _ in diffs):
         # each as its hash was taken: paths inside its project relative to it (schema 5), else absolute
-        config_diffs = config_differences(config.hashed_part(a.config, a.fingerprint.get("launch_dir")),
-                                          config.hashed_part(b.config, b.fingerprint.get("launch_dir")))
+        config_diffs = config_differences(
+            config.hashed_part(a.config, a.fingerprint.get("launch_dir")),
+            config.hashed_part(b.config, b.fingerprint.get("launch_dir")),
+        )
         if config_diffs:
             diffs = [d for d in diffs if d[0] != "config_sha256"] + config_diffs
     return diffs
@@ -206,14 +214,16 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
     compared = compared_items(a, b)
     nothing = not recorded_anything(a) and not recorded_anything(b)
     if diffs:
-        note = "neither run recorded any result" if nothing else \
-            "results are bitwise equal" if equal else "results differ"  # fmt: skip
-        return Comparison("NOT COMPARABLE", 3, diffs, epoch, layers, [f"forced: {note}"], divergence, equal,
-                          compared)  # fmt: skip
+        note = (
+            "neither run recorded any result" if nothing else "results are bitwise equal" if equal else "results differ"
+        )
+        return Comparison("NOT COMPARABLE", 3, diffs, epoch, layers, [f"forced: {note}"], divergence, equal, compared)
     if nothing:
-        why = ["neither run recorded weights, metrics, output files or a step trace: there is nothing to compare",
-               "let the launcher observe your training (train.observe=true, the default), call "
-               "launcher.record_model(model), or save results under launcher.output_dir()"]  # fmt: skip
+        why = [
+            "neither run recorded weights, metrics, output files or a step trace: there is nothing to compare",
+            "let the launcher observe your training (train.observe=true, the default), call "
+            "launcher.record_model(model), or save results under launcher.output_dir()",
+        ]
         return Comparison("NOTHING COMPARED", NOTHING_COMPARED, notes=why, equal=None)
     notes = [] if a.result.get("weights_sha256") else ["no weights were recorded: compared what is listed above"]
     unknown = comparability.unknown_on_both(a.fingerprint, b.fingerprint)
@@ -222,33 +232,65 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
     if equal:
         return Comparison("IDENTICAL", 0, notes=notes, divergence=divergence, equal=True, compared=compared)
     if unknown:  # what neither run recorded may be what differs: no determinism bug is claimed
-        return Comparison("NOT COMPARABLE", 3, [], epoch, layers, [*notes, "results differ"], divergence,
-                          equal=False, compared=compared)  # fmt: skip
+        return Comparison(
+            "NOT COMPARABLE",
+            3,
+            [],
+            epoch,
+            layers,
+            [*notes, "results differ"],
+            divergence,
+            equal=False,
+            compared=compared,
+        )
     gaps = unobserved_reads(a, b)
     if gaps:  # the difference may come from input the key does not hold: no determinism bug is claimed
-        return Comparison("NOT COMPARABLE", 3, [], epoch, layers,
-                          [*notes, f"results differ, and the runs' reads were not fully observed: {gaps[0]}"
-                           f"{f' (and {len(gaps) - 1} more)' if len(gaps) > 1 else ''}"],
-                          divergence, equal=False, compared=compared)  # fmt: skip
+        return Comparison(
+            "NOT COMPARABLE",
+            3,
+            [],
+            epoch,
+            layers,
+            [
+                *notes,
+                f"results differ, and the runs' reads were not fully observed: {gaps[0]}"
+                f"{f' (and {len(gaps) - 1} more)' if len(gaps) > 1 else ''}",
+            ],
+            divergence,
+            equal=False,
+            compared=compared,
+        )
     resumed = [r.path.name for r in (a, b) if r.resumed]
     if resumed:  # what a checkpoint does not hold may differ after a resume: no determinism bug is claimed
-        return Comparison("NOT COMPARABLE", 3, [], epoch, layers,
-                          [*notes, f"results differ, and {' and '.join(resumed)} {RESUMED}"],
-                          divergence, equal=False, compared=compared)  # fmt: skip
+        return Comparison(
+            "NOT COMPARABLE",
+            3,
+            [],
+            epoch,
+            layers,
+            [*notes, f"results differ, and {' and '.join(resumed)} {RESUMED}"],
+            divergence,
+            equal=False,
+            compared=compared,
+        )
     files = output_differences(a, b)
     if files and trained_alike(a, b, epoch, layers, divergence):
         notes = [f"{ONLY_OUTPUTS}: {', '.join(files[:5])}{' and more' if len(files) > 5 else ''}", *notes]
     causes = {f"{g['call']} at {g['where']}": None for r in (a, b) for g in r.result.get("unseeded_generators") or []}
     if causes:
-        notes.append(f"likely cause: a generator made without a seed: {', '.join(list(causes)[:3])} "
-                     "(seed it from launcher.seed())")  # fmt: skip
+        notes.append(
+            f"likely cause: a generator made without a seed: {', '.join(list(causes)[:3])} "
+            "(seed it from launcher.seed())"
+        )
     return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False, compared=compared)
 
 
 ONLY_OUTPUTS = "only output files differ"
-RESUMED = ("continued from a checkpoint (launch resume): what a checkpoint neither holds nor reads again (a file "
-           "the job appends to, an object a callback changes in place, a random generator made during a fit or "
-           "without a seed) can differ after a resume")
+RESUMED = (
+    "continued from a checkpoint (launch resume): what a checkpoint neither holds nor reads again (a file "
+    "the job appends to, an object a callback changes in place, a random generator made during a fit or "
+    "without a seed) can differ after a resume"
+)
 
 
 def unobserved_reads(a: RunRecord, b: RunRecord) -> list[str]:
@@ -260,9 +302,13 @@ def unobserved_reads(a: RunRecord, b: RunRecord) -> list[str]:
 
 def trained_alike(a: RunRecord, b: RunRecord, epoch, layers, divergence) -> bool:
     """Weights, every epoch's metrics, final metrics and the step trace all bitwise equal."""
-    return (a.result.get("weights_sha256") == b.result.get("weights_sha256") and epoch is None and not layers
-            and (divergence is None or not divergence.split)
-            and _bits(a.result.get("final_metrics")) == _bits(b.result.get("final_metrics")))  # fmt: skip
+    return (
+        a.result.get("weights_sha256") == b.result.get("weights_sha256")
+        and epoch is None
+        and not layers
+        and (divergence is None or not divergence.split)
+        and _bits(a.result.get("final_metrics")) == _bits(b.result.get("final_metrics"))
+    )
 
 
 def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, force: bool = False) -> Comparison:
@@ -284,8 +330,10 @@ def _unjudged(a: RunRecord, b: RunRecord, wa: dict, wb: dict) -> list[str]:
         problems.append("neither run kept weight values or per-epoch metrics: nothing to compare within a tolerance")
     hashes = a.result.get("weights_sha256"), b.result.get("weights_sha256")
     if not (wa and wb) and all(hashes) and hashes[0] != hashes[1]:
-        problems.append("the weights differ by hash and their values were not kept (train.save_weights=true keeps "
-                        "them): they cannot be compared within a tolerance")  # fmt: skip
+        problems.append(
+            "the weights differ by hash and their values were not kept (train.save_weights=true keeps "
+            "them): they cannot be compared within a tolerance"
+        )
     return problems
 
 
@@ -366,15 +414,19 @@ def item_differences(x: object, y: object, a: str = "run A", b: str = "run B") -
     only in run B: amx_tile`` (mappings: ``changed: k``); None for other values."""
     if isinstance(x, dict) and isinstance(y, dict):
         changed = sorted(str(k) for k in set(x) & set(y) if x[k] != y[k])
-        parts = [f"only in {a}: {', '.join(sorted(map(str, set(x) - set(y))))}" if set(x) - set(y) else "",
-                 f"only in {b}: {', '.join(sorted(map(str, set(y) - set(x))))}" if set(y) - set(x) else "",
-                 f"changed: {', '.join(changed)}" if changed else ""]  # fmt: skip
+        parts = [
+            f"only in {a}: {', '.join(sorted(map(str, set(x) - set(y))))}" if set(x) - set(y) else "",
+            f"only in {b}: {', '.join(sorted(map(str, set(y) - set(x))))}" if set(y) - set(x) else "",
+            f"changed: {', '.join(changed)}" if changed else "",
+        ]
     elif isinstance(x, list) and isinstance(y, list):
         sx = [json.dumps(v, sort_keys=True, default=str) for v in x]
         sy = [json.dumps(v, sort_keys=True, default=str) for v in y]  # both canonical: key order is no difference
         only_a, only_b = [v for v in sx if v not in sy], [v for v in sy if v not in sx]
-        parts = [f"only in {a}: {', '.join(v.strip(chr(34)) for v in only_a)}" if only_a else "",
-                 f"only in {b}: {', '.join(v.strip(chr(34)) for v in only_b)}" if only_b else ""]  # fmt: skip
+        parts = [
+            f"only in {a}: {', '.join(v.strip(chr(34)) for v in only_a)}" if only_a else "",
+            f"only in {b}: {', '.join(v.strip(chr(34)) for v in only_b)}" if only_b else "",
+        ]
         if not only_a and not only_b:
             parts = ["the same items in another order"]
     else:
@@ -419,8 +471,10 @@ def report(c: Comparison, a: Path, b: Path) -> str:
     """The human-readable answer, first line = verdict."""
     lines = []
     if c.verdict == "REFUSED":
-        lines.append(f"REFUSED: the runs differ in {len(c.differences)} field(s) that decide comparability;"
-                     " a bitwise comparison would mean nothing")  # fmt: skip
+        lines.append(
+            f"REFUSED: the runs differ in {len(c.differences)} field(s) that decide comparability;"
+            " a bitwise comparison would mean nothing"
+        )
     elif c.verdict == "NOT COMPARABLE":
         lines.append(f"NOT COMPARABLE ({'; '.join(c.notes)})")
         if c.equal is False:
@@ -431,8 +485,10 @@ def report(c: Comparison, a: Path, b: Path) -> str:
     elif c.verdict == "NOTHING COMPARED":
         lines.append("NOTHING COMPARED: neither run recorded a result")
     elif c.verdict == "DIFFERENT" and c.notes and c.notes[0].startswith(ONLY_OUTPUTS):
-        lines.append("DIFFERENT: same comparability key; weights, metrics and trace are bitwise equal, "
-                     "but output files your code wrote differ (what else did it write into them?)")  # fmt: skip
+        lines.append(
+            "DIFFERENT: same comparability key; weights, metrics and trace are bitwise equal, "
+            "but output files your code wrote differ (what else did it write into them?)"
+        )
     elif c.verdict == "DIFFERENT":
         lines.append("DIFFERENT: same comparability key, different results — a determinism bug")
         lines += _where_they_split(c)

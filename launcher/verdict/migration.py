@@ -33,8 +33,15 @@ import numpy as np
 from launcher.errors import ConfigError
 
 # Key fields a port may change: its code, and how its TF1 sessions were configured.
-CODE_FIELDS = ("code.", "determinism.sessions", "config.train.script", "config.train.notebook",
-               "config.train.entrypoint", "config.train.path", "config.train.name")  # fmt: skip
+CODE_FIELDS = (
+    "code.",
+    "determinism.sessions",
+    "config.train.script",
+    "config.train.notebook",
+    "config.train.entrypoint",
+    "config.train.path",
+    "config.train.name",
+)
 
 
 @dataclass
@@ -66,8 +73,10 @@ def read_saved(run: Path, result: dict) -> list[tuple[str, np.ndarray]]:
     """(name, value) of a run's saved variables, in order; ConfigError when it saved none."""
     name = result.get("weights_file")
     if name != "weights.npz" or not (run / name).is_file():
-        raise ConfigError(f"run {run.name} saved no variables to compare: run it with train.save_weights=true "
-                          "(and determinism.trace_every=1 to compare every step's loss)")  # fmt: skip
+        raise ConfigError(
+            f"run {run.name} saved no variables to compare: run it with train.save_weights=true "
+            "(and determinism.trace_every=1 to compare every step's loss)"
+        )
     with np.load(run / name) as f:
         return [(key.split(" ", 1)[1], f[key]) for key in sorted(f.files)]
 
@@ -155,15 +164,18 @@ def render(m: Migration, rtol: float, atol: float, a: str, b: str) -> str:
         lines = [f"NOT EQUIVALENT ({tol}): {m.problem}"]
     if m.variables:
         head = (f"variable ({a} / {b})", "shape", "max abs err", "max rel err", "within")
-        rows = [(f"{v.name_a} / {v.name_b}", str(v.shape), f"{v.max_abs:.3g}", f"{v.max_rel:.3g}",
-                 "yes" if v.ok else "NO") for v in m.variables]  # fmt: skip
+        rows = [
+            (f"{v.name_a} / {v.name_b}", str(v.shape), f"{v.max_abs:.3g}", f"{v.max_rel:.3g}", "yes" if v.ok else "NO")
+            for v in m.variables
+        ]
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]]
     if m.losses:
         worst = max(abs((la or 0) - (lb or 0)) for _, la, lb, _ in m.losses)
         bad = sum(1 for *_, ok in m.losses if not ok)
-        lines.append(f"  losses at {len(m.losses)} common traced steps: max abs difference {worst:.3g}; "
-                     f"{bad} out of tolerance")  # fmt: skip
+        lines.append(
+            f"  losses at {len(m.losses)} common traced steps: max abs difference {worst:.3g}; {bad} out of tolerance"
+        )
     else:
         lines.append("  no step's loss was compared (trace every step with determinism.trace_every=1)")
     return "\n".join(lines)
@@ -178,8 +190,10 @@ def compare_runs(
     ra, rb = compare.load(a), compare.load(b)
     refused = blocking(compare.key_differences(ra, rb))
     if refused and not force:
-        text = [f"REFUSED: the runs differ in {len(refused)} field(s) besides code; --migration compares a port "
-                "with its model, and admits differences in code only"]  # fmt: skip
+        text = [
+            f"REFUSED: the runs differ in {len(refused)} field(s) besides code; --migration compares a port "
+            "with its model, and admits differences in code only"
+        ]
         text += compare.difference_table(refused, ra.path.name, rb.path.name)
         return Migration("REFUSED", 3, differences=refused), "\n".join(text)
     losses_a = {p["step"]: p.get("loss") for p in ra.steps}

@@ -99,17 +99,21 @@ def comparison(a: list[dict], b: list[dict], label_a: str = "A", label_b: str = 
             note = "the weights differ"
         title = f"{where}; {note}"
     return ComparisonPlot(
-        title=title, a=sa, b=sb, difference=diff, equal_at=equal_at, differ_at=differ_at,
+        title=title,
+        a=sa,
+        b=sb,
+        difference=diff,
+        equal_at=equal_at,
+        differ_at=differ_at,
         last_equal_step=d.last_equal_step if d else None,
         first_split_step=d.step if d and d.split else None,
         split_note=note,
-    )  # fmt: skip
+    )
 
 
 def spread(jobs: list[tuple[str, list[dict]]]) -> list[MetricSpread]:
     """Each metric's per-epoch values in every job (``(label, metrics.jsonl lines)``) and their spread."""
-    names = sorted({k for _, lines in jobs for line in lines for k, v in line.items()
-                    if k != "epoch" and _number(v)})  # fmt: skip
+    names = sorted({k for _, lines in jobs for line in lines for k, v in line.items() if k != "epoch" and _number(v)})
     out = []
     for name in names:
         series = []
@@ -184,8 +188,13 @@ def draw_comparison(plot: ComparisonPlot, path: Path) -> None:
         top.text(0.5, 0.5, "no traced loss in either run (trace.jsonl)", ha="center", transform=top.transAxes)
     for ax in (top, bottom):
         if plot.last_equal_step is not None:
-            ax.axvline(plot.last_equal_step, color="tab:green", linestyle=":", linewidth=1.5,
-                       label=f"last equal step: {plot.last_equal_step}" if ax is top else None)  # fmt: skip
+            ax.axvline(
+                plot.last_equal_step,
+                color="tab:green",
+                linestyle=":",
+                linewidth=1.5,
+                label=f"last equal step: {plot.last_equal_step}" if ax is top else None,
+            )
         if plot.first_split_step is not None:
             note = f" ({plot.split_note})" if plot.split_note else ""
             label = f"first differing step: {plot.first_split_step}{note}"
@@ -194,18 +203,37 @@ def draw_comparison(plot: ComparisonPlot, path: Path) -> None:
     top.legend(fontsize=8, loc="upper right")
     top.grid(alpha=0.3)
     if plot.difference.x:
-        bottom.semilogy(plot.difference.x, plot.difference.y, linestyle="none", marker="o", markersize=4,
-                        color="tab:red", label="|loss A - loss B| where it is not 0")  # fmt: skip
+        bottom.semilogy(
+            plot.difference.x,
+            plot.difference.y,
+            linestyle="none",
+            marker="o",
+            markersize=4,
+            color="tab:red",
+            label="|loss A - loss B| where it is not 0",
+        )
         bottom.set_ylim(min(plot.difference.y) / 4, max(plot.difference.y) * 2)  # room for the strip below
     else:
         bottom.set_yticks([])
-        bottom.text(0.5, 0.55, "the traced losses are bitwise equal at every common step", ha="center",
-                    transform=bottom.transAxes)  # fmt: skip
+        bottom.text(
+            0.5,
+            0.55,
+            "the traced losses are bitwise equal at every common step",
+            ha="center",
+            transform=bottom.transAxes,
+        )
     strip = blended_transform_factory(bottom.transData, bottom.transAxes)
     for steps, color, what in ((plot.equal_at, "tab:green", "equal"), (plot.differ_at, "tab:red", "differ")):
         if steps:
-            bottom.scatter(steps, [0.04] * len(steps), marker="|", s=120, color=color, transform=strip,
-                           label=f"traced step where the bits {what}")  # fmt: skip
+            bottom.scatter(
+                steps,
+                [0.04] * len(steps),
+                marker="|",
+                s=120,
+                color=color,
+                transform=strip,
+                label=f"traced step where the bits {what}",
+            )
     bottom.legend(fontsize=8, loc="upper left")
     bottom.set_ylabel("|loss A - loss B|")
     bottom.set_xlabel("optimizer step")

@@ -74,24 +74,29 @@ def replay(
     """
     if cpu:  # no qemu here, or a model it does not know: refused before anything else
         from launcher.run import emulation
+
         emulation.check_model(cpu)
     # absolute: the job runs in the laid-out snapshot, not where `launch replay runs/X` was typed
     original = Path(os.path.abspath(runs.verify_seal(run_dir)))
     if cpu:
         resolved = OmegaConf.load(original / pipeline.CONFIG)
         if str(resolved.runtime.name) != "local":
-            raise ConfigError(f"--cpu runs the job under qemu-user on this machine; {original.name} ran with "
-                              f"runtime={resolved.runtime.name} (only runtime=local can be emulated)")  # fmt: skip
+            raise ConfigError(
+                f"--cpu runs the job under qemu-user on this machine; {original.name} ran with "
+                f"runtime={resolved.runtime.name} (only runtime=local can be emulated)"
+            )
     stored = snapshot.read(original)
     python, probed = None, None
     if rebuild:
         from launcher.run import rebuild as _rebuild
+
         fp = runs.read_json(original / pipeline.FINGERPRINT)
         # the wheels an archive brought for this run (unpacked into its own folder), checked again against
         # its sealed record before pip sees them, and used first
         wheels = unpacking.checked_wheels(original.parent, original.name, fp)
-        python = _rebuild.environment(fp, echo=echo, find_links=wheels.folder if wheels else None,
-                                      wheel_hashes=wheels.hashes if wheels else None)  # fmt: skip
+        python = _rebuild.environment(
+            fp, echo=echo, find_links=wheels.folder if wheels else None, wheel_hashes=wheels.hashes if wheels else None
+        )
         probed = _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
     work = None
     try:
@@ -122,25 +127,45 @@ def replay(
         diffs = precheck.precheck(original, cwd, extra_env, root, probed=probed, cpu=cpu, at_own_path=at_own_path)
         if diffs and not allow_mismatch:
             tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
-            left_out = {name: stored["left_out"].get(snapshot.data_path(name, str(stored["launch_dir"])) or "", "")
-                        for name in unkept} if stored else {}  # fmt: skip
-            text = refusal(original, diffs, unkept, rebuilt=rebuild, at_own_path=at_own_path, placing=why,
-                           left_out=left_out)  # fmt: skip
+            left_out = (
+                {
+                    name: stored["left_out"].get(snapshot.data_path(name, str(stored["launch_dir"])) or "", "")
+                    for name in unkept
+                }
+                if stored
+                else {}
+            )
+            text = refusal(
+                original, diffs, unkept, rebuilt=rebuild, at_own_path=at_own_path, placing=why, left_out=left_out
+            )
             raise NotComparable(text, diffs)
         resolved = OmegaConf.load(original / pipeline.CONFIG)
         if store:
             resolved.store = OmegaConf.merge(resolved.store, dict(store))
         new_run = pipeline.create_run(resolved, original.parent, cwd, cpu=cpu)  # a refused replay leaves nothing behind
-        notes = {"of": original.name, "comparable": not diffs, "from_snapshot": stored is not None,
-                 "rebuilt_environment": str(python) if python else None,
-                 "precheck_differences": [list(map(str, d)) for d in diffs], "emulated_cpu": cpu,
-                 "placed_data": {path: str(work / path.lstrip("/")) for path in placed} if work else {},
-                 "data_read_at_own_path": {path: why for path in at_own_path}}  # fmt: skip
+        notes = {
+            "of": original.name,
+            "comparable": not diffs,
+            "from_snapshot": stored is not None,
+            "rebuilt_environment": str(python) if python else None,
+            "precheck_differences": [list(map(str, d)) for d in diffs],
+            "emulated_cpu": cpu,
+            "placed_data": {path: str(work / path.lstrip("/")) for path in placed} if work else {},
+            "data_read_at_own_path": {path: why for path in at_own_path},
+        }
         outcome = pipeline.execute(
-            resolved, new_run, cwd=cwd, cpus=cpus, echo=echo, extra_env=extra_env,
-            replay_of=original.name, replay_notes=notes, root=root, python=str(python) if python else None,
+            resolved,
+            new_run,
+            cwd=cwd,
+            cpus=cpus,
+            echo=echo,
+            extra_env=extra_env,
+            replay_of=original.name,
+            replay_notes=notes,
+            root=root,
+            python=str(python) if python else None,
             cpu=cpu,
-        )  # fmt: skip
+        )
     finally:
         if work is not None:
             snapshot.remove(work)
@@ -148,13 +173,15 @@ def replay(
         result = ReplayResult(original, new_run, "FAILED", 1, f"the replay {outcome.status}: {outcome.error}")
     else:
         result = verdict(original, new_run, forced=bool(diffs))
-    tracking.tag_verdict([original, new_run], result.verdict, {"by": "replay", "original": original.name,
-                                                               "replay": new_run.name})  # fmt: skip
+    tracking.tag_verdict(
+        [original, new_run], result.verdict, {"by": "replay", "original": original.name, "replay": new_run.name}
+    )
     return result
 
 
-def replay_archive(path: str | Path, store_root: str | Path, trust: signing.Trust = signing.NO_TRUST,
-                   **kwargs) -> tuple[unpacking.Imported, ReplayResult]:
+def replay_archive(
+    path: str | Path, store_root: str | Path, trust: signing.Trust = signing.NO_TRUST, **kwargs
+) -> tuple[unpacking.Imported, ReplayResult]:
     """Replay the run of the archive at ``path`` (``launch pack``'s file): import it into the store
     ``store_root`` first (``unpacking.unpack``: every member, object, the seal and the signature checked
     before anything is laid out; a run already there is used as it is), then the ordinary ``replay``
@@ -163,8 +190,9 @@ def replay_archive(path: str | Path, store_root: str | Path, trust: signing.Trus
     return imported, replay(imported.run_dir, **kwargs)
 
 
-def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str],
-               given_at_path: dict[str, str] | None = None) -> list[str]:
+def place_data(
+    original: Path, stored: dict, work: Path, given: Mapping[str, str], given_at_path: dict[str, str] | None = None
+) -> list[str]:
     """Make each data file the run read but did not keep reachable in the laid-out ``work``,
     as the job named it: the copy ``given`` names for it, else the file where it was.
     Returns the recorded names of those files (a refusal names them with ``--data``).
@@ -174,13 +202,18 @@ def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str
     fp = runs.read_json(original / pipeline.FINGERPRINT)
     launch_dir = str(stored["launch_dir"])
     recorded = fp.get("data") or {}
-    wanted = {os.path.abspath(os.path.expanduser(k)) if os.path.isabs(os.path.expanduser(k)) else k: v
-              for k, v in given.items()}  # fmt: skip
+    wanted = {
+        os.path.abspath(os.path.expanduser(k)) if os.path.isabs(os.path.expanduser(k)) else k: v
+        for k, v in given.items()
+    }
     for name in wanted:
         if name not in recorded and os.path.normpath(os.path.join(launch_dir, name)) not in (
-                snapshot.data_path(n, launch_dir) for n in recorded):  # fmt: skip
-            raise ConfigError(f"--data {name}=…: {original.name} read no data file of that name "
-                              f"(it read: {', '.join(sorted(recorded)) or 'none'})")  # fmt: skip
+            snapshot.data_path(n, launch_dir) for n in recorded
+        ):
+            raise ConfigError(
+                f"--data {name}=…: {original.name} read no data file of that name "
+                f"(it read: {', '.join(sorted(recorded)) or 'none'})"
+            )
     unkept = []
     for name in recorded:
         path = snapshot.data_path(name, launch_dir)
@@ -189,8 +222,10 @@ def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str
         if path in stored["files"]:
             if os.path.isabs(name) and not os.path.isfile(name):  # the job reads it there, not in the snapshot
                 kept = objects.object_path(original.parent, stored["files"][path]["sha256"])
-                raise ConfigError(f"{original.name} read {name} by its absolute path, and nothing is there now: "
-                                  f"put it back there (the run kept a copy: {kept})")  # fmt: skip
+                raise ConfigError(
+                    f"{original.name} read {name} by its absolute path, and nothing is there now: "
+                    f"put it back there (the run kept a copy: {kept})"
+                )
             continue
         unkept.append(name)
         copy = wanted.get(name) or wanted.get(path)
@@ -199,9 +234,11 @@ def place_data(original: Path, stored: dict, work: Path, given: Mapping[str, str
             if not os.path.isfile(copy):
                 raise ConfigError(f"--data {name}={copy}: no such file")
             if os.path.isabs(name) and given_at_path is None:
-                raise ConfigError(f"--data {name}=…: the job named {name} by its absolute path and reads it "
-                                  "there, and no file can be placed there for it here; put the file back there "
-                                  "instead")  # fmt: skip
+                raise ConfigError(
+                    f"--data {name}=…: the job named {name} by its absolute path and reads it "
+                    "there, and no file can be placed there for it here; put the file back there "
+                    "instead"
+                )
             if os.path.isabs(name):
                 given_at_path[name] = copy
             snapshot.link(work, path, copy)
@@ -218,9 +255,13 @@ def read_by_path(fp: Mapping, stored: Mapping, resolved) -> list[str]:
     task_data = []
     if str(resolved.train.name) == "mnist" and os.path.isabs(str(resolved.train.data)):
         task_data = [os.path.abspath(str(resolved.train.data)), os.path.realpath(str(resolved.train.data))]
-    return sorted(name for name in fp.get("data") or {}
-                  if os.path.isabs(name) and snapshot.data_path(name, launch_dir) in stored["files"]
-                  and not any(name == d or name.startswith(d.rstrip("/") + "/") for d in task_data))  # fmt: skip
+    return sorted(
+        name
+        for name in fp.get("data") or {}
+        if os.path.isabs(name)
+        and snapshot.data_path(name, launch_dir) in stored["files"]
+        and not any(name == d or name.startswith(d.rstrip("/") + "/") for d in task_data)
+    )
 
 
 def placing_refusal(runtime: str, refused: str | None) -> str | None:
@@ -247,9 +288,15 @@ def placement(by_path: list[str], given_at_path: Mapping[str, str], why: str | N
 REBUILDABLE = ("software.distributions", "software.tensorflow", "software.keras", "software.numpy")
 
 
-def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = False,
-            at_own_path: list[str] | tuple = (), placing: str | None = None,
-            left_out: Mapping[str, str] | None = None) -> str:
+def refusal(
+    original: Path,
+    diffs: list,
+    unkept: list[str],
+    rebuilt: bool = False,
+    at_own_path: list[str] | tuple = (),
+    placing: str | None = None,
+    left_out: Mapping[str, str] | None = None,
+) -> str:
     """The one-line reason of a refused replay; names ``--data`` when a data file it did not keep
     differs, and ``--rebuild`` when only installed distributions differ. A file read by its
     absolute path that differs where no file can be placed (``placing`` says why; ``at_own_path``
@@ -258,36 +305,52 @@ def refusal(original: Path, diffs: list, unkept: list[str], rebuilt: bool = Fals
 
     def over(names: list[str]) -> str:
         return ", ".join(sorted({snapshot.cap_named((left_out or {}).get(name, "")) for name in names}))
+
     text = f"cannot replay {original.name} here: {key.differing(diffs)}; use --allow-mismatch to run anyway"
     if not rebuilt and diffs and all(d[0].startswith(REBUILDABLE) for d in diffs):
         text += "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
     if any(d[0].startswith("hardware.cpu.") for d in diffs):
-        text += ("; this CPU is not the run's: a run made with determinism=portable keys the x86-64 level, not the "
-                 "CPU model, and travels to any x86-64-v3 CPU (docs/sharing.md)")
-    gone = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.") and isinstance(d[1], str)
-            and d[1].startswith(("changed while the job ran", "deleted while the job ran"))]  # fmt: skip
+        text += (
+            "; this CPU is not the run's: a run made with determinism=portable keys the x86-64 level, not the "
+            "CPU model, and travels to any x86-64-v3 CPU (docs/sharing.md)"
+        )
+    gone = [
+        d[0].removeprefix("data.")
+        for d in diffs
+        if d[0].startswith("data.")
+        and isinstance(d[1], str)
+        and d[1].startswith(("changed while the job ran", "deleted while the job ran"))
+    ]
     if gone:
-        text += (f"; {', '.join(gone)} changed or was deleted while the run ran (a checkpoint it restored, then "
-                 "rewrote or rotated away): what it read is gone, so no replay can rerun it")  # fmt: skip
+        text += (
+            f"; {', '.join(gone)} changed or was deleted while the run ran (a checkpoint it restored, then "
+            "rewrote or rotated away): what it read is gone, so no replay can rerun it"
+        )
     data = [d[0].removeprefix("data.") for d in diffs if d[0].startswith("data.")]
     changed = [d for d in diffs if d[0].removeprefix("data.") in at_own_path and d[0].startswith("data.")]
     for field, then, now in changed:
         name = field.removeprefix("data.")
         kept = objects.object_path(original.parent, str(then))
-        text += (f"; {name} is read by its absolute path and is not what the run read (recorded {_short(then)}, "
-                 f"now {_short(now)}), and the run's copy of it cannot be put there for the job here "
-                 f"({placing or 'that path cannot take a file'}): put the file back (cp {kept} {name}), or replay "
-                 "where user namespaces are allowed")  # fmt: skip
+        text += (
+            f"; {name} is read by its absolute path and is not what the run read (recorded {_short(then)}, "
+            f"now {_short(now)}), and the run's copy of it cannot be put there for the job here "
+            f"({placing or 'that path cannot take a file'}): put the file back (cp {kept} {name}), or replay "
+            "where user namespaces are allowed"
+        )
     unplaceable = [name for name in unkept if os.path.isabs(name) and placing is not None]
     if any(name in data and name not in gone for name in unplaceable):
         name = next(n for n in unplaceable if n in data)
-        text += (f"; {name} was not kept in the run (over {over([name])}), is read by its absolute path "
-                 f"and differs there, and no copy can be put there for the job here ({placing}): put the file "
-                 "back there")  # fmt: skip
+        text += (
+            f"; {name} was not kept in the run (over {over([name])}), is read by its absolute path "
+            f"and differs there, and no copy can be put there for the job here ({placing}): put the file "
+            "back there"
+        )
     missing = [name for name in unkept if name in data and name not in gone and name not in unplaceable]
     if missing:
-        text += (f"; {', '.join(missing)} was not kept in the run (over {over(missing)}): "
-                 f"point the replay at a copy with --data {missing[0]}=PATH")  # fmt: skip
+        text += (
+            f"; {', '.join(missing)} was not kept in the run (over {over(missing)}): "
+            f"point the replay at a copy with --data {missing[0]}=PATH"
+        )
     return text
 
 
@@ -300,8 +363,15 @@ def verdict(original: Path, new_run: Path, forced: bool = False) -> ReplayResult
     """The replay's verdict on ``new_run``; ``forced``: it ran past the precheck's differences."""
     c = compare.compare_runs(original, new_run, force=True)
     if c.verdict == "NOT COMPARABLE" and not forced:  # the precheck passed: the job itself did something else
-        c = replace(c, notes=[n.replace("forced: ", "the replay's own key differs from the run's, "
-                                                    "so it did not rerun the same job: ", 1) for n in c.notes])
+        c = replace(
+            c,
+            notes=[
+                n.replace(
+                    "forced: ", "the replay's own key differs from the run's, so it did not rerun the same job: ", 1
+                )
+                for n in c.notes
+            ],
+        )
     detail = compare.report(c, original, new_run)
     if c.verdict == "IDENTICAL":
         return ReplayResult(original, new_run, "REPRODUCED", 0, detail)

@@ -44,11 +44,16 @@ def record(run: Path, work: Path) -> dict:
     from launcher.record import outputs
 
     result = json.loads((run / "result.json").read_text())
-    return {"weights": result["weights_sha256"], "layers": result["layer_sha256"],
-            "outputs": result["outputs_content"], "metrics": (run / "metrics.jsonl").read_text(),
-            "trace": (run / "trace.jsonl").read_text(), "final": result["final_metrics"],
-            "history": (work / "outputs" / "history.json").read_text(),
-            "saved": outputs.digests(work / "outputs")}  # fmt: skip
+    return {
+        "weights": result["weights_sha256"],
+        "layers": result["layer_sha256"],
+        "outputs": result["outputs_content"],
+        "metrics": (run / "metrics.jsonl").read_text(),
+        "trace": (run / "trace.jsonl").read_text(),
+        "final": result["final_metrics"],
+        "history": (work / "outputs" / "history.json").read_text(),
+        "saved": outputs.digests(work / "outputs"),
+    }
 
 
 def epoch_lines(output: str) -> list[str]:
@@ -64,30 +69,51 @@ def trained_only_after(output: str, epoch: int, epochs: int) -> None:
 
 def strict_script(store: Path, script: Path, args: str, *extra: str) -> list[str]:
     """The overrides of a strict run of ``script`` with ``train.args=[args]``, into ``store``."""
-    return ["train=script", f"train.script={script}", f"train.args=[{args}]", "determinism=strict",
-            f"store.root={store}", *extra]  # fmt: skip
+    return [
+        "train=script",
+        f"train.script={script}",
+        f"train.args=[{args}]",
+        "determinism=strict",
+        f"store.root={store}",
+        *extra,
+    ]
 
 
 def uninterrupted(parent: Path, script: Path, args: str, *extra: str) -> dict:
     """A run of ``script`` that nothing stops, launched in a directory of its own under ``parent``:
     what a resumed run must equal, bit for bit."""
     work, store = work_dir(parent, "work"), parent / "store"
-    done = subprocess.run([sys.executable, "-m", "launcher", *strict_script(store, script, args, *extra)], cwd=work,
-                          env=env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", *strict_script(store, script, args, *extra)],
+        cwd=work,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run = run_of(store)
     return {"run": run, **record(run, work)}
 
 
-def stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int, overrides: list[str],
-                          wait: float = 0.0) -> tuple[Path, subprocess.Popen]:  # fmt: skip
+def stop_after_checkpoint(
+    work: Path, store: Path, epoch: int, signum: int, overrides: list[str], wait: float = 0.0
+) -> tuple[Path, subprocess.Popen]:
     """Launch ``overrides`` in ``work`` (``store``, made here, its store) and, ``wait`` seconds after
     checkpoint ``epoch`` of its run exists, SIGKILL the launch's process group (the job too, at once) or
     send ``signum`` to the launcher alone. Returns the run and the launch, not yet waited for."""
     store.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *overrides], cwd=work, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launcher", *overrides],
+        cwd=work,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         found = [p for p in store.iterdir() if is_run(p)]

@@ -53,9 +53,11 @@ def test_the_audit_finds_the_knobs_that_change_the_bits_and_where(launch, store,
             assert (weights != reference) == (row["status"] == "changed"), row
     changed = list(dict.fromkeys(r["knob"] for r in rows[2:] if r["status"] == "changed"))
     assert report["verdict"]["pin"] == changed and "level" in changed
-    assert report["verdict"]["free"] == [k for k in dict.fromkeys(r["knob"] for r in rows[2:])
-                                         if k not in changed and any(r["status"] == "same" for r in rows
-                                                                     if r["knob"] == k)]  # fmt: skip
+    assert report["verdict"]["free"] == [
+        k
+        for k in dict.fromkeys(r["knob"] for r in rows[2:])
+        if k not in changed and any(r["status"] == "same" for r in rows if r["knob"] == k)
+    ]
     pin = next(line for line in out.splitlines() if "must pin" in line)
     for knob in changed:
         assert f"{knob} ({audit.KNOBS[knob].recorded_in})" in pin

@@ -15,6 +15,7 @@ from tests.conftest import TINY, copy_store, is_run, q, run_dir_of, verdict_of
 
 pytestmark = pytest.mark.slow
 
+
 def _run(launch, store, npz, *overrides) -> Path:
     before = set(store.iterdir())
     done = launch(f"train.data={npz}", f"store.root={store}", *TINY, *overrides)
@@ -214,26 +215,38 @@ def test_replay_refuses_when_the_environment_differs(launch, tiny_runs, tmp_path
     new = next(p for p in store.iterdir() if is_run(p) and p != original)
     assert json.loads((new / "job.json").read_text())["replay"]["comparable"] is False
     # Run anyway, the report still says what the bits did, judged here from the two results.
-    same = (json.loads((original / "result.json").read_text())["weights_sha256"]
-            == json.loads((new / "result.json").read_text())["weights_sha256"])  # fmt: skip
+    same = (
+        json.loads((original / "result.json").read_text())["weights_sha256"]
+        == json.loads((new / "result.json").read_text())["weights_sha256"]
+    )
     assert ("forced: results are bitwise equal" if same else "forced: results differ") in forced.stdout
 
 
 def test_six_launches_at_once_all_appear_in_the_index(store, mnist_npz):
     args = [f"train.data={mnist_npz}", f"store.root={store}", *TINY, "train.max_samples=100"]
     procs = [
-        subprocess.Popen([sys.executable, "-m", "launcher", *args, f"+seed={i}"], cwd=store,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "launcher", *args, f"+seed={i}"],
+            cwd=store,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(6)
-    ]  # fmt: skip
+    ]
     for p in procs:
         assert p.wait(timeout=600) == 0, p.stderr.read()
-    listing = subprocess.run([sys.executable, "-m", "launcher", "runs", "--store", str(store)],
-                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    listing = subprocess.run(
+        [sys.executable, "-m", "launcher", "runs", "--store", str(store)], capture_output=True, text=True, check=True
+    ).stdout
     assert listing.strip().endswith("6 run(s)")
     assert listing.count(" complete ") == 6
     seeds = sorted(int(line.split()[4]) for line in listing.splitlines()[1:-1])
     assert seeds == list(range(6))
-    only_seed = subprocess.run([sys.executable, "-m", "launcher", "runs", "--store", str(store), "--status", "failed"],
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+    only_seed = subprocess.run(
+        [sys.executable, "-m", "launcher", "runs", "--store", str(store), "--status", "failed"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert only_seed.strip().endswith("0 run(s)")

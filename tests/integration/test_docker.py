@@ -76,9 +76,13 @@ def _new_run(store: Path, before: set[Path]) -> Path:
 def _launch_run(store: Path, cwd: Path, *overrides: str, env: dict | None = None):
     before = set(store.iterdir())
     done = run_launch(
-        *STRICT, f"store.root={q(store)}", *overrides,
-        cwd=cwd, env=env, timeout=1800,
-    )  # fmt: skip
+        *STRICT,
+        f"store.root={q(store)}",
+        *overrides,
+        cwd=cwd,
+        env=env,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return _new_run(store, before), done
 
@@ -113,8 +117,9 @@ def test_an_unmodified_script_is_observed_in_a_container(base_image, project, do
     assert ra["weights_sha256"] and ra["weights_sha256"] == _json(b / "result.json")["weights_sha256"]
     assert ra["observed"]["models"] == ["sequential"] and (a / "metrics.jsonl").read_text().count("\n") == 1
     fp = _json(a / "fingerprint.json")
-    assert list(fp["data"].values()) == [__import__("hashlib").sha256((project / "mnist small.npz").read_bytes())
-                                         .hexdigest()]  # fmt: skip
+    assert list(fp["data"].values()) == [
+        __import__("hashlib").sha256((project / "mnist small.npz").read_bytes()).hexdigest()
+    ]
     done = run_launch("compare", a, b)
     assert done.returncode == 0 and done.stdout.startswith("IDENTICAL: weights, 1 epoch's metrics"), done.stdout
 
@@ -219,9 +224,13 @@ def test_job_is_sandboxed(base_image, project, docker_store):
     script = project / "probe 'it'.py"
     script.write_text(SANDBOX_PROBE)
     run, _ = _launch_run(
-        docker_store, project, *DOCKER, "train=script", f"train.script={q(script)}",
+        docker_store,
+        project,
+        *DOCKER,
+        "train=script",
+        f"train.script={q(script)}",
         env={"MY_SECRET_TOKEN": "hunter2"},
-    )  # fmt: skip
+    )
     report = _json(run / "outputs" / "report.json")
     assert report["uid"] == _json(run / "container.json")["uid"] != 0
     assert report["secret"] is None and report["home_env"] != os.environ.get("HOME")
@@ -248,12 +257,25 @@ def _start_sleeper(project: Path, store: Path) -> tuple[subprocess.Popen, Path]:
     script = project / "sleeper.py"
     script.write_text(SLEEPER)
     before = set(store.iterdir())
-    argv = [sys.executable, "-m", "launcher", *STRICT, *DOCKER, "train=script",
-            f"train.script={q(script)}", f"store.root={q(store)}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        *STRICT,
+        *DOCKER,
+        "train=script",
+        f"train.script={q(script)}",
+        f"store.root={q(store)}",
+    ]
     launcher = subprocess.Popen(
-        argv, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)},  # the tree under test
-    )  # fmt: skip
+        argv,
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the tree under test
+    )
     for line in launcher.stdout:  # the job is running once the script says so
         if line.strip() == "ready":
             return launcher, _new_run(store, before)
@@ -291,9 +313,12 @@ def test_failed_build_is_not_tagged(base_image, daemon, tmp_path):
     template = tmp_path / "Dockerfile.template"
     template.write_text("FROM {{ base }}\nRUN echo about to fail && false\n")
     spec = images.ImageSpec(
-        name="launch-test-broken", template=template, lockfile=REPO / "lockfiles" / "tf-cpu.txt",
-        requirements=REPO / "lockfiles" / "tf-cpu.in", base="local",
-    )  # fmt: skip
+        name="launch-test-broken",
+        template=template,
+        lockfile=REPO / "lockfiles" / "tf-cpu.txt",
+        requirements=REPO / "lockfiles" / "tf-cpu.in",
+        base="local",
+    )
     inputs = imagebuild.read_inputs(spec, daemon)
     with pytest.raises(BuildFailed) as info:
         imagebuild.ensure_image(spec, inputs=inputs, echo=False, cli=daemon)

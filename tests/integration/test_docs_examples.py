@@ -44,8 +44,10 @@ DONE = "@@docs-example-done@@"
 
 # TensorFlow's C++ logging on stderr (absl), before the launcher can filter it: not the
 # launcher's output, dropped before matching.
-TF_NOISE = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-                      r"|[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\] .*)$")  # fmt: skip
+TF_NOISE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\] .*)$"
+)
 
 
 def _gpu_here() -> bool:
@@ -69,53 +71,77 @@ def _optuna_installed() -> bool:
 
 # A command that cannot run here, as written in the page -> why (its documented output is not checked).
 SKIP: dict[tuple[str, str], str] = {
-    ("docs/gpu.md", "launch train.epochs=1 runtime=docker image=tf-gpu image.base=local"):
-        "needs a Docker daemon and its tf-gpu image (minutes to build; tests/unit/test_gpu.py holds the refusal)",
+    (
+        "docs/gpu.md",
+        "launch train.epochs=1 runtime=docker image=tf-gpu image.base=local",
+    ): "needs a Docker daemon and its tf-gpu image (minutes to build; tests/unit/test_gpu.py holds the refusal)",
     ("docs/gpu.md", "nox -s gpu_image"): "builds the 6.8 GB tf-gpu image (minutes; Docker)",
-    ("docs/hydra.md", "launch determinism=s<Tab>      ->  determinism=seeded  determinism=strict"):
-        "Tab completion needs an interactive shell",
+    (
+        "docs/hydra.md",
+        "launch determinism=s<Tab>      ->  determinism=seeded  determinism=strict",
+    ): "Tab completion needs an interactive shell",
     ("docs/hydra.md", "launch train.ep<Tab>           ->  train.epochs="): "Tab completion needs an interactive shell",
-    ("docs/hydra.md", "launch -cd conf train=<Tab>    ->  train=custom  train=mnist  train=script  train=tiny"):
-        "Tab completion needs an interactive shell",
-    ("docs/verdicts.md", "launch replay runs/20261126-154001-63eb28"):
-        "needs a machine that refuses user namespaces (tests/integration/test_replay_absolute_data.py forces that "
-        "refusal and checks this message)",
+    (
+        "docs/hydra.md",
+        "launch -cd conf train=<Tab>    ->  train=custom  train=mnist  train=script  train=tiny",
+    ): "Tab completion needs an interactive shell",
+    (
+        "docs/verdicts.md",
+        "launch replay runs/20261126-154001-63eb28",
+    ): "needs a machine that refuses user namespaces (tests/integration/test_replay_absolute_data.py forces that "
+    "refusal and checks this message)",
 }
 if _optuna_installed():
-    SKIP[("docs/errors.md", "launch -m hydra/sweeper=optuna 'train.learning_rate=interval(0.0001,0.01)'     "
-                            "# without the extra installed")] = "the optuna extra is installed here"  # fmt: skip
+    SKIP[
+        (
+            "docs/errors.md",
+            "launch -m hydra/sweeper=optuna 'train.learning_rate=interval(0.0001,0.01)'     "
+            "# without the extra installed",
+        )
+    ] = "the optuna extra is installed here"
 else:
-    for _cmd in ("launch -m hydra/sweeper=optuna 'train.learning_rate=choice(0.0,0.1)'",
-                 "launch -m hydra/sweeper=optuna sweep.objective=acc 'train.learning_rate=choice(0.01,0.1)'"):
+    for _cmd in (
+        "launch -m hydra/sweeper=optuna 'train.learning_rate=choice(0.0,0.1)'",
+        "launch -m hydra/sweeper=optuna sweep.objective=acc 'train.learning_rate=choice(0.01,0.1)'",
+    ):
         SKIP[("docs/sweeps.md", _cmd)] = "the optuna extra is not installed here"
 if len(os.sched_getaffinity(0)) != 2 or _gpu_here():
     SKIP[("docs/sweeps.md", "launch -m runtime.slots=4 '+seed=range(4)'     # on a 2-core machine")] = (
         "the refusal names this machine's cores and GPUs; the page shows 2 cores and no GPU"
     )
 if os.geteuid() != 0:  # docs/fingerprint.md: "Writing into a sealed run needs its write permissions back first"
-    for _cmd in ("echo step=4 > runs/20261123-180100-442ec6/outputs/.state",
-                 "launch compare runs/20261123-180100-442ec6 runs/20261123-180100-442ec6; echo \"exit $?\"",
-                 "echo step=3 > runs/20261123-180100-442ec6/outputs/.state; touch runs/20261123-180100-442ec6/.added",
-                 "launch replay runs/20261123-180100-442ec6; echo \"exit $?\"",
-                 "launch resume runs/20261123-180100-442ec6; echo \"exit $?\""):  # fmt: skip
+    for _cmd in (
+        "echo step=4 > runs/20261123-180100-442ec6/outputs/.state",
+        'launch compare runs/20261123-180100-442ec6 runs/20261123-180100-442ec6; echo "exit $?"',
+        "echo step=3 > runs/20261123-180100-442ec6/outputs/.state; touch runs/20261123-180100-442ec6/.added",
+        'launch replay runs/20261123-180100-442ec6; echo "exit $?"',
+        'launch resume runs/20261123-180100-442ec6; echo "exit $?"',
+    ):
         SKIP[("docs/fingerprint.md", _cmd)] = "writing into a sealed run needs root"
 if shutil.which("python3.11") is None:  # the session's interpreter (noxfile.py)
     SKIP[("docs/gpu.md", "nox -s gpu_acceptance")] = "nox's gpu_acceptance session needs python3.11"
 if _gpu_here():
-    for _cmd in ("CUDA_VISIBLE_DEVICES=0 launch train.epochs=1", "python benchmarks/gpu_acceptance.py", "echo $?",
-                 "nox -s gpu_acceptance"):
+    for _cmd in (
+        "CUDA_VISIBLE_DEVICES=0 launch train.epochs=1",
+        "python benchmarks/gpu_acceptance.py",
+        "echo $?",
+        "nox -s gpu_acceptance",
+    ):
         SKIP[("docs/gpu.md", _cmd)] = "this machine has a GPU; the page shows a machine without one"
 if not _port_9_refuses():  # the MLflow server that is not there, and the offline example's dead proxy
-    SKIP[("docs/tracking.md", "launch tracking=mlflow tracking.uri=http://127.0.0.1:9 train.epochs=2    "
-                              "# nothing listens there")] = "something listens on port 9 here"  # fmt: skip
+    SKIP[
+        (
+            "docs/tracking.md",
+            "launch tracking=mlflow tracking.uri=http://127.0.0.1:9 train.epochs=2    # nothing listens there",
+        )
+    ] = "something listens on port 9 here"
     SKIP[("docs/errors.md", "launch train.data=full        # offline, nothing in ~/.keras/datasets")] = (
         "something listens on port 9 here (the example is made offline with a proxy there)"
     )
 
 # A command that cannot run as written -> what runs in its place (same effect, no editor).
 COMMANDS = {
-    "vim helper.py; rm train.py digits.npz; cd /elsewhere":
-        "printf '# edited\\n' >> helper.py; rm train.py digits.npz; cd /elsewhere",
+    "vim helper.py; rm train.py digits.npz; cd /elsewhere": "printf '# edited\\n' >> helper.py; rm train.py digits.npz; cd /elsewhere",  # noqa: E501
 }
 
 
@@ -150,13 +176,24 @@ class Page:
             (shim / "launch").chmod(0o755)
             (shim / "python").symlink_to(sys.executable)
         paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        return {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
-                "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        return {
+            **os.environ,
+            "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+            "PYTHONUNBUFFERED": "1",
+        }
 
     def launch(self, *args: str) -> str:
         """A set-up run (not shown in the page): ``launch ARGS`` in the project; its run id."""
-        done = subprocess.run(["launch", *args], cwd=self.project, env=self.env(), capture_output=True, text=True,
-                              timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+        done = subprocess.run(
+            ["launch", *args],
+            cwd=self.project,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
         last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
         found = dx.RUN_ID.search(last)
         assert done.returncode == 0 and " complete; " in last and found, done.stdout[-2000:] + done.stderr[-2000:]
@@ -212,8 +249,10 @@ def _forced_pair(page: Page, example: dx.Example) -> None:
 def _too_large(page: Page, example: dx.Example) -> None:
     """A run whose data file was over store.snapshot_max_mb, then moved to /mnt/archive."""
     _helper_script(page)
-    page.bind("7d836f", page.launch("train=script", "train.script=train.py", "train.args=[digits.npz]",
-                                    "store.snapshot_max_mb=0"))  # fmt: skip
+    page.bind(
+        "7d836f",
+        page.launch("train=script", "train.script=train.py", "train.args=[digits.npz]", "store.snapshot_max_mb=0"),
+    )
     (page.root / "archive").mkdir(exist_ok=True)
     shutil.move(page.project / "digits.npz", page.root / "archive" / "digits.npz")
 
@@ -223,8 +262,13 @@ def _bad_data(page: Page, example: dx.Example) -> None:
     np.savez(p / "wrong.npz", a=np.zeros(3))
     objects = np.empty(1, dtype=object)
     objects[0] = {"not": "numbers"}
-    np.savez(p / "objects.npz", x_train=objects, y_train=np.zeros(1, np.uint8), x_test=np.zeros((1, 28, 28), np.uint8),
-             y_test=np.zeros(1, np.uint8))  # fmt: skip
+    np.savez(
+        p / "objects.npz",
+        x_train=objects,
+        y_train=np.zeros(1, np.uint8),
+        x_test=np.zeros((1, 28, 28), np.uint8),
+        y_test=np.zeros(1, np.uint8),
+    )
     (p / "empty-dir").mkdir()
     shutil.copytree(DATA / "mnist-idx", p / "idx-dir")
     labels = p / "idx-dir" / "train-labels-idx1-ubyte.gz"
@@ -259,18 +303,32 @@ SETUP = {
     ("docs/verdicts.md", "launch compare runs/…-75c234 runs/…-99f6d7"): _refused_pair,
     ("docs/verdicts.md", "launch train=script train.script=train.py 'train.args=[digits.npz]'"): _helper_script,
     ("docs/verdicts.md", "launch replay runs/20261124-120044-7d836f"): _too_large,
-    ("docs/verdicts.md", "launch compare runs/20261123-112107-c4e142 runs/20261123-112112-b60b21 --allow-mismatch   "
-                         "# intra_op_threads 1 vs 2"): _forced_pair,  # fmt: skip
+    (
+        "docs/verdicts.md",
+        "launch compare runs/20261123-112107-c4e142 runs/20261123-112112-b60b21 --allow-mismatch   "
+        "# intra_op_threads 1 vs 2",
+    ): _forced_pair,
     ("docs/errors.md", "launch train.data=/etc/passwd"): _bad_data,
-    ("docs/fingerprint.md", "launch train=script train.script=hidden_state.py     # writes outputs/.state"):
-        _hidden_state,
+    (
+        "docs/fingerprint.md",
+        "launch train=script train.script=hidden_state.py     # writes outputs/.state",
+    ): _hidden_state,
     ("docs/hydra.md", "cat conf/train/tiny.yaml"): _tiny_config,
-    ("docs/tf1-migration.md", 'MIGRATION="determinism.random_ops=num_random_ops train.save_weights=true '
-                              'determinism.trace_every=1"'): _migration,  # fmt: skip
+    (
+        "docs/tf1-migration.md",
+        'MIGRATION="determinism.random_ops=num_random_ops train.save_weights=true determinism.trace_every=1"',
+    ): _migration,
 }
 # The command's environment beyond the page's: "offline, nothing in ~/.keras/datasets".
-OFFLINE = {"HOME": "{root}/home", "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
-           "http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "no_proxy": "", "NO_PROXY": ""}
+OFFLINE = {
+    "HOME": "{root}/home",
+    "https_proxy": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "http_proxy": "http://127.0.0.1:9",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "no_proxy": "",
+    "NO_PROXY": "",
+}
 ENV = {"launch train.data=full        # offline, nothing in ~/.keras/datasets": OFFLINE}
 # Pages whose examples run in the repository (they run its benchmarks and nox sessions).
 IN_REPO = {"docs/gpu.md"}
@@ -282,11 +340,31 @@ IN_REPO = {"docs/gpu.md"}
 # fingerprint says), and only for consistency elsewhere.
 PAGE_DEFAULT = ("README.md", "a61944", "e6a9b0f001fb38e9c8277cf9aa2e5b5c4a7d5081c8a992fa9c180486cabc6186")
 PAGE_MACHINE = {
-    "isa": ["avx", "avx2", "avx512_bf16", "avx512_bitalg", "avx512_vbmi2", "avx512_vnni", "avx512_vpopcntdq",
-            "avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512ifma", "avx512vbmi", "avx512vl", "f16c", "fma",
-            "sse4_1", "sse4_2"],
-    "machine": "x86_64", "tensorflow": "2.21.0", "keras": "3.15.1", "numpy": "2.4.6",
-}  # fmt: skip
+    "isa": [
+        "avx",
+        "avx2",
+        "avx512_bf16",
+        "avx512_bitalg",
+        "avx512_vbmi2",
+        "avx512_vnni",
+        "avx512_vpopcntdq",
+        "avx512bw",
+        "avx512cd",
+        "avx512dq",
+        "avx512f",
+        "avx512ifma",
+        "avx512vbmi",
+        "avx512vl",
+        "f16c",
+        "fma",
+        "sse4_1",
+        "sse4_2",
+    ],
+    "machine": "x86_64",
+    "tensorflow": "2.21.0",
+    "keras": "3.15.1",
+    "numpy": "2.4.6",
+}
 
 
 def _default_digest_problem(page: Page) -> str | None:
@@ -300,8 +378,14 @@ def _default_digest_problem(page: Page) -> str | None:
     if here != PAGE_MACHINE:
         return None
     printed = json.loads((run / "result.json").read_text())["weights_sha256"]
-    return None if printed == digest else (f"{name}: on the page's kind of machine the default run's "
-                                           f"weights_sha256 is {printed}, the page says {digest}")  # fmt: skip
+    return (
+        None
+        if printed == digest
+        else (
+            f"{name}: on the page's kind of machine the default run's "
+            f"weights_sha256 is {printed}, the page says {digest}"
+        )
+    )
 
 
 # ---------------------------------------------------------------- running an example
@@ -328,9 +412,16 @@ class Shell:
     """One bash process for one example: commands in, each one's output (stdout and stderr) out."""
 
     def __init__(self, cwd: Path, env: dict[str, str]):
-        self.proc = subprocess.Popen(["bash", "--norc", "--noprofile"], cwd=cwd, env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            ["bash", "--norc", "--noprofile"],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
 
     def run(self, command: str, env: dict[str, str], timeout: float = 600) -> list[str]:
         if env:  # in a subshell: the environment is this command's only
@@ -377,9 +468,12 @@ def _run_example(page: Page, example: dx.Example) -> list[str]:
             expected = [_map_paths(line, paths) for line in command.expected]
             after = dx.match(expected, printed, page.bindings)
             if after is None:
-                problems.append(f"{page.name}:{command.line}: $ {command.text}\n"
-                                f"{dx.first_difference(expected, printed, page.bindings)}\n"
-                                + "  all printed:\n" + "".join(f"    {x}\n" for x in printed))  # fmt: skip
+                problems.append(
+                    f"{page.name}:{command.line}: $ {command.text}\n"
+                    f"{dx.first_difference(expected, printed, page.bindings)}\n"
+                    + "  all printed:\n"
+                    + "".join(f"    {x}\n" for x in printed)
+                )
                 break  # the rest of the example depends on this command
             page.bindings = after
     finally:
@@ -387,8 +481,14 @@ def _run_example(page: Page, example: dx.Example) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("name", [pytest.param(p, marks=pytest.mark.long(seconds=100)) if p == "README.md" else p
-                                  for p in PAGES if any(True for _ in dx.extract((REPO / p).read_text(), p))])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(p, marks=pytest.mark.long(seconds=100)) if p == "README.md" else p
+        for p in PAGES
+        if any(True for _ in dx.extract((REPO / p).read_text(), p))
+    ],
+)
 def test_the_pages_console_examples_print_what_they_say(name, tmp_path):
     examples = _examples()[name]
     if not examples:

@@ -42,8 +42,9 @@ def test_data_under_the_users_cache_is_in_the_key(launch, tmp_path):
     store = tmp_path / "store"
 
     def run():
-        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=project,
-                                 env=env))  # fmt: skip
+        return run_dir_of(
+            launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=project, env=env)
+        )
 
     a, b = run(), run()
     assert json.loads((a / "fingerprint.json").read_text())["data"] == {str(data): _sha(data)}
@@ -72,8 +73,13 @@ def plain_run(shared_root) -> Path:
         project.mkdir()
         shutil.copy(DATA / "mnist-small" / "mnist-small.npz", project / "digits.npz")
         (project / "plain.py").write_text(PLAIN)
-        done = run_launch("train=script", "train.script=plain.py", f"store.root={q(directory / 'store')}",
-                          cwd=project, base_env=START_ENV)  # fmt: skip
+        done = run_launch(
+            "train=script",
+            "train.script=plain.py",
+            f"store.root={q(directory / 'store')}",
+            cwd=project,
+            base_env=START_ENV,
+        )
         return {"run": str(run_dir_of(done))}
 
     return Path(build_once(shared_root, "everyday-plain", build)["run"])
@@ -92,8 +98,16 @@ def test_a_script_kept_its_trained_values_and_tolerance_compares_them(launch, tm
     (tmp_path / "plain.py").write_text(PLAIN)
     store = tmp_path / "store"
     a = plain_run  # the defaults (shared)
-    b = run_dir_of(launch("train=script", "train.script=plain.py", f"store.root={q(store)}", "+seed=1",
-                          "train.save_weights=false", cwd=tmp_path))  # fmt: skip
+    b = run_dir_of(
+        launch(
+            "train=script",
+            "train.script=plain.py",
+            f"store.root={q(store)}",
+            "+seed=1",
+            "train.save_weights=false",
+            cwd=tmp_path,
+        )
+    )
     assert json.loads((a / "result.json").read_text())["weights_file"] == "weights.npz"
     with np.load(a / "weights.npz") as f:
         assert len(f.files) == 2  # the Dense layer's kernel and bias
@@ -133,8 +147,15 @@ def test_outputs_with_times_in_them_are_compared_by_what_they_mean(launch, tmp_p
     store = tmp_path / "store"
 
     def run(*args):
-        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}",
-                                 f"train.args=[{','.join(args)}]", cwd=tmp_path))  # fmt: skip
+        return run_dir_of(
+            launch(
+                "train=script",
+                "train.script=train.py",
+                f"store.root={q(store)}",
+                f"train.args=[{','.join(args)}]",
+                cwd=tmp_path,
+            )
+        )
 
     a, b = run(), run()
     raw_a = json.loads((a / "result.json").read_text())["outputs"]
@@ -177,8 +198,13 @@ def test_hyperparameters_from_the_environment_are_in_the_key(launch, tmp_path):
 
     def run(**env):
         base = {"LR": "", "BATCH_SIZE": "", "WANDB_API_KEY": "s3cr3t-value"}
-        done = launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path,
-                      env={k: v for k, v in {**base, **env}.items() if v})  # fmt: skip
+        done = launch(
+            "train=script",
+            "train.script=train.py",
+            f"store.root={q(store)}",
+            cwd=tmp_path,
+            env={k: v for k, v in {**base, **env}.items() if v},
+        )
         return run_dir_of(done)
 
     env_unset = {k: v for k, v in os.environ.items() if k not in ("LR", "BATCH_SIZE")}
@@ -225,15 +251,17 @@ def test_a_script_that_seeds_itself_is_named_and_the_sweep_says_so(launch, tmp_p
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SEEDS_ITSELF)
     store = tmp_path / "store"
-    done = launch("-m", "train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=range(2)",
-                  cwd=tmp_path)  # fmt: skip
+    done = launch(
+        "-m", "train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=range(2)", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "2 seeds gave 1 distinct weight hash(es): the seed did not reach the jobs" in done.stdout, done.stdout
     assert "keras.utils.set_random_seed(42) at train.py:4" in done.stdout
     run = next(p for p in store.iterdir() if (p / "manifest.json").exists())
     fp = json.loads((run / "fingerprint.json").read_text())
     assert fp["determinism"]["seeds_set_by_job"] == [
-        {"call": "keras.utils.set_random_seed", "value": 42, "where": "train.py:4"}]
+        {"call": "keras.utils.set_random_seed", "value": 42, "where": "train.py:4"}
+    ]
     assert "the job seeds itself" in (run / "log.txt").read_text()
 
 
@@ -267,15 +295,17 @@ def test_an_unseeded_generator_is_named_as_the_likely_cause(launch, tmp_path):
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(UNSEEDED)
     store = tmp_path / "store"
-    a, b = (run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
-            for _ in range(2))  # fmt: skip
+    a, b = (
+        run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
+        for _ in range(2)
+    )
     done = launch("compare", a, b)
     assert done.returncode == 1 and "DIFFERENT" in done.stdout, done.stdout
     assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in done.stdout
     # The audit: repeats differ, so it stops there, judges no knob, and names the generator.
     audit = launch("audit", "train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path)
     assert audit.returncode == 1 and "NOT STABLE" in audit.stdout, audit.stdout[-3000:]
-    verdict = audit.stdout[audit.stdout.index("VERDICT"):]
+    verdict = audit.stdout[audit.stdout.index("VERDICT") :]
     assert "must pin" not in verdict and "free here" not in verdict, verdict
     assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in verdict
     assert len([p for p in store.iterdir() if p.name[0].isdigit()]) == 4  # two runs above, two repeats
@@ -299,10 +329,16 @@ model.fit(x[..., None], y, epochs=1, batch_size=64, verbose=0)
 def test_the_audit_says_a_knob_the_job_sets_itself_is_set_by_the_job_never_free(launch, tmp_path):
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SETS_ITS_THREADS)
-    done = launch("audit", "train=script", "train.script=train.py", f"store.root={q(tmp_path / 'store')}",
-                  "audit.knobs=[intra_op_threads]", cwd=tmp_path)  # fmt: skip
+    done = launch(
+        "audit",
+        "train=script",
+        "train.script=train.py",
+        f"store.root={q(tmp_path / 'store')}",
+        "audit.knobs=[intra_op_threads]",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    verdict = done.stdout[done.stdout.index("VERDICT"):]
+    verdict = done.stdout[done.stdout.index("VERDICT") :]
     assert "set by the job itself" in verdict and "intra_op_threads" in verdict, verdict
     assert "free here" not in verdict and "must pin" not in verdict, verdict
 
@@ -313,7 +349,8 @@ def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_
     extra refuses no earlier run); one that draws with it does."""
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "uses_matplotlib.py").write_text(
-        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.figure()\n" + PLAIN)
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.figure()\n" + PLAIN
+    )
     store = tmp_path / "store"
     a = plain_run  # never uses matplotlib (shared)
     b = run_dir_of(launch("train=script", "train.script=uses_matplotlib.py", f"store.root={q(store)}", cwd=tmp_path))
@@ -339,11 +376,12 @@ model.fit(x, y, epochs=1, batch_size=64, verbose=0)
 def test_settings_the_script_makes_without_effect_are_recorded_as_they_ran(launch, tmp_path):
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(SETS_TOO_LATE)
-    run = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(tmp_path / 'store')}",
-                            cwd=tmp_path))  # fmt: skip
+    run = run_dir_of(
+        launch("train=script", "train.script=train.py", f"store.root={q(tmp_path / 'store')}", cwd=tmp_path)
+    )
     det = json.loads((run / "fingerprint.json").read_text())["determinism"]
     assert det["env"]["TF_ENABLE_ONEDNN_OPTS"] == "1" and det["set_too_late_by_job"] == {"TF_ENABLE_ONEDNN_OPTS": "0"}
-    (name, jit), = det["jit_compile"].items()
+    ((name, jit),) = det["jit_compile"].items()
     assert jit == {"requested": True, "in_effect": False}
     log = (run / "log.txt").read_text()
     assert "TF_ENABLE_ONEDNN_OPTS=0 after it was read at start-up" in log and "asked for jit_compile=True" in log
@@ -418,8 +456,15 @@ def test_data_a_child_process_reads_is_in_the_key_and_what_it_hides_is_never_cal
     store = tmp_path / "store"
 
     def run(*args):
-        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}",
-                                 f"train.args=[{','.join(args)}]", cwd=tmp_path))  # fmt: skip
+        return run_dir_of(
+            launch(
+                "train=script",
+                "train.script=train.py",
+                f"store.root={q(store)}",
+                f"train.args=[{','.join(args)}]",
+                cwd=tmp_path,
+            )
+        )
 
     a, b = run(), run()
     fp = json.loads((a / "fingerprint.json").read_text())
@@ -451,6 +496,7 @@ time.sleep(1.0)
 
 def _fanotify_here() -> bool:
     from launcher.job.observe import fswatch
+
     try:
         fswatch.Fanotify().close()
     except (OSError, AttributeError):
@@ -477,8 +523,15 @@ def test_files_read_natively_by_names_from_an_index_are_in_the_key(launch, tmp_p
     store = tmp_path / "store"
 
     def run():
-        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}",
-                                 f"train.args=[{q(data)}]", cwd=project))  # fmt: skip
+        return run_dir_of(
+            launch(
+                "train=script",
+                "train.script=train.py",
+                f"store.root={q(store)}",
+                f"train.args=[{q(data)}]",
+                cwd=project,
+            )
+        )
 
     # Meanwhile another process (this test) reads a file beside the data, as another job or an
     # editor might, once the job has trained (TensorFlow's import runs ``uname -p``, and an open
@@ -535,12 +588,14 @@ def test_a_sweep_job_keys_data_read_natively_and_its_replay_reproduces(launch, t
     a snapshot laid out inside the store: the file is data in both, never a gap that a
     changed file would turn into a false DIFFERENT or a replay into NOT COMPARABLE."""
     rows = np.random.default_rng(0).random((64, 4)).round(3)
-    (tmp_path / "train.csv").write_text("a,b,c,d,label\n" + "".join(
-        ",".join(map(str, r)) + f",{int(r.sum() > 2)}\n" for r in rows))
+    (tmp_path / "train.csv").write_text(
+        "a,b,c,d,label\n" + "".join(",".join(map(str, r)) + f",{int(r.sum() > 2)}\n" for r in rows)
+    )
     (tmp_path / "train.py").write_text(CSV_DATASET)
     store = tmp_path / "store"
-    done = launch("-m", "train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=range(1)",
-                  cwd=tmp_path)  # fmt: skip
+    done = launch(
+        "-m", "train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=range(1)", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     job = next(p for p in store.iterdir() if is_run(p))
     assert json.loads((job / "fingerprint.json").read_text())["data"] == {"train.csv": _sha(tmp_path / "train.csv")}
@@ -626,8 +681,10 @@ def test_a_script_going_on_from_its_own_checkpoint_manager_is_refused_against_a_
     fresh, restored = run(), run()
     assert json.loads((fresh / "fingerprint.json").read_text())["data"] == {}
     data = json.loads((restored / "fingerprint.json").read_text())["data"]
-    assert data == {"tf_ckpts/ckpt-3.data-00000-of-00001": f"deleted while the job ran ({restored.name})",
-                    "tf_ckpts/ckpt-3.index": f"deleted while the job ran ({restored.name})"}
+    assert data == {
+        "tf_ckpts/ckpt-3.data-00000-of-00001": f"deleted while the job ran ({restored.name})",
+        "tf_ckpts/ckpt-3.index": f"deleted while the job ran ({restored.name})",
+    }
     refused = launch("compare", fresh, restored)
     assert refused.returncode == 3 and "REFUSED" in refused.stdout, refused.stdout
     assert "data.tf_ckpts/ckpt-3.index" in refused.stdout and "determinism bug" not in refused.stdout

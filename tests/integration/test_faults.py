@@ -60,8 +60,9 @@ def _mounted(path: Path, *options: str) -> Iterator[Path]:
     if not ROOT:
         pytest.skip("needs root to mount a tmpfs (mount -t tmpfs)")
     path.mkdir(exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(path)],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(path)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -114,9 +115,13 @@ def one_run_store(tiny_runs) -> Path:
 def _start(store: Path, npz: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "launcher", *THREE_EPOCHS, f"train.data={npz}", f"store.root={store}"],
-        cwd=store.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=store.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    )
 
 
 def _wait_for_checkpoint(store: Path, proc: subprocess.Popen, epoch: int = 1) -> Path:
@@ -221,8 +226,9 @@ def test_a_sigkilled_job_process_ends_interrupted_and_resumes(tmp_path, mnist_np
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert "Traceback" not in err
-    assert out.strip().splitlines()[-1] == (f"[launch] run {run} INTERRUPTED: job killed by signal 9; "
-                                            f"continue it with: launch resume {run}")
+    assert out.strip().splitlines()[-1] == (
+        f"[launch] run {run} INTERRUPTED: job killed by signal 9; continue it with: launch resume {run}"
+    )
     status = _status(run)
     assert status["state"] == "interrupted" and not (run / "manifest.json").exists()
     _resumed_to_reference(run, reference)
@@ -239,9 +245,7 @@ def _fill(path: Path, leave: int) -> Path:
 
 
 @pytest.mark.slow
-def test_a_disk_that_fills_during_a_checkpoint_fails_the_run_and_resume_continues_it(
-    tmp_path, mnist_npz, reference
-):
+def test_a_disk_that_fills_during_a_checkpoint_fails_the_run_and_resume_continues_it(tmp_path, mnist_npz, reference):
     with _mounted(tmp_path / "small disk", "size=16m") as disk:
         store = disk / "store"
         proc = _start(store, mnist_npz)
@@ -251,11 +255,14 @@ def test_a_disk_that_fills_during_a_checkpoint_fails_the_run_and_resume_continue
         assert proc.returncode == 1, out[-3000:] + err[-3000:]
         assert "Traceback" not in err and "internal error" not in err, err[-3000:]
         last = out.strip().splitlines()[-1]
-        assert last == (f"[launch] run {run} FAILED: checkpoint epoch-000002 could not be written: "
-                        f"no space left on the device of {run / 'checkpoints'}"), last
+        assert last == (
+            f"[launch] run {run} FAILED: checkpoint epoch-000002 could not be written: "
+            f"no space left on the device of {run / 'checkpoints'}"
+        ), last
         assert _status(run)["state"] == "failed" and not (run / "manifest.json").exists()
         assert [p.name for p in (run / "checkpoints").iterdir()] == ["epoch-000001"]  # the partial one is gone
         from launcher.record import checkpoints
+
         assert checkpoints.verify(run / "checkpoints" / "epoch-000001") is None  # the complete one is intact
         filler.unlink()  # space is back
         _resumed_to_reference(run, reference)
@@ -315,8 +322,16 @@ def test_docker_as_root_with_the_store_in_a_private_directory(docker_daemon, mni
     data.write_bytes(mnist_npz.read_bytes())
     store = private / "store"
     try:
-        done = run_launch("runtime=docker", "image.base=local", *STRICT, f"train.data={data}", *QUICK,
-                          f"store.root={store}", cwd=Path(tempfile.gettempdir()), timeout=1800)  # fmt: skip
+        done = run_launch(
+            "runtime=docker",
+            "image.base=local",
+            *STRICT,
+            f"train.data={data}",
+            *QUICK,
+            f"store.root={store}",
+            cwd=Path(tempfile.gettempdir()),
+            timeout=1800,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         (run,) = _new_runs(store)
         _sealed_intact(run)
@@ -333,8 +348,15 @@ def test_docker_as_root_from_a_private_working_dir_refuses_before_building(docke
 
     cwd = Path(tempfile.mkdtemp())  # mode 0700: uid 1000 cannot enter it
     try:
-        done = run_launch("runtime=docker", "image.base=local", *STRICT, f"train.data={mnist_npz}", *QUICK,
-                          f"store.root={tmp_path / 'store'}", cwd=cwd)  # fmt: skip
+        done = run_launch(
+            "runtime=docker",
+            "image.base=local",
+            *STRICT,
+            f"train.data={mnist_npz}",
+            *QUICK,
+            f"store.root={tmp_path / 'store'}",
+            cwd=cwd,
+        )
         assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
         assert done.stderr.strip() == (
             f"launch: error: the job container runs as uid 1000, which cannot enter and read '{cwd}' "

@@ -32,11 +32,25 @@ def test_every_epoch_says_n_of_total_and_compare_a_a_says_same_run(launch, three
 
 def test_ctrl_c_is_one_line_no_traceback_and_the_run_is_resumable(store, mnist_npz):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    argv = [sys.executable, "-m", "launcher", f"train.data={mnist_npz}", f"store.root={store}",
-            "train.epochs=200", "train.batch_size=100"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        f"train.data={mnist_npz}",
+        f"store.root={store}",
+        "train.epochs=200",
+        "train.batch_size=100",
+    ]
     # Its own process group, as a terminal's: Ctrl-C reaches the launcher and the job.
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line)

@@ -30,8 +30,16 @@ def test_strict_run_twice_gives_identical_weights(tiny_runs):
     assert ra["weights_sha256"] in first["stdout"]  # the one-line summary shows it
     for run in (a, b):
         names = {p.name for p in run.iterdir()}
-        assert {"config.yaml", "fingerprint.json", "metrics.jsonl", "result.json", "log.txt",
-                "weights.weights.h5", "manifest.json", "status.json"} <= names  # fmt: skip
+        assert {
+            "config.yaml",
+            "fingerprint.json",
+            "metrics.jsonl",
+            "result.json",
+            "log.txt",
+            "weights.weights.h5",
+            "manifest.json",
+            "status.json",
+        } <= names
         assert _json(run / "status.json")["state"] == "complete"
         assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == 0
 
@@ -90,19 +98,30 @@ PROBE = textwrap.dedent(
 
 def _probe_run(launch, store, tmp_path, *overrides):
     (tmp_path / "probe_task.py").write_text(PROBE)
-    done = launch("train=custom", "train.entrypoint=probe_task:probe", f"store.root={store}",
-                  *overrides, cwd=tmp_path)  # fmt: skip
+    done = launch("train=custom", "train.entrypoint=probe_task:probe", f"store.root={store}", *overrides, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run = _runs(store)[-1]
     return run, _json(run / "outputs" / "facts.json")
 
 
 def test_strict_applies_every_setting_in_the_job_process(launch, store, tmp_path):
-    run, facts = _probe_run(launch, store, tmp_path, "determinism=strict", "+seed=5",
-                            "determinism.intra_op_threads=2", "determinism.inter_op_threads=1")  # fmt: skip
+    run, facts = _probe_run(
+        launch,
+        store,
+        tmp_path,
+        "determinism=strict",
+        "+seed=5",
+        "determinism.intra_op_threads=2",
+        "determinism.inter_op_threads=1",
+    )
     assert facts["seed_arg"] == facts["launcher_seed"] == 5
-    assert facts["env"] == {"PYTHONHASHSEED": "5", "TF_DETERMINISTIC_OPS": "1", "TF_CUDNN_DETERMINISTIC": "1",
-                            "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TF_ENABLE_ONEDNN_OPTS": "1"}  # fmt: skip
+    assert facts["env"] == {
+        "PYTHONHASHSEED": "5",
+        "TF_DETERMINISTIC_OPS": "1",
+        "TF_CUDNN_DETERMINISTIC": "1",
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "TF_ENABLE_ONEDNN_OPTS": "1",
+    }
     assert facts["op_determinism"] is True
     assert (facts["intra"], facts["inter"]) == (2, 1)
     effective = _json(run / "fingerprint.json")["determinism"]
@@ -111,8 +130,15 @@ def test_strict_applies_every_setting_in_the_job_process(launch, store, tmp_path
     assert result["final_metrics"] == {"answer": 42.0}
     assert result["weights_sha256"] and "facts.json" in result["outputs"]
     # Every random source repeats, including the global tf.random.Generator and str hashes.
-    _, again = _probe_run(launch, store, tmp_path, "determinism=strict", "+seed=5",
-                          "determinism.intra_op_threads=2", "determinism.inter_op_threads=1")  # fmt: skip
+    _, again = _probe_run(
+        launch,
+        store,
+        tmp_path,
+        "determinism=strict",
+        "+seed=5",
+        "determinism.intra_op_threads=2",
+        "determinism.inter_op_threads=1",
+    )
     assert again == facts
 
 
@@ -141,8 +167,9 @@ SCRIPT = textwrap.dedent(
 def test_an_unmodified_script_runs_as_main_with_its_arguments(launch, store, tmp_path):
     script = tmp_path / "my train.py"
     script.write_text(SCRIPT)
-    done = launch("train=script", f"train.script={script}", "train.args=[--epochs,3]",
-                  f"store.root={store}", cwd=tmp_path)  # fmt: skip
+    done = launch(
+        "train=script", f"train.script={script}", "train.args=[--epochs,3]", f"store.root={store}", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     run = _runs(store)[-1]
     assert (run / "outputs" / "args.txt").read_text() == "--epochs 3 name=__main__"
@@ -184,8 +211,13 @@ def test_data_that_is_not_mnist_fails_the_run_cleanly(launch, store, tmp_path):
     import numpy as np
 
     bad = tmp_path / "bad.npz"
-    np.savez(bad, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.full(4, 11, np.uint8),
-             x_test=np.zeros((2, 28, 28), np.uint8), y_test=np.zeros(2, np.uint8))  # fmt: skip
+    np.savez(
+        bad,
+        x_train=np.zeros((4, 28, 28), np.uint8),
+        y_train=np.full(4, 11, np.uint8),
+        x_test=np.zeros((2, 28, 28), np.uint8),
+        y_test=np.zeros(2, np.uint8),
+    )
     done = launch(f"train.data={bad}", f"store.root={store}", *QUICK)
     assert done.returncode == 1
     assert "y_train must hold integer labels 0..9" in done.stdout + done.stderr

@@ -58,6 +58,10 @@ def test_cuda_visible_devices_naming_a_missing_gpu_is_refused(launch, store, mni
     from launcher.record.probe import probes
 
     missing = len(probes.gpus()) + 7  # a GPU index this machine does not have
-    done = launch("train.epochs=1", f"train.data={q(mnist_npz)}", f"store.root={q(store)}",
-                  env={"CUDA_VISIBLE_DEVICES": str(missing)})  # fmt: skip
+    done = launch(
+        "train.epochs=1",
+        f"train.data={q(mnist_npz)}",
+        f"store.root={q(store)}",
+        env={"CUDA_VISIBLE_DEVICES": str(missing)},
+    )
     _refused(done, store, f"CUDA_VISIBLE_DEVICES={missing} names GPU {missing}, but ")

@@ -56,8 +56,16 @@ def _data(cfg_yaml: str) -> str:
 @pytest.mark.long(seconds=145)
 def test_a_two_trial_optuna_search_repeats_its_trials_and_weights(launch, project):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    args = ("-m", "-cd", "conf", "train=tiny", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
-            "train.learning_rate=interval(0.0001,0.01)", "store.root=runs")  # fmt: skip
+    args = (
+        "-m",
+        "-cd",
+        "conf",
+        "train=tiny",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "train.learning_rate=interval(0.0001,0.01)",
+        "store.root=runs",
+    )
     first = launch(*args, cwd=project)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "[sweep] reproducible: TPESampler seeded with 0" in first.stdout

@@ -41,9 +41,17 @@ def _launch(store):
 
     def start(*args: str, cwd: Path) -> subprocess.Popen:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        proc = subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, preexec_fn=_default_signals)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "launcher", *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_default_signals,
+        )
         started.append(proc)
         return proc
 
@@ -125,8 +133,12 @@ def test_ctrl_c_to_the_launcher_ends_a_local_run_interrupted_with_130(store, sle
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "interrupted" and not (run / "manifest.json").exists()
     assert _gone(run, 10), "the job outlived its interrupted launcher"
-    refused = subprocess.run([sys.executable, "-m", "launcher", "compare", str(run), str(run)], capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "-m", "launcher", "compare", str(run), str(run)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert refused.returncode == 4 and "is not complete (state: interrupted" in refused.stderr
 
 
@@ -145,15 +157,23 @@ def test_a_silent_job_does_not_outlive_its_sigkilled_launcher(store, sleeper, tm
 # slots 1: joblib runs the job inside `launch`; 2: in loky workers. SIGTERM goes to `launch` alone,
 # as Slurm and Kubernetes send it; Ctrl-C to the whole foreground process group, as a terminal does.
 @pytest.mark.parametrize(("slots", "how"), [(1, "ctrl-c"), (2, "ctrl-c"), (1, "sigterm"), (2, "sigterm")])
-def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(store, sleeper, tmp_path, slots,
-                                                                                how, _launch):  # fmt: skip
+def test_ctrl_c_in_a_sweep_interrupts_the_running_jobs_and_starts_no_queued_one(
+    store, sleeper, tmp_path, slots, how, _launch
+):
     from launcher.sweep.multirun import hydra_quote
 
     if slots == 2:
         _two_slots_or_skip()
     jobs = slots + 2
-    proc = _launch("-m", "train=script", f"train.script={hydra_quote(str(sleeper))}", f"+seed=range({jobs})",
-                   f"runtime.slots={slots}", f"store.root={hydra_quote(str(store))}", cwd=tmp_path)
+    proc = _launch(
+        "-m",
+        "train=script",
+        f"train.script={hydra_quote(str(sleeper))}",
+        f"+seed=range({jobs})",
+        f"runtime.slots={slots}",
+        f"store.root={hydra_quote(str(store))}",
+        cwd=tmp_path,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # the jobs' output goes to their logs, not to the terminal
         if len([p for p in store.glob("*/log.txt") if "ready" in p.read_text(errors="replace")]) == slots:
@@ -190,8 +210,9 @@ def test_sigterm_to_the_launcher_ends_a_local_run_interrupted_with_130(store, sl
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     last = out.strip().splitlines()[-1]  # a script with no fit: no checkpoint, and the hint says so
-    assert last.startswith(f"[launch] run {run} INTERRUPTED: SIGTERM; launch resume would refuse it: it has no "
-                           "checkpoints"), out[-2000:]
+    assert last.startswith(
+        f"[launch] run {run} INTERRUPTED: SIGTERM; launch resume would refuse it: it has no checkpoints"
+    ), out[-2000:]
     assert "Traceback" not in err + out
     assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
     assert _gone(run, 10)
@@ -199,8 +220,10 @@ def test_sigterm_to_the_launcher_ends_a_local_run_interrupted_with_130(store, sl
 
 def test_a_job_that_ignores_the_stop_is_killed_and_the_run_still_ends_interrupted(store, tmp_path, _launch):
     stubborn = tmp_path / "stubborn.py"
-    stubborn.write_text("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                        "print('ready', flush=True)\ntime.sleep(600)\n")  # fmt: skip
+    stubborn.write_text(
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\ntime.sleep(600)\n"
+    )
     proc = _launch("train=script", f"train.script={q(stubborn)}", f"store.root={q(store)}", cwd=tmp_path)
     _ready(proc)
     run = _only_run(store)
@@ -210,8 +233,14 @@ def test_a_job_that_ignores_the_stop_is_killed_and_the_run_still_ends_interrupte
     os.killpg(proc.pid, signal.SIGINT)  # a second Ctrl-C: the job is killed at once
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
-    assert out.strip().splitlines()[-1].startswith(f"[launch] run {run} INTERRUPTED: Ctrl-C; the job was killed: "
-                                                   "a second SIGINT; launch resume would refuse it"), out[-2000:]
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"[launch] run {run} INTERRUPTED: Ctrl-C; the job was killed: "
+            "a second SIGINT; launch resume would refuse it"
+        )
+    ), out[-2000:]
     assert "Traceback" not in err + out
     assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
     assert _gone(run, 10)
@@ -231,6 +260,7 @@ def test_stress_interrupts_at_random_moments_always_end_interrupted(mnist_npz, t
     no job left behind, and the resume hint exactly when the run can be resumed."""
     from launcher.errors import LauncherError
     from launcher.run import resume
+
     seed = int(os.environ.get("LAUNCH_STRESS_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     plan = [(i, STRESS_KINDS[i % len(STRESS_KINDS)], rng.uniform(0, STRESS_WINDOW_S)) for i in range(STRESS_LAUNCHES)]
@@ -240,11 +270,26 @@ def test_stress_interrupts_at_random_moments_always_end_interrupted(mnist_npz, t
         store = tmp_path / f"store {i}"
         store.mkdir()
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        argv = [sys.executable, "-m", "launcher", f"train.data={mnist_npz}", f"store.root={store}",
-                "train.epochs=200", "train.batch_size=100"]  # fmt: skip
-        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                preexec_fn=_default_signals)  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "launcher",
+            f"train.data={mnist_npz}",
+            f"store.root={store}",
+            "train.epochs=200",
+            "train.batch_size=100",
+        ]
+        proc = subprocess.Popen(
+            argv,
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_default_signals,
+        )
         try:
             deadline = time.monotonic() + 120
             while not list(store.glob("*/log.txt")):  # the job has started
@@ -289,5 +334,7 @@ def test_stress_interrupts_at_random_moments_always_end_interrupted(mnist_npz, t
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: the job's moments vary more, in half the time
         failures = [f for f in pool.map(one, plan) if f]
-    assert not failures, f"{len(failures)} of {STRESS_LAUNCHES} interrupts were not clean " \
-                         f"(LAUNCH_STRESS_SEED={seed}):\n" + "\n\n".join(failures)  # fmt: skip
+    assert not failures, (
+        f"{len(failures)} of {STRESS_LAUNCHES} interrupts were not clean "
+        f"(LAUNCH_STRESS_SEED={seed}):\n" + "\n\n".join(failures)
+    )

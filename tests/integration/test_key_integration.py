@@ -23,8 +23,14 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def _run(launch, store: Path, script: Path, *args: str, cwd: Path | None = None, env: dict | None = None) -> Path:
-    done = launch("train=script", f"train.script={q(script)}", f"train.args=[{','.join(map(q, args))}]",
-                  f"store.root={q(store)}", cwd=cwd, env=env)  # fmt: skip
+    done = launch(
+        "train=script",
+        f"train.script={q(script)}",
+        f"train.args=[{','.join(map(q, args))}]",
+        f"store.root={q(store)}",
+        cwd=cwd,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return run_dir_of(done)
 
@@ -66,7 +72,8 @@ def test_a_data_file_the_script_opens_itself_is_in_the_key(launch, store, mnist_
     shutil.copy(mnist_npz, data)
     a = _run(launch, store, SCRIPTS / "tape_loop.py", "mnist.npz", cwd=tmp_path)  # relative to the launch directory
     assert json.loads((a / "fingerprint.json").read_text())["data"] == {
-        "mnist.npz": hashlib.sha256(data.read_bytes()).hexdigest()}  # fmt: skip
+        "mnist.npz": hashlib.sha256(data.read_bytes()).hexdigest()
+    }
     with np.load(data) as f:
         arrays = dict(f)
     arrays["x_train"][0, 0, 0] += 1
@@ -109,8 +116,14 @@ def test_files_read_by_native_code_are_found_by_the_listing(launch, store, mnist
 def test_onednn_isa_is_refused_and_log_verbosity_is_not(launch, store, mnist_npz, tiny_runs):
     quiet = quick_run(launch, store, mnist_npz, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     chatty = quick_run(launch, store, mnist_npz, env={"TF_CPP_MIN_LOG_LEVEL": "0"})
-    avx2 = quick_run(launch, store, mnist_npz, "determinism.onednn_opts=true", "train.max_samples=300",
-                     env={"ONEDNN_MAX_CPU_ISA": "AVX2"})  # fmt: skip
+    avx2 = quick_run(
+        launch,
+        store,
+        mnist_npz,
+        "determinism.onednn_opts=true",
+        "train.max_samples=300",
+        env={"ONEDNN_MAX_CPU_ISA": "AVX2"},
+    )
     runs = [run_dir_of(d) for d in (quiet, chatty, avx2)]
     runs.append(tiny_runs[0]["run"])  # the same without ONEDNN_MAX_CPU_ISA (strict: onednn_opts=true; shared)
     done = launch("compare", runs[0], runs[1])
@@ -140,8 +153,10 @@ def test_mnist_replays_from_inside_an_unrelated_git_checkout(launch, store, mnis
     replays from there as REPRODUCED, though the replay (run from its snapshot) has none."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
-    for argv in (["git", "init", "-q"], ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
-                                            "--allow-empty", "-m", "x"]):  # fmt: skip
+    for argv in (
+        ["git", "init", "-q"],
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"],
+    ):
         subprocess.run(argv, cwd=checkout, check=True)
     run = run_dir_of(quick_run(launch, store, mnist_npz, cwd=checkout))
     assert json.loads((run / "fingerprint.json").read_text())["code"]["git_commit"]  # recorded

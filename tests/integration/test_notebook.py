@@ -23,9 +23,14 @@ NPZ = DATA / "mnist-small" / "mnist-small.npz"
 
 
 def _launch_notebook(store: Path, notebook: Path, *overrides: str, params: str = ""):
-    return run_launch("train=notebook", f"train.notebook={q(notebook)}", "determinism=strict",
-                      f"train.params={{data: {q(NPZ)}{', ' + params if params else ''}}}",
-                      f"store.root={q(store)}", *overrides)  # fmt: skip
+    return run_launch(
+        "train=notebook",
+        f"train.notebook={q(notebook)}",
+        "determinism=strict",
+        f"train.params={{data: {q(NPZ)}{', ' + params if params else ''}}}",
+        f"store.root={q(store)}",
+        *overrides,
+    )
 
 
 def _run(store: Path, notebook: Path, params: str = "") -> Path:
@@ -63,9 +68,11 @@ def runs(tmp_path_factory) -> dict:
     out["B"] = _run(store, notebook)
 
     def code(cells):  # code cell 3 (the model): a narrower convolution
-        cells[4]["source"] = cells[4]["source"].replace("Conv2D(8, 3", "Conv2D(4, 3") \
-            if isinstance(cells[4]["source"], str) else [s.replace("Conv2D(8, 3", "Conv2D(4, 3")
-                                                         for s in cells[4]["source"]]  # fmt: skip
+        cells[4]["source"] = (
+            cells[4]["source"].replace("Conv2D(8, 3", "Conv2D(4, 3")
+            if isinstance(cells[4]["source"], str)
+            else [s.replace("Conv2D(8, 3", "Conv2D(4, 3") for s in cells[4]["source"]]
+        )
 
     _edit(notebook, code)
     out["D"] = _run(store, notebook)
@@ -123,9 +130,15 @@ def test_replay_after_the_notebook_was_edited_reproduces(runs):
 
 def test_a_two_seed_sweep(tmp_path):
     store = tmp_path / "run store"
-    done = run_launch("-m", "train=notebook", f"train.notebook={NOTEBOOK}", "determinism=strict",
-                      f"train.params={{data: {hydra_quote(str(NPZ))}, epochs: 1}}",
-                      f"store.root={hydra_quote(str(store))}", "+seed=range(2)")  # fmt: skip
+    done = run_launch(
+        "-m",
+        "train=notebook",
+        f"train.notebook={NOTEBOOK}",
+        "determinism=strict",
+        f"train.params={{data: {hydra_quote(str(NPZ))}, epochs: 1}}",
+        f"store.root={hydra_quote(str(store))}",
+        "+seed=range(2)",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep,) = (store / "sweeps").iterdir()
     summary = json.loads((sweep / "summary.json").read_text())
@@ -141,8 +154,19 @@ def test_a_failing_cell_fails_the_run_named_in_one_line(tmp_path):
     store.mkdir()
     notebook = tmp_path / "broken.ipynb"
     shutil.copyfile(NOTEBOOK, notebook)
-    _edit(notebook, lambda cells: cells.__setitem__(2, {"cell_type": "code", "execution_count": None,
-          "metadata": {}, "outputs": [], "source": "print('before')\nratio = 1 / 0\n"}))  # fmt: skip
+    _edit(
+        notebook,
+        lambda cells: cells.__setitem__(
+            2,
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": "print('before')\nratio = 1 / 0\n",
+            },
+        ),
+    )
     done = _launch_notebook(store, notebook)
     assert done.returncode == 1, done.stdout[-2000:]
     last = done.stdout.strip().splitlines()[-1]

@@ -17,9 +17,11 @@ from tests.conftest import TINY, copy_store, is_run, verdict_of
 pytestmark = [
     pytest.mark.slow,
     # CI sets LAUNCH_REQUIRE_QEMU=1: there a missing qemu fails these tests instead of skipping them.
-    pytest.mark.skipif(shutil.which("qemu-x86_64") is None and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
-                       reason="qemu-x86_64 is not installed (apt-get install qemu-user)"),
-]  # fmt: skip
+    pytest.mark.skipif(
+        shutil.which("qemu-x86_64") is None and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
+        reason="qemu-x86_64 is not installed (apt-get install qemu-user)",
+    ),
+]
 
 
 def _run(launch, store: Path, npz: Path, *overrides: str) -> Path:
@@ -45,8 +47,10 @@ def test_a_portable_run_reproduces_on_an_emulated_haswell(launch, store, mnist_n
     done = launch("replay", str(archive), "--cpu", "Haswell", f"store.root={store}", timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert done.stdout.startswith(f"run {run.name} already in {store}; unsigned")
-    assert any(line.startswith("REPRODUCED:") and line.endswith("(its job emulated as CPU Haswell by qemu-x86_64)")
-               for line in done.stdout.splitlines()), done.stdout[-2000:]
+    assert any(
+        line.startswith("REPRODUCED:") and line.endswith("(its job emulated as CPU Haswell by qemu-x86_64)")
+        for line in done.stdout.splitlines()
+    ), done.stdout[-2000:]
     (replay,) = _replayed(store, before)
     cpu = json.loads((replay / "fingerprint.json").read_text())["hardware"]
     assert cpu["cpu"]["emulated"]["cpu"] == "Haswell"

@@ -24,8 +24,13 @@ def test_two_checkouts_of_one_project_are_identical(launch, tmp_path):
         for script in ("with_helper.py", "helper.py"):
             shutil.copy(SCRIPTS / script, project / script)
         shutil.copy(NPZ, project / "digits.npz")
-        done = launch("train=script", "train.script=with_helper.py", f"train.args=[{q(project / 'digits.npz')}]",
-                      f"store.root={q(tmp_path / 'store')}", cwd=project)  # fmt: skip
+        done = launch(
+            "train=script",
+            "train.script=with_helper.py",
+            f"train.args=[{q(project / 'digits.npz')}]",
+            f"store.root={q(tmp_path / 'store')}",
+            cwd=project,
+        )
         runs.append(run_dir_of(done))
     fa, fb = (json.loads((r / "fingerprint.json").read_text()) for r in runs)
     assert fa["launch_dir"] == str(tmp_path / "s5_advanced") and fb["launch_dir"] == str(tmp_path / "s5_copy")
@@ -37,20 +42,26 @@ def test_two_checkouts_of_one_project_are_identical(launch, tmp_path):
     assert done.stdout.startswith("IDENTICAL"), done.stdout
 
 
-def test_a_package_a_library_only_probes_for_installed_between_runs_refuses_nothing(launch, tmp_path,
-                                                                                    keras_fit_runs):
+def test_a_package_a_library_only_probes_for_installed_between_runs_refuses_nothing(launch, tmp_path, keras_fit_runs):
     """`import keras` imports IPython when it is installed (the launcher's [notebook] extra), and IPython
     imports pygments, which rich (that Keras requires) requires too. A run from before the install
     (IPython hidden here, as if not installed) compares IDENTICAL with one after it (shared)."""
     hidden = tmp_path / "site-packages"  # a site directory before the installed one: IPython not found
     (hidden / "IPython").mkdir(parents=True)
     (hidden / "IPython" / "__init__.py").write_text("raise ModuleNotFoundError('not installed', name='IPython')\n")
-    done = launch("train=script", f"train.script={q(SCRIPTS / 'keras_fit.py')}", f"train.args=[{q(NPZ)}]",
-                  f"store.root={q(tmp_path / 'store')}", env={"PYTHONPATH": str(hidden)})  # fmt: skip
+    done = launch(
+        "train=script",
+        f"train.script={q(SCRIPTS / 'keras_fit.py')}",
+        f"train.args=[{q(NPZ)}]",
+        f"store.root={q(tmp_path / 'store')}",
+        env={"PYTHONPATH": str(hidden)},
+    )
     before, after = run_dir_of(done), keras_fit_runs[0]["run"]
     sb, sa = (json.loads((r / "fingerprint.json").read_text())["software"] for r in (before, after))
-    assert "ipython" not in sb["distributions_probed"] and "pygments" not in {**sb["distributions"],
-                                                                              **sb["distributions_probed"]}
+    assert "ipython" not in sb["distributions_probed"] and "pygments" not in {
+        **sb["distributions"],
+        **sb["distributions_probed"],
+    }
     assert {"ipython", "pygments", "traitlets"} <= set(sa["distributions_probed"])  # imported, out of the key
     assert "pygments" not in sa["distributions"] and "rich" in sa["distributions"]
     done = launch("compare", before, after)

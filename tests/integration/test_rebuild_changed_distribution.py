@@ -44,8 +44,15 @@ OLDER = {"packaging": "26.3", "numpy": "2.4.5"}  # each other than this environm
 
 
 def _launch(python: Path, project: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), "-m", "launcher", *args], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=900, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [str(python), "-m", "launcher", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +64,22 @@ def recorded(tmp_path_factory) -> tuple[Path, Path, Path]:
     """
     root = tmp_path_factory.mktemp("rebuild-changed")
     code = root / "launcher-code"
-    shutil.copytree(Path(rebuild.LAUNCHER_ROOT) / "launcher", code / "launcher",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        Path(rebuild.LAUNCHER_ROOT) / "launcher", code / "launcher", ignore=shutil.ignore_patterns("__pycache__")
+    )
     project = root / "project"
     project.mkdir()
     (project / "train.py").write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(code), "XDG_CACHE_HOME": str(root / "cache")}
-    done = _launch(Path(sys.executable), project, env, "train=script", "train.script=train.py",
-                   f"train.args=[{NPZ}]", "store.root=runs")  # fmt: skip
+    done = _launch(
+        Path(sys.executable),
+        project,
+        env,
+        "train=script",
+        "train.script=train.py",
+        f"train.args=[{NPZ}]",
+        "store.root=runs",
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run = project / done.stdout.strip().splitlines()[-1].split()[2]
     used = json.loads((run / "fingerprint.json").read_text())["software"]["distributions"]
@@ -79,20 +94,42 @@ def _venv_with(root: Path, code: Path, name: str, version: str) -> Path:
     venv = root / f"with {name} {version}"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                           "--only-binary=:all:", "--disable-pip-version-check", f"{name}=={version}"],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            f"{name}=={version}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"{name}=={version} cannot be installed (is the index reachable?): {done.stderr[-300:]}")
     site = rebuild.overlay_site(venv)
     shutil.copytree(code / "launcher", site / "launcher")
     info = site / f"tf_repro_launcher-{metadata.version(rebuild.LAUNCHER_DISTRIBUTION)}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {rebuild.LAUNCHER_DISTRIBUTION}\n"
-                                   f"Version: {metadata.version(rebuild.LAUNCHER_DISTRIBUTION)}\n")  # fmt: skip
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {rebuild.LAUNCHER_DISTRIBUTION}\n"
+        f"Version: {metadata.version(rebuild.LAUNCHER_DISTRIBUTION)}\n"
+    )
     code = f"import json, launcher, {name}; print(json.dumps([{name}.__version__, launcher.__file__]))"
-    seen = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True, cwd=root,
-                          env={**os.environ, "PYTHONPATH": ""})  # fmt: skip
+    seen = subprocess.run(
+        [str(python), "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert json.loads(seen.stdout) == [version, str(site / "launcher" / "__init__.py")]
     return python
 

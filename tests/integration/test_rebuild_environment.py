@@ -26,8 +26,10 @@ from launcher.run import rebuild
 
 pytestmark = pytest.mark.slow
 
-IDENTITY = "import json, sys; sys.path.insert(0, sys.argv[1]); from launcher.record import distributions; " \
-           "print(json.dumps(distributions.distribution_identity(sys.argv[2])))"  # fmt: skip
+IDENTITY = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); from launcher.record import distributions; "
+    "print(json.dumps(distributions.distribution_identity(sys.argv[2])))"
+)
 
 
 def _wheel(directory: Path, source: str = "def main():\n    print('tiny')\n") -> Path:
@@ -55,14 +57,30 @@ def _wheel(directory: Path, source: str = "def main():\n    print('tiny')\n") ->
 def _venv(path: Path, *install: str) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--isolated", "--python", str(python), "install", "--no-index",
-                    "--no-deps", "--disable-pip-version-check", "-q", *install], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--isolated",
+            "--python",
+            str(python),
+            "install",
+            "--no-index",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            *install,
+        ],
+        check=True,
+    )
     return python
 
 
 def _identity(python: Path, name: str) -> dict:
-    done = subprocess.run([str(python), "-c", IDENTITY, rebuild.LAUNCHER_ROOT, name], capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        [str(python), "-c", IDENTITY, rebuild.LAUNCHER_ROOT, name], capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout)
 
 
@@ -90,9 +108,23 @@ def other_termcolor(tmp_path) -> tuple[str, dict]:
     """A version of termcolor other than this environment's, and its identity from its wheel (from the index)."""
     here = metadata.version("termcolor")
     version = "3.2.0" if here != "3.2.0" else "3.1.0"
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                           "--disable-pip-version-check", "-d", str(tmp_path / "w"), f"termcolor=={version}"],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-d",
+            str(tmp_path / "w"),
+            f"termcolor=={version}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"termcolor=={version} cannot be downloaded (is the index reachable?): {done.stderr[-300:]}")
     (wheel,) = (tmp_path / "w").glob("*.whl")
@@ -107,8 +139,11 @@ def test_a_rebuilt_environment_has_the_recorded_version_and_shares_tensorflow(tm
     software = probes.software()
     software["packages"] = [f"termcolor=={version}" if p.startswith("termcolor==") else p for p in software["packages"]]
     tf_name = "tensorflow-cpu" if "tensorflow-cpu" in rebuild.here_versions() else "tensorflow"
-    software["distributions"] = {"termcolor": identity, tf_name: distributions.distribution_identity(tf_name),
-                                 "numpy": distributions.distribution_identity("numpy")}  # fmt: skip
+    software["distributions"] = {
+        "termcolor": identity,
+        tf_name: distributions.distribution_identity(tf_name),
+        "numpy": distributions.distribution_identity("numpy"),
+    }
     fp = {"schema": 2, "software": software}
 
     started = time.monotonic()
@@ -117,12 +152,16 @@ def test_a_rebuilt_environment_has_the_recorded_version_and_shares_tensorflow(tm
     started = time.monotonic()
     assert rebuild.environment(fp, cache_root=tmp_path / "envs") == python
     cached = time.monotonic() - started
-    print(f"\nrebuild: built in {built:.1f} s (termcolor=={version} over this Python's site-packages), "
-          f"found in the cache and verified in {cached:.1f} s")
+    print(
+        f"\nrebuild: built in {built:.1f} s (termcolor=={version} over this Python's site-packages), "
+        f"found in the cache and verified in {cached:.1f} s"
+    )
 
     env = {**os.environ, "PYTHONPATH": rebuild.LAUNCHER_ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    code = ("import json, termcolor, importlib.metadata as m, tensorflow as tf, launcher; "
-            "print(json.dumps([m.version('termcolor'), termcolor.__file__, tf.__version__, launcher.__file__]))")
+    code = (
+        "import json, termcolor, importlib.metadata as m, tensorflow as tf, launcher; "
+        "print(json.dumps([m.version('termcolor'), termcolor.__file__, tf.__version__, launcher.__file__]))"
+    )
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     seen_version, termcolor_file, tf_version, launcher_file = json.loads(done.stdout.splitlines()[-1])
@@ -157,24 +196,49 @@ def test_a_run_from_another_environment_is_refused_here_and_replays_rebuilt(tmp_
     version, _ = other_termcolor
     venv = tmp_path / "their venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-deps", "--disable-pip-version-check", "--find-links", str(tmp_path / "w"), "--no-index",
-                    f"termcolor=={version}"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--find-links",
+            str(tmp_path / "w"),
+            "--no-index",
+            f"termcolor=={version}",
+        ],
+        check=True,
+    )
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text(TERMCOLOR_SCRIPT)
     env = {**os.environ, "PYTHONPATH": rebuild.LAUNCHER_ROOT, "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
     def launch(python, *args):
-        return subprocess.run([str(python), "-m", "launcher", *args], cwd=project, env=env, capture_output=True,
-                              text=True, timeout=900, stdin=subprocess.DEVNULL)  # fmt: skip
+        return subprocess.run(
+            [str(python), "-m", "launcher", *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            stdin=subprocess.DEVNULL,
+        )
 
-    done = launch(venv / "bin" / "python", "train=script", "train.script=train.py", f"train.args=[{mnist_npz}]",
-                  "store.root=runs")  # fmt: skip
+    done = launch(
+        venv / "bin" / "python", "train=script", "train.script=train.py", f"train.args=[{mnist_npz}]", "store.root=runs"
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run = project / done.stdout.strip().splitlines()[-1].split()[2]
-    assert json.loads((run / "fingerprint.json").read_text())["software"]["distributions"]["termcolor"]["version"] \
-        == version  # fmt: skip
+    assert (
+        json.loads((run / "fingerprint.json").read_text())["software"]["distributions"]["termcolor"]["version"]
+        == version
+    )
 
     refused = launch(sys.executable, "replay", str(run))
     assert refused.returncode == 3, refused.stdout[-2000:] + refused.stderr[-2000:]

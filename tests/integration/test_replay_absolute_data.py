@@ -83,13 +83,23 @@ def quickstart(tmp_path: Path) -> dict:
     data = home / ".keras" / "datasets" / "mnist.npz"
     data.parent.mkdir(parents=True)
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", data)
-    return {"project": project, "data": data, "store": tmp_path / "store", "env": {"HOME": str(home),
-                                                                                     "XDG_CACHE_HOME": ""}}
+    return {
+        "project": project,
+        "data": data,
+        "store": tmp_path / "store",
+        "env": {"HOME": str(home), "XDG_CACHE_HOME": ""},
+    }
 
 
 def _run(launch, qs: dict, *extra: str) -> Path:
-    done = launch("train=script", "train.script=quickstart.py", f"store.root={q(qs['store'])}", *extra,
-                  cwd=qs["project"], env=qs["env"])  # fmt: skip
+    done = launch(
+        "train=script",
+        "train.script=quickstart.py",
+        f"store.root={q(qs['store'])}",
+        *extra,
+        cwd=qs["project"],
+        env=qs["env"],
+    )
     return run_dir_of(done)
 
 
@@ -128,8 +138,9 @@ def test_a_replay_after_the_data_at_an_absolute_path_changed_runs_on_the_kept_co
     with pytest.raises(NotComparable) as refused:
         replay.replay(run, echo=False)
     assert refused.value.differences == [(f"data.{data}", recorded, now)]
-    assert (f"{data} is read by its absolute path and is not what the run read (recorded {recorded[:12]}…, "
-            f"now {now[:12]}…)") in str(refused.value)
+    assert (
+        f"{data} is read by its absolute path and is not what the run read (recorded {recorded[:12]}…, now {now[:12]}…)"
+    ) in str(refused.value)
     assert f"(unshare: Operation not permitted): put the file back (cp {store}/objects/" in str(refused.value)
     assert sorted(p.name for p in store.iterdir() if is_run(p)) == runs_before  # nothing ran
 
@@ -151,8 +162,9 @@ def test_a_data_file_too_large_to_keep_is_refused_by_name_or_placed_from_a_copy(
 
     done = launch("replay", str(run), "--data", f"{data}={copy}", cwd=quickstart["project"], env=quickstart["env"])
     if _placing():  # the copy is placed at the path the job reads
-        assert f"--data {data}=PATH" in launch("replay", str(run), cwd=quickstart["project"],
-                                                 env=quickstart["env"]).stdout  # fmt: skip
+        assert (
+            f"--data {data}=PATH" in launch("replay", str(run), cwd=quickstart["project"], env=quickstart["env"]).stdout
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
     else:

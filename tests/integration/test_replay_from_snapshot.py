@@ -52,8 +52,14 @@ def project_run(tmp_path_factory) -> dict:
 
 
 def _script_run(launch, project: Path, store: Path, *extra: str):
-    done = launch("train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}",
-                  *extra, cwd=project)  # fmt: skip
+    done = launch(
+        "train=script",
+        "train.script=train.py",
+        "train.args=[digits.npz]",
+        f"store.root={q(store)}",
+        *extra,
+        cwd=project,
+    )
     return run_dir_of(done)
 
 
@@ -96,11 +102,21 @@ def test_a_sweep_keeps_one_copy_of_its_code_and_an_edit_during_it_changes_no_job
     as it was when the sweep started, and the store keeps one copy of each file for both."""
     store = tmp_path / "store"
     editor = project / "train.py"
-    editor.write_text(editor.read_text() + "\nimport os\nif os.environ.get('LAUNCH_SEED') == '0':\n"
-                      f"    open({str(editor)!r}, 'a').write('# edited while the sweep ran\\n')\n")  # fmt: skip
+    editor.write_text(
+        editor.read_text() + "\nimport os\nif os.environ.get('LAUNCH_SEED') == '0':\n"
+        f"    open({str(editor)!r}, 'a').write('# edited while the sweep ran\\n')\n"
+    )
     original = editor.read_bytes()
-    done = launch("-m", "train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}",
-                  "+seed=range(2)", "hydra/launcher=basic", cwd=project)  # fmt: skip
+    done = launch(
+        "-m",
+        "train=script",
+        "train.script=train.py",
+        "train.args=[digits.npz]",
+        f"store.root={q(store)}",
+        "+seed=range(2)",
+        "hydra/launcher=basic",
+        cwd=project,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert editor.read_bytes() != original  # job 000 did edit the user's script
     jobs = [r for r in store.iterdir() if is_run(r) and (r / "manifest.json").exists()]
@@ -141,8 +157,15 @@ def test_a_launcher_that_differs_outside_the_job_replays_an_old_run(project_run,
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     env = {**os.environ, "PYTHONPATH": str(other)}
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
     replayed = Path(done.stdout.splitlines()[-2].split()[2])
@@ -151,8 +174,15 @@ def test_a_launcher_that_differs_outside_the_job_replays_an_old_run(project_run,
     # A change in a launcher file the job imports is a change of the code that ran: refused, by file.
     observe = other / "launcher" / "job" / "training" / "observer.py"
     observe.write_text(observe.read_text() + "\n# a comment in the job's own code\n")
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 3 and "code.launcher.launcher.job.training.observer" in done.stdout, done.stdout[-3000:]
 
 
@@ -166,9 +196,24 @@ def test_the_job_runs_the_installed_launcher_not_one_in_the_launch_directory(lau
     store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     # As the installed `launch` command starts: the launch directory is not on its path.
-    done = subprocess.run([sys.executable, "-P", "-m", "launcher", "train=script", "train.script=train.py",
-                           "train.args=[digits.npz]", f"store.root={q(store)}"], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "launcher",
+            "train=script",
+            "train.script=train.py",
+            "train.args=[digits.npz]",
+            f"store.root={q(store)}",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     run = run_dir_of(done)
     assert "decoy" not in (run / "log.txt").read_text()
 

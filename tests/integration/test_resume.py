@@ -25,9 +25,12 @@ def _result(run: Path) -> dict:
 def _start(store: Path, npz: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "launcher", *ARGS, f"train.data={npz}", f"store.root={store}"],
-        cwd=store, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=store,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
-    )  # fmt: skip
+    )
 
 
 def _kill_after_checkpoint(store: Path, npz: Path, epoch: int) -> Path:
@@ -119,9 +122,17 @@ def test_resume_refuses_a_changed_environment(launch, store, mnist_npz):
 
 
 def test_checkpoint_every_and_keep(launch, store, mnist_npz):
-    done = launch("train=mnist", "determinism=strict", "train.epochs=4", "train.batch_size=100",
-                  "train.max_samples=300", "train.checkpoint_every=2", "train.checkpoint_keep=1",
-                  f"train.data={mnist_npz}", f"store.root={store}")  # fmt: skip
+    done = launch(
+        "train=mnist",
+        "determinism=strict",
+        "train.epochs=4",
+        "train.batch_size=100",
+        "train.max_samples=300",
+        "train.checkpoint_every=2",
+        "train.checkpoint_keep=1",
+        f"train.data={mnist_npz}",
+        f"store.root={store}",
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (run,) = [p for p in store.iterdir() if is_run(p)]
     assert len(_result(run)["timings"]["checkpoint_s"]) == 2  # saved after epochs 2 and 4

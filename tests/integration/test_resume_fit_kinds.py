@@ -108,8 +108,7 @@ def test_a_two_fit_script_killed_in_its_second_fit_resumes_to_the_same_bits(laun
     assert epoch_lines(out) == ["Epoch 2/2"]  # fit 1 trained no epoch, fit 2 its second only
 
 
-def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(launch, tmp_path,
-                                                                                two_fits_reference):  # fmt: skip
+def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(launch, tmp_path, two_fits_reference):
     """Killed once the first fit's last checkpoint exists: the first fit runs no epoch, and the
     second, on the same pipeline, reads the iterators the uninterrupted run read."""
     work = work_dir(tmp_path, "work")
@@ -135,8 +134,13 @@ NOTEBOOK = Path(__file__).parent / "notebooks" / "train.ipynb"
 
 
 def _notebook_args(store: Path, notebook: Path) -> list[str]:
-    return ["train=notebook", f"train.notebook={notebook}", "determinism=strict",
-            f"train.params={{data: {DATA}, epochs: 3}}", f"store.root={store}"]  # fmt: skip
+    return [
+        "train=notebook",
+        f"train.notebook={notebook}",
+        "determinism=strict",
+        f"train.params={{data: {DATA}, epochs: 3}}",
+        f"store.root={store}",
+    ]
 
 
 def test_a_killed_notebook_resumes_with_its_kept_cells_to_the_same_bits(launch, tmp_path):
@@ -150,12 +154,20 @@ def test_a_killed_notebook_resumes_with_its_kept_cells_to_the_same_bits(launch, 
     reference = run_of(tmp_path / "reference")
     store = tmp_path / "store"
     store.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", *_notebook_args(store, notebook)], cwd=tmp_path,
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launcher", *_notebook_args(store, notebook)],
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
-    while not ((runs := [p for p in store.iterdir() if is_run(p)]) and
-               (runs[0] / "checkpoints" / "epoch-000001").is_dir()):  # fmt: skip
+    while not (
+        (runs := [p for p in store.iterdir() if is_run(p)]) and (runs[0] / "checkpoints" / "epoch-000001").is_dir()
+    ):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-2000:]
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)

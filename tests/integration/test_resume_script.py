@@ -31,8 +31,13 @@ EPOCHS = 6  # the issue's script: killed after epoch 2, stopped after epoch 3
 
 
 def _args(store: Path, script_args: str = f"data.npz,{EPOCHS},outputs", script: Path = SCRIPT) -> list[str]:
-    return ["train=script", f"train.script={script}", f"train.args=[{script_args}]", "determinism=strict",
-            f"store.root={store}"]  # fmt: skip
+    return [
+        "train=script",
+        f"train.script={script}",
+        f"train.args=[{script_args}]",
+        "determinism=strict",
+        f"store.root={store}",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +45,9 @@ def uninterrupted(tmp_path_factory) -> dict:
     return resumed.uninterrupted(tmp_path_factory.mktemp("reference"), SCRIPT, f"data.npz,{EPOCHS},outputs")
 
 
-def _stop_after_checkpoint(work: Path, store: Path, epoch: int, signum: int, *args: str, script: Path = SCRIPT,
-                           wait: float = 0.0) -> tuple[Path, subprocess.Popen]:  # fmt: skip
+def _stop_after_checkpoint(
+    work: Path, store: Path, epoch: int, signum: int, *args: str, script: Path = SCRIPT, wait: float = 0.0
+) -> tuple[Path, subprocess.Popen]:
     """The script's run (``train.args=[args]``), stopped ``wait`` seconds after checkpoint ``epoch``."""
     return stop_after_checkpoint(work, store, epoch, signum, _args(store, *args, script=script), wait)
 
@@ -98,8 +104,10 @@ def test_a_script_that_catches_the_stop_and_saves_ends_interrupted_and_resumes(l
     assert "stopped: saving the model as it is" in out  # the script's own handler ran
     assert (work / "outputs" / "model.keras").is_file()  # and saved what it had
     last = out.strip().splitlines()[-1]
-    assert last == f"[launch] run {run} INTERRUPTED: SIGTERM; the job's code caught the stop and ended by itself " \
-                   f"before its planned end; continue it with: launch resume {run}", last  # fmt: skip
+    assert (
+        last == f"[launch] run {run} INTERRUPTED: SIGTERM; the job's code caught the stop and ended by itself "
+        f"before its planned end; continue it with: launch resume {run}"
+    ), last
     assert "Traceback" not in err + out
     assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
     assert not (run / "manifest.json").exists()  # not sealed as complete
@@ -130,8 +138,7 @@ def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path):
     assert not (run / "manifest.json").exists()
 
 
-def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, tmp_path,
-                                                                         uninterrupted):  # fmt: skip
+def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, tmp_path, uninterrupted):
     """The script kept in the run at its checkpoint is what resumes: an edit made while the run
     waited (here one that would fail at once) is not run, and the resumed run writes where it did."""
     work = work_dir(tmp_path, "work")
@@ -173,8 +180,10 @@ def test_a_fit_that_early_stopping_ended_resumes_to_its_end(launch, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert epoch_lines(done.stdout) == []  # the resumed fit trained no epoch: its state came from the checkpoint
     assert record(run, work) == record(uninterrupted, reference)
-    assert json.loads((run / "result.json").read_text())["final_metrics"] == \
-        json.loads((uninterrupted / "result.json").read_text())["final_metrics"]  # fmt: skip
+    assert (
+        json.loads((run / "result.json").read_text())["final_metrics"]
+        == json.loads((uninterrupted / "result.json").read_text())["final_metrics"]
+    )
 
 
 def _pids_running(needle: str) -> list[int]:
@@ -187,10 +196,25 @@ def test_a_submitit_local_job_signalled_to_requeue_resumes_its_run(tmp_path, uni
     to the uninterrupted run's bits (the same path a Slurm preemption takes, tests/integration/test_slurm.py)."""
     work = work_dir(tmp_path, "work")
     store = tmp_path / "store"
-    sweep = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *_args(store), "+seed=0",
-                              "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30"],
-                             cwd=work, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    sweep = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            "-m",
+            *_args(store),
+            "+seed=0",
+            "hydra/launcher=submitit_local",
+            "hydra.launcher.timeout_min=30",
+        ],
+        cwd=work,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -213,7 +237,7 @@ def test_a_submitit_local_job_signalled_to_requeue_resumes_its_run(tmp_path, uni
     history = json.loads((run / "job.json").read_text())["resume"]["history"]
     assert history and history[0]["from_epoch"] >= 2, history
     log = (run / "log.txt").read_text()  # both attempts' output: the requeued one trained the rest only
-    trained_only_after(log[log.index("[launch] resumed from"):], history[0]["from_epoch"], EPOCHS)
+    trained_only_after(log[log.index("[launch] resumed from") :], history[0]["from_epoch"], EPOCHS)
     result = json.loads((run / "result.json").read_text())
     assert result["weights_sha256"] == uninterrupted["weights"]
     assert (run / "metrics.jsonl").read_text() == uninterrupted["metrics"]

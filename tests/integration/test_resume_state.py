@@ -62,8 +62,9 @@ def _resumes_to(launch, run: Path, work: Path, reference: dict, epochs: int) -> 
     return done.stdout
 
 
-def test_augmentation_in_the_pipeline_killed_after_epoch_2_resumes_to_the_same_bits(launch, tmp_path,
-                                                                                     augment_reference):  # fmt: skip
+def test_augmentation_in_the_pipeline_killed_after_epoch_2_resumes_to_the_same_bits(
+    launch, tmp_path, augment_reference
+):
     work = work_dir(tmp_path, "work")
     run, _, _ = _stop_after(work, tmp_path / "store", 2, signal.SIGKILL, *AUGMENT)
     extra = json.loads((run / "checkpoints" / "epoch-000002" / "extra.json").read_text())
@@ -71,8 +72,9 @@ def test_augmentation_in_the_pipeline_killed_after_epoch_2_resumes_to_the_same_b
     _resumes_to(launch, run, work, augment_reference, 6)
 
 
-def test_augmentation_in_the_pipeline_stopped_after_epoch_3_resumes_to_the_same_bits(launch, tmp_path,
-                                                                                      augment_reference):  # fmt: skip
+def test_augmentation_in_the_pipeline_stopped_after_epoch_3_resumes_to_the_same_bits(
+    launch, tmp_path, augment_reference
+):
     work = work_dir(tmp_path, "work")
     run, returncode, out = _stop_after(work, tmp_path / "store", 3, signal.SIGTERM, *AUGMENT)
     assert returncode == 130 and "INTERRUPTED: SIGTERM" in out, out[-2000:]

@@ -31,9 +31,15 @@ def offline_env(venv: Path, home: Path) -> dict:
     """Only Python and the venv: an empty HOME, no index, no pip configuration, no launcher source tree. The
     machine's own OpenBLAS settings stay (set on some CPUs here, and in the key: the same machine keeps them)."""
     machine = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")}
-    return {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(home), "PIP_NO_INDEX": "1",
-            "PIP_CONFIG_FILE": os.devnull, "XDG_CACHE_HOME": str(home / ".cache"), "LANG": "C.UTF-8",
-            **machine}  # fmt: skip
+    return {
+        "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
+        "HOME": str(home),
+        "PIP_NO_INDEX": "1",
+        "PIP_CONFIG_FILE": os.devnull,
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "LANG": "C.UTF-8",
+        **machine,
+    }
 
 
 def tamper_record(venv: Path, distribution: str) -> None:
@@ -44,16 +50,16 @@ def tamper_record(venv: Path, distribution: str) -> None:
 
 
 @pytest.mark.long(seconds=150)
-def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_wheels_with_no_index(
-        launch, tmp_path):  # fmt: skip
+def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_wheels_with_no_index(launch, tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(SCRIPTS / "with_helper.py", project / "train.py")
     shutil.copy(SCRIPTS / "helper.py", project / "helper.py")
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", project / "digits.npz")
     store = tmp_path / "store"
-    done = launch("train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}",
-                  cwd=project)  # fmt: skip
+    done = launch(
+        "train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}", cwd=project
+    )
     run = run_dir_of(done)
     archive = tmp_path / "shipped" / "run.launch.tar.gz"
     archive.parent.mkdir()
@@ -74,17 +80,36 @@ def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_whee
     subprocess.run(["tar", "-xzf", str(archive), "wheels"], cwd=elsewhere, check=True)  # plain tar gets them
     subprocess.run([sys.executable, "-m", "venv", str(elsewhere / "venv")], check=True)
     env = offline_env(elsewhere / "venv", elsewhere / "home")
-    installed = subprocess.run([str(elsewhere / "venv" / "bin" / "pip"), "install", "-q", "--no-index", "--find-links",
-                                "wheels", "tf-repro-launcher"], cwd=elsewhere, env=env, capture_output=True,
-                               text=True, timeout=900)  # fmt: skip
+    installed = subprocess.run(
+        [
+            str(elsewhere / "venv" / "bin" / "pip"),
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            "wheels",
+            "tf-repro-launcher",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
     install_s = time.monotonic() - started
     work = elsewhere / "work"
     work.mkdir()
 
     def replay(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(elsewhere / "venv" / "bin" / "launch"), "replay", str(archive), *extra], cwd=work,
-                              env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+        return subprocess.run(
+            [str(elsewhere / "venv" / "bin" / "launch"), "replay", str(archive), *extra],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     started = time.monotonic()
     done = replay()
@@ -93,8 +118,9 @@ def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_whee
     assert done.stdout.startswith(f"run {run.name} unpacked into {work / 'runs'}; unsigned; its ")
     assert "\nREPRODUCED: replay " in done.stdout and f"of {work / 'runs' / run.name}" in done.stdout
     assert "the launcher" not in done.stderr  # the launcher the job imported is the venv's, from the archive
-    listed = subprocess.run([str(elsewhere / "venv" / "bin" / "launch"), "runs"], cwd=work, env=env,
-                            capture_output=True, text=True)  # fmt: skip
+    listed = subprocess.run(
+        [str(elsewhere / "venv" / "bin" / "launch"), "runs"], cwd=work, env=env, capture_output=True, text=True
+    )
     assert run.name in listed.stdout and "2 run(s)" in listed.stdout, listed.stdout + listed.stderr
 
     # --rebuild from the archive's wheels, with no index: the venv's termcolor made unlike the run's
@@ -105,8 +131,10 @@ def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_whee
     assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr[-3000:]
     assert f"run {run.name} already in" in rebuilt.stdout and "\nREPRODUCED: " in rebuilt.stdout
     assert "termcolor==3" in rebuilt.stderr or "termcolor==" in rebuilt.stderr  # what the overlay installed
-    print(f"\npack --with-env {pack_s:.1f} s; tar -x wheels + venv + pip install {install_s:.1f} s; "
-          f"replay FILE {replay_s:.1f} s; archive {archive.stat().st_size / (1 << 20):.0f} MiB")
+    print(
+        f"\npack --with-env {pack_s:.1f} s; tar -x wheels + venv + pip install {install_s:.1f} s; "
+        f"replay FILE {replay_s:.1f} s; archive {archive.stat().st_size / (1 << 20):.0f} MiB"
+    )
 
 
 # ---------------------------------------------------------------- signed runs
@@ -126,8 +154,9 @@ def keys(tmp_path: Path) -> dict:
 def test_a_signed_run_shows_its_signer_in_verify_replay_and_compare_and_forgeries_are_refused(launch, tmp_path, keys):
     store = tmp_path / "store"
     trusted = f"store.allowed_signers={keys['alice_only']}"
-    done = launch("train=mnist", f"train.data={q(NPZ)}", *TINY, f"store.root={q(store)}",
-                  f"store.signing_key={keys['alice']}")  # fmt: skip
+    done = launch(
+        "train=mnist", f"train.data={q(NPZ)}", *TINY, f"store.root={q(store)}", f"store.signing_key={keys['alice']}"
+    )
     run = run_dir_of(done)
     assert (run / "manifest.json.sig").is_file()
 
@@ -137,8 +166,11 @@ def test_a_signed_run_shows_its_signer_in_verify_replay_and_compare_and_forgerie
     assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
     assert replayed.stdout.startswith("REPRODUCED") or "\nREPRODUCED: " in replayed.stdout
     assert replayed.stdout.startswith(f"the stored run {run.name} is sealed by alice@lab (trusted)\n")
-    replay_run = Path(next(line for line in replayed.stdout.splitlines() if line.startswith("REPRODUCED"))
-                      .split(" replay ")[1].split(" of ")[0])  # fmt: skip
+    replay_run = Path(
+        next(line for line in replayed.stdout.splitlines() if line.startswith("REPRODUCED"))
+        .split(" replay ")[1]
+        .split(" of ")[0]
+    )
     compared = launch("compare", str(run), str(replay_run), trusted)
     assert compared.returncode == 0 and compared.stdout.startswith("IDENTICAL")
     assert f"run {run.name}: sealed by alice@lab (trusted)" in compared.stdout
@@ -146,11 +178,17 @@ def test_a_signed_run_shows_its_signer_in_verify_replay_and_compare_and_forgerie
 
     archive = tmp_path / "signed.tar.gz"
     assert launch("pack", str(run), "-o", str(archive)).returncode == 0
-    elsewhere = launch("replay", str(archive), f"store.root={q(tmp_path / 'other')}", trusted,
-                       "store.require_signed=true")  # fmt: skip
+    elsewhere = launch(
+        "replay", str(archive), f"store.root={q(tmp_path / 'other')}", trusted, "store.require_signed=true"
+    )
     assert elsewhere.returncode == 0 and "sealed by alice@lab (trusted)" in elsewhere.stdout.splitlines()[0]
-    strangers = launch("replay", str(archive), f"store.root={q(tmp_path / 'third')}",
-                       f"store.allowed_signers={keys['mallory_only']}", "store.require_signed=true")  # fmt: skip
+    strangers = launch(
+        "replay",
+        str(archive),
+        f"store.root={q(tmp_path / 'third')}",
+        f"store.allowed_signers={keys['mallory_only']}",
+        "store.require_signed=true",
+    )
     assert strangers.returncode == 3 and "signed by an unknown key" in strangers.stderr, strangers.stderr
     assert not (tmp_path / "third" / run.name).exists()
 

@@ -32,8 +32,9 @@ def slurm_problem() -> str | None:
     if missing:
         return f"{', '.join(missing)} not installed (no Slurm client)"
     try:
-        done = subprocess.run(["sinfo", "-h", "-p", PARTITION, "-o", "%a %T"],
-                              capture_output=True, text=True, timeout=20)  # fmt: skip
+        done = subprocess.run(
+            ["sinfo", "-h", "-p", PARTITION, "-o", "%a %T"], capture_output=True, text=True, timeout=20
+        )
     except subprocess.TimeoutExpired:
         return "sinfo did not answer within 20 s (no slurmctld?)"
     if done.returncode != 0:
@@ -59,9 +60,18 @@ def slurm() -> None:
 def test_a_slurm_sweeps_seed_0_is_identical_to_a_local_run(tmp_path, mnist_npz):
     store = tmp_path / "store"
     data = f"train.data={mnist_npz}"
-    done = run_launch("-m", *MNIST, data, f"store.root={hydra_quote(str(store))}", "+seed=0,1",
-                      "hydra/launcher=submitit_slurm", f"hydra.launcher.partition={PARTITION}",
-                      "hydra.launcher.tasks_per_node=1", "hydra.launcher.timeout_min=30", timeout=1800)  # fmt: skip
+    done = run_launch(
+        "-m",
+        *MNIST,
+        data,
+        f"store.root={hydra_quote(str(store))}",
+        "+seed=0,1",
+        "hydra/launcher=submitit_slurm",
+        f"hydra.launcher.partition={PARTITION}",
+        "hydra.launcher.tasks_per_node=1",
+        "hydra.launcher.timeout_min=30",
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = (store / "sweeps").iterdir()
     summary = json.loads((sweep_dir / "summary.json").read_text())
@@ -96,15 +106,35 @@ def test_a_preempted_slurm_job_is_requeued_and_resumes_its_run_to_the_same_bits(
     work = tmp_path / "work"
     work.mkdir()
     _shutil.copy(mnist_npz, work / "data.npz")
-    args = ["train=script", f"train.script={hydra_quote(str(script))}", "train.args=[data.npz,3,outputs]",
-            "determinism=strict"]  # fmt: skip
+    args = [
+        "train=script",
+        f"train.script={hydra_quote(str(script))}",
+        "train.args=[data.npz,3,outputs]",
+        "determinism=strict",
+    ]
     store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    sweep = subprocess.Popen([sys.executable, "-m", "launcher", "-m", *args, f"store.root={hydra_quote(str(store))}",
-                              "+seed=0", "hydra/launcher=submitit_slurm", f"hydra.launcher.partition={PARTITION}",
-                              "hydra.launcher.tasks_per_node=1", "hydra.launcher.timeout_min=30"],
-                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)  # fmt: skip
+    sweep = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            "-m",
+            *args,
+            f"store.root={hydra_quote(str(store))}",
+            "+seed=0",
+            "hydra/launcher=submitit_slurm",
+            f"hydra.launcher.partition={PARTITION}",
+            "hydra.launcher.tasks_per_node=1",
+            "hydra.launcher.timeout_min=30",
+        ],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:

@@ -30,8 +30,14 @@ def test_a_job_reading_3000_files_keeps_at_most_the_cap_and_replays(launch, tmp_
     for n in range(N_FILES):  # each its own content: 16 bytes the model reads, then some padding
         (project / "data" / f"f{n:05d}.bin").write_bytes(hashlib.sha256(str(n).encode()).digest()[:16] + b"." * 100)
     store = tmp_path / "store"
-    done = launch("train=script", "train.script=train.py", "train.args=[data]", f"store.root={q(store)}",
-                  f"store.snapshot_max_files={CAP}", cwd=project)  # fmt: skip
+    done = launch(
+        "train=script",
+        "train.script=train.py",
+        "train.args=[data]",
+        f"store.root={q(store)}",
+        f"store.snapshot_max_files={CAP}",
+        cwd=project,
+    )
     run = run_dir_of(done)
 
     fp = json.loads((run / "fingerprint.json").read_text())
@@ -39,9 +45,10 @@ def test_a_job_reading_3000_files_keeps_at_most_the_cap_and_replays(launch, tmp_
     snap = json.loads((run / "snapshot.json").read_text())
     names = [str(project / "data" / f"f{n:05d}.bin") for n in range(N_FILES)]
     assert len(snap["files"]) == CAP
-    assert set(snap["files"]) == {str(project / "train.py"), *names[:CAP - 1]}  # code first, then data by path
-    assert snap["left_out"] == dict.fromkeys(names[CAP - 1:], f"over store.snapshot_max_files ({CAP} files kept "
-                                                               "per run)")  # fmt: skip
+    assert set(snap["files"]) == {str(project / "train.py"), *names[: CAP - 1]}  # code first, then data by path
+    assert snap["left_out"] == dict.fromkeys(
+        names[CAP - 1 :], f"over store.snapshot_max_files ({CAP} files kept per run)"
+    )
     assert len([p for p in (store / "objects").rglob("*") if p.is_file()]) == CAP  # nothing left out was stored
 
     elsewhere = tmp_path / "elsewhere"
@@ -54,5 +61,7 @@ def test_a_job_reading_3000_files_keeps_at_most_the_cap_and_replays(launch, tmp_
     last.write_bytes(b"another experiment")
     done = launch("replay", str(run), cwd=elsewhere)
     assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
-    assert (f"data/{last.name} was not kept in the run (over store.snapshot_max_files): point the replay at a copy "
-            f"with --data data/{last.name}=PATH") in done.stdout  # fmt: skip
+    assert (
+        f"data/{last.name} was not kept in the run (over store.snapshot_max_files): point the replay at a copy "
+        f"with --data data/{last.name}=PATH"
+    ) in done.stdout

@@ -31,7 +31,8 @@ def test_a_run_replays_reproduced_after_gc_removed_what_no_run_references(tiny_r
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == [
         f"removed {orphan} (2.0 KiB)",
-        f"launch gc: removed 1 object(s), freed 2.0 KiB; {len(needed)} object(s) kept, the snapshots of 1 run(s) read"]
+        f"launch gc: removed 1 object(s), freed 2.0 KiB; {len(needed)} object(s) kept, the snapshots of 1 run(s) read",
+    ]
     assert not objects.object_path(store, orphan).exists()
     assert all(objects.object_path(store, sha).is_file() for sha in needed)
 

@@ -17,8 +17,15 @@ pytestmark = pytest.mark.slow
 
 def _sweep(launch, store: Path, npz: Path, *overrides: str):
     """``launch -m`` of a quick strict MNIST sweep; returns (process, sweep directory)."""
-    done = launch("-m", "train=mnist", "determinism=strict", f"train.data={npz}", *QUICK,
-                  f"store.root={hydra_quote(str(store))}", *overrides)  # fmt: skip
+    done = launch(
+        "-m",
+        "train=mnist",
+        "determinism=strict",
+        f"train.data={npz}",
+        *QUICK,
+        f"store.root={hydra_quote(str(store))}",
+        *overrides,
+    )
     sweeps = sorted((store / "sweeps").iterdir()) if (store / "sweeps").exists() else []
     return done, (sweeps[-1] if sweeps else None)
 
@@ -57,8 +64,9 @@ def test_a_two_seed_sweep_runs_summarizes_and_its_verify_replays_every_job_bit_f
     refused = launch("sweep", "verify", sweep_a, env={"OMP_NUM_THREADS": "3"})
     assert refused.returncode == 3, refused.stdout[-3000:] + refused.stderr[-3000:]
     rows = [line for line in refused.stdout.splitlines() if line.startswith(("000 ", "001 "))]
-    assert len(rows) == 2 and all(r.endswith("refused, these differ here: environment.OMP_NUM_THREADS")
-                                  for r in rows), refused.stdout  # fmt: skip
+    assert len(rows) == 2 and all(
+        r.endswith("refused, these differ here: environment.OMP_NUM_THREADS") for r in rows
+    ), refused.stdout
 
 
 def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_npz):
@@ -71,8 +79,14 @@ def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_
     assert len(planned) == 2 and {j["slot"] for j in jobs} == set(planned)  # the two ran at once, one per slot
     assert jobs[0]["weights_sha256"] == jobs[1]["weights_sha256"]
     # The same seed outside any slot (a plain run) and under submitit's local launcher.
-    single = launch("train=mnist", "determinism=strict", f"train.data={mnist_npz}", *QUICK,
-                    "+seed=5", f"store.root={hydra_quote(str(store))}")  # fmt: skip
+    single = launch(
+        "train=mnist",
+        "determinism=strict",
+        f"train.data={mnist_npz}",
+        *QUICK,
+        "+seed=5",
+        f"store.root={hydra_quote(str(store))}",
+    )
     assert single.returncode == 0 and jobs[0]["weights_sha256"] in single.stdout
     done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=5", "hydra/launcher=submitit_local")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -84,8 +98,13 @@ def test_a_failed_job_shows_as_failed_and_the_others_complete(launch, weird_dir,
 
     # MNIST's layout (the launcher's check passes), labels out of range (the job's check fails).
     bad = weird_dir.parent / "broken.npz"
-    np.savez(bad, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.full(4, 11, np.uint8),
-             x_test=np.zeros((2, 28, 28), np.uint8), y_test=np.zeros(2, np.uint8))  # fmt: skip
+    np.savez(
+        bad,
+        x_train=np.zeros((4, 28, 28), np.uint8),
+        y_train=np.full(4, 11, np.uint8),
+        x_test=np.zeros((2, 28, 28), np.uint8),
+        y_test=np.zeros(2, np.uint8),
+    )
     store = weird_dir  # spaces, quotes and a dollar sign in the store and sweep paths
     done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=1", f"train.data={mnist_npz},{bad}")
     assert done.returncode == 1, done.stderr[-3000:]

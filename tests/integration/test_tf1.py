@@ -21,8 +21,13 @@ MIGRATION = ("determinism.random_ops=num_random_ops", "train.save_weights=true",
 
 
 def _run(launch, store: Path, script: Path, *args: str, overrides: tuple[str, ...] = ()) -> Path:
-    done = launch("train=script", f"train.script={q(script)}", f"train.args=[{','.join(map(q, args))}]",
-                  f"store.root={q(store)}", *overrides)  # fmt: skip
+    done = launch(
+        "train=script",
+        f"train.script={q(script)}",
+        f"train.args=[{','.join(map(q, args))}]",
+        f"store.root={q(store)}",
+        *overrides,
+    )
     return run_dir_of(done)
 
 

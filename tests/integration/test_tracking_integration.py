@@ -114,8 +114,9 @@ def test_tracking_changes_no_bit_and_a_dead_server_is_one_warning(three_runs, la
     assert weights(tracked) == weights(plain) == weights(dead)
     warnings = [line for line in done["dead"].stderr.splitlines() if line.startswith("[launch] warning")]
     assert len(warnings) == 1 and "MLflow tracking to http://127.0.0.1:9 failed" in warnings[0], warnings
-    assert not [line for line in done["tracked"].stderr.splitlines() if "warning" in line.lower() and "mlflow" in
-                line.lower()]  # fmt: skip
+    assert not [
+        line for line in done["tracked"].stderr.splitlines() if "warning" in line.lower() and "mlflow" in line.lower()
+    ]
     runs.verify_seal(dead)
     plot = tmp_path / "same.png"
     compared = launch("compare", plain, dead, "--plot", plot)
@@ -136,8 +137,9 @@ def test_replay_tags_the_runs_it_judged(three_runs, launch):
 
 
 def test_a_tracked_sweep_is_a_parent_with_its_jobs_as_children(launch, store, mnist_npz, tmp_path):
-    done = launch("-m", "+seed=1,2", f"train.data={mnist_npz}", *QUICK, "tracking=mlflow",
-                  f"store.root={hydra_quote(str(store))}")  # fmt: skip
+    done = launch(
+        "-m", "+seed=1,2", f"train.data={mnist_npz}", *QUICK, "tracking=mlflow", f"store.root={hydra_quote(str(store))}"
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = (store / "sweeps").iterdir()
     found = mlflow_runs(store)

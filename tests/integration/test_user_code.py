@@ -22,8 +22,13 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def _script_run(launch, store: Path, script: str, *args: str, overrides: tuple[str, ...] = ()) -> Path:
-    done = launch("train=script", f"train.script={q(SCRIPTS / script)}", f"train.args=[{','.join(map(q, args))}]",
-                  f"store.root={q(store)}", *overrides)  # fmt: skip
+    done = launch(
+        "train=script",
+        f"train.script={q(SCRIPTS / script)}",
+        f"train.args=[{','.join(map(q, args))}]",
+        f"store.root={q(store)}",
+        *overrides,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return run_dir_of(done)
 
@@ -55,16 +60,34 @@ def test_keras_fit_inside_a_function_is_observed_and_identical_twice(launch, ker
 def test_the_trace_and_saved_weights_never_change_the_weights(launch, store, mnist_npz, untraced_runs):
     """``determinism.trace_every`` and ``train.save_weights`` read the weights, never change
     them (which is why neither is in the config hash): the script task and the mnist task."""
-    plain = _script_run(launch, store, "keras_fit.py", str(mnist_npz), "1",
-                        overrides=("determinism.trace_every=0", "train.save_weights=false"))
-    both = _script_run(launch, store, "keras_fit.py", str(mnist_npz), "1",
-                       overrides=("determinism.trace_every=1", "train.save_weights=true"))  # fmt: skip
+    plain = _script_run(
+        launch,
+        store,
+        "keras_fit.py",
+        str(mnist_npz),
+        "1",
+        overrides=("determinism.trace_every=0", "train.save_weights=false"),
+    )
+    both = _script_run(
+        launch,
+        store,
+        "keras_fit.py",
+        str(mnist_npz),
+        "1",
+        overrides=("determinism.trace_every=1", "train.save_weights=true"),
+    )
     assert not (plain / "trace.jsonl").exists() and not (plain / "weights.npz").exists()
     assert len((both / "trace.jsonl").read_text().splitlines()) == 7 and (both / "weights.npz").is_file()
     assert _result(plain)["weights_sha256"] == _result(both)["weights_sha256"]
     mnist = [untraced_runs[0]["run"]]  # the same with determinism.trace_every=0 (shared: tests/conftest.py)
-    done = launch("train=mnist", f"train.data={q(mnist_npz)}", f"store.root={q(store)}", "train.epochs=1",
-                  "train.batch_size=100", "determinism.trace_every=1")  # fmt: skip
+    done = launch(
+        "train=mnist",
+        f"train.data={q(mnist_npz)}",
+        f"store.root={q(store)}",
+        "train.epochs=1",
+        "train.batch_size=100",
+        "determinism.trace_every=1",
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     mnist.append(run_dir_of(done))
     assert not (mnist[0] / "trace.jsonl").exists() and (mnist[1] / "trace.jsonl").is_file()
@@ -85,8 +108,14 @@ def test_gradient_tape_loop_over_bare_variables(launch, store, mnist_npz, tmp_pa
     observed_params = saved.read_bytes()
     b = _script_run(launch, store, "tape_loop.py", str(mnist_npz), str(saved))
     ra = _result(a)
-    assert ra["observed"] == {"models": [], "variables": 3, "fits": 0, "epochs": 0, "optimizer_steps": 24,
-                              "session_variables": 0}
+    assert ra["observed"] == {
+        "models": [],
+        "variables": 3,
+        "fits": 0,
+        "epochs": 0,
+        "optimizer_steps": 24,
+        "session_variables": 0,
+    }
     assert list(ra["layer_sha256"]) == ["variable 0 (kernel:0)", "variable 1 (w:0)", "variable 2 (b:0)"]
     trace = [json.loads(line) for line in (a / "trace.jsonl").read_text().splitlines()]
     assert [p["step"] for p in trace] == [0, 10, 20, 24]  # optimizer steps counted inside a tf.function
@@ -136,8 +165,13 @@ def test_devices_configured_by_the_script_and_mirrored_strategy_under_strict(lau
 def test_custom_entrypoint_is_observed(launch, store, mnist_npz):
     runs = []
     for _ in range(2):
-        done = launch("train=custom", "train.entrypoint=custom_entry:train", f"train.path={q(SCRIPTS)}",
-                      f"+train.data_path={q(mnist_npz)}", f"store.root={q(store)}")  # fmt: skip
+        done = launch(
+            "train=custom",
+            "train.entrypoint=custom_entry:train",
+            f"train.path={q(SCRIPTS)}",
+            f"+train.data_path={q(mnist_npz)}",
+            f"store.root={q(store)}",
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         runs.append(run_dir_of(done))
     result = _result(runs[0])
@@ -148,20 +182,33 @@ def test_custom_entrypoint_is_observed(launch, store, mnist_npz):
 
 def test_audit_of_a_script_reports_threads_changed(launch, store, mnist_npz):
     script = f"train.script={q(SCRIPTS / 'keras_fit.py')}"
-    done = launch("audit", "train=script", script, f"train.args=[{q(mnist_npz)},1]", f"store.root={q(store)}",
-                  "audit.knobs=[intra_op_threads]")  # fmt: skip
+    done = launch(
+        "audit",
+        "train=script",
+        script,
+        f"train.args=[{q(mnist_npz)},1]",
+        f"store.root={q(store)}",
+        "audit.knobs=[intra_op_threads]",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("intra_op_threads")]
     assert rows, done.stdout
     if not any(line.split()[1] == "2" and "CHANGED" in line for line in rows):
-        pytest.skip("2 intra-op threads give the same weights as 1 on this machine (TensorFlow's fact about its "
-                    "CPU): the audit cannot show the thread count reaching the script")  # fmt: skip
+        pytest.skip(
+            "2 intra-op threads give the same weights as 1 on this machine (TensorFlow's fact about its "
+            "CPU): the audit cannot show the thread count reaching the script"
+        )
     assert "STABLE" in done.stdout and "must pin" in done.stdout
 
 
 def test_audit_of_a_script_that_records_nothing_judges_nothing(launch, store):
-    done = launch("audit", "train=script", f"train.script={q(SCRIPTS / 'nothing.py')}", f"store.root={q(store)}",
-                  "audit.knobs=[intra_op_threads]")  # fmt: skip
+    done = launch(
+        "audit",
+        "train=script",
+        f"train.script={q(SCRIPTS / 'nothing.py')}",
+        f"store.root={q(store)}",
+        "audit.knobs=[intra_op_threads]",
+    )
     assert done.returncode == 1, done.stdout[-3000:]
     assert "NOT JUDGED" in done.stdout and "STABLE" not in done.stdout.replace("NOT JUDGED", "")
     assert "free here" not in done.stdout

@@ -104,8 +104,11 @@ def main() -> int:
         print("no mutants in scope: run `mutmut run` first (nox -s mutation)")
         return 1
     # A run stopped before the end leaves mutants unchecked: they are not judged, only counted.
-    not_run = Counter(name.rsplit("__mutmut_", 1)[0].rpartition(".")[0]
-                      for name, (status, _) in found.items() if status == "not checked")  # fmt: skip
+    not_run = Counter(
+        name.rsplit("__mutmut_", 1)[0].rpartition(".")[0]
+        for name, (status, _) in found.items()
+        if status == "not checked"
+    )
     found = {name: found[name] for name in found if found[name][0] != "not checked"}
     reasons: dict[str, str] = {}
     for name, (status, source) in found.items():
@@ -161,8 +164,10 @@ def _row(module: str, c: Counter) -> str:
     killed = c["killed"] + c["killed when applied"]
     judged = n - c["equivalent"]
     score = f"{100 * killed / judged:.1f}%" if judged else "-"
-    return (f"{module:<28} {n:>7} {c['killed']:>7} {c['killed when applied']:>7} {c['equivalent']:>7} "
-            f"{c['survived']:>8} {score:>7}")  # fmt: skip
+    return (
+        f"{module:<28} {n:>7} {c['killed']:>7} {c['killed when applied']:>7} {c['equivalent']:>7} "
+        f"{c['survived']:>8} {score:>7}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,23 +11,50 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "launcher.record.store.runs": ("x_seal", "x_verify_seal", "x__files", "x_file_sha256"),  # the seal
     "launcher.record.trace": ("x_point", "x_first_divergence", "x__differing_layers", "x_describe"),  # the locator
     # What enters the key: the job's reads and what they are, and the key checked before a rerun.
-    "launcher.record.probe.usage": ("x_parse_maps", "x_tool_caches", "x_data_files", "x_listed_files", "x_display_name"),
+    "launcher.record.probe.usage": (
+        "x_parse_maps",
+        "x_tool_caches",
+        "x_data_files",
+        "x_listed_files",
+        "x_display_name",
+    ),
     "launcher.record.probe.places": ("x_classify", "x_system_path", "x_under"),
-    "launcher.record.probe.distributions": ("x_parse_record", "x_content_entries", "x_files_sha256",
-                                      "x_keyed_distributions", "x_parse_requires"),
+    "launcher.record.probe.distributions": (
+        "x_parse_record",
+        "x_content_entries",
+        "x_files_sha256",
+        "x_keyed_distributions",
+        "x_parse_requires",
+    ),
     "launcher.job.observe.reads": ("x_note", "x_note_child", "x__writing", "x_note_listing", "x_observation"),
     "launcher.run.precheck": ("*",),
-    "launcher.record.probe.probes": ("x_parse_cpuinfo", "x_parse_cpu_caches", "x_parse_meminfo", "x_parse_nvidia_smi_query",
-                               "x_parse_cuda_driver_version", "x_parse_nvidia_topology", "x_parse_os_release",
-                               "x_parse_git_status", "x_strip_ansi", "x_tensorflow_gpu_notes"),
+    "launcher.record.probe.probes": (
+        "x_parse_cpuinfo",
+        "x_parse_cpu_caches",
+        "x_parse_meminfo",
+        "x_parse_nvidia_smi_query",
+        "x_parse_cuda_driver_version",
+        "x_parse_nvidia_topology",
+        "x_parse_os_release",
+        "x_parse_git_status",
+        "x_strip_ansi",
+        "x_tensorflow_gpu_notes",
+    ),
     # The bootstrap's plan, what it reads back from TensorFlow, and its check that every setting took
     # effect; the config's hashed part.
     "launcher.job.determinism": ("x_plan", "x_verify", "x_read_back"),
     "launcher.run.config": ("x_hashed_part", "x_config_hash", "x_validate"),
     # Replay's refusal and verdict; the audit's trials and judgment.
     "launcher.verdict.replay": ("x_refusal", "x_verdict"),
-    "launcher.verdict.audit": ("x_trials", "x__threads", "x__switch", "x__level", "x__input_pipeline",
-                               "x_with_overrides", "x_likely_causes"),
+    "launcher.verdict.audit": (
+        "x_trials",
+        "x__threads",
+        "x__switch",
+        "x__level",
+        "x__input_pipeline",
+        "x_with_overrides",
+        "x_likely_causes",
+    ),
     "launcher.verdict.audit_report": ("x_judge", "x_verdict_lines"),
 }
 
@@ -62,8 +89,13 @@ UNIT_TESTS: dict[str, tuple[str, ...]] = {
     "launcher.record.probe.usage": ("test_usage.py", "test_fswatch.py", "test_key_fields.py"),
     "launcher.record.probe.places": ("test_usage.py", "test_fswatch.py"),
     "launcher.record.probe.distributions": ("test_usage.py", "test_rebuild.py", "test_precheck.py"),
-    "launcher.record.probe.probes": ("test_fingerprint.py", "test_portable.py", "test_gpu.py", "test_gpu_h100.py",
-                               "test_nvml.py"),
+    "launcher.record.probe.probes": (
+        "test_fingerprint.py",
+        "test_portable.py",
+        "test_gpu.py",
+        "test_gpu_h100.py",
+        "test_nvml.py",
+    ),
     "launcher.record.trace": ("test_trace.py", "test_hashing.py"),
     "launcher.job.observe.reads": ("test_reads.py", "test_fswatch.py", "test_usage.py"),
     "launcher.run.precheck": ("test_precheck.py", "test_rebuild.py"),

@@ -24,8 +24,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 TESTS = {  # the unit tests of each module's tables
-    "launcher.record.probe.environment": ["tests/unit/test_environment.py", "tests/unit/test_fingerprint.py",
-                                    "tests/unit/test_key_fields.py"],
+    "launcher.record.probe.environment": [
+        "tests/unit/test_environment.py",
+        "tests/unit/test_fingerprint.py",
+        "tests/unit/test_key_fields.py",
+    ],
     "launcher.record.probe.key": ["tests/unit/test_key_fields.py", "tests/unit/test_fingerprint.py"],
     "launcher.verdict.compare": ["tests/unit/test_compare.py", "tests/unit/test_compare_report.py"],
     "launcher.record.trace": ["tests/unit/test_trace.py", "tests/unit/test_hashing.py"],
@@ -34,13 +37,20 @@ TESTS = {  # the unit tests of each module's tables
     "launcher.record.probe.usage": ["tests/unit/test_usage.py", "tests/unit/test_fswatch.py"],
     "launcher.verdict.audit": ["tests/unit/test_audit.py"],
     "launcher.run.precheck": ["tests/unit/test_precheck.py", "tests/unit/test_rebuild.py"],
-    "launcher.job.determinism": ["tests/unit/test_determinism.py", "tests/unit/test_portable.py",
-                                 "tests/unit/test_config.py", "tests/unit/test_config_hash_keys.py"],
-    "launcher.job.observe.reads": ["tests/unit/test_reads.py", "tests/unit/test_fswatch.py",
-                                   "tests/unit/test_usage.py"],
+    "launcher.job.determinism": [
+        "tests/unit/test_determinism.py",
+        "tests/unit/test_portable.py",
+        "tests/unit/test_config.py",
+        "tests/unit/test_config_hash_keys.py",
+    ],
+    "launcher.job.observe.reads": [
+        "tests/unit/test_reads.py",
+        "tests/unit/test_fswatch.py",
+        "tests/unit/test_usage.py",
+    ],
     "launcher.record.probe.probes": ["tests/unit/test_fingerprint.py", "tests/unit/test_portable.py"],
     "launcher.verdict.replay": ["tests/unit/test_replay.py"],
-}  # fmt: skip
+}
 # Tests that compare a table with a literal copy of it: they notice that a table changed, not what
 # the change does, so table mutants are judged without them (each entry's behaviour has its own test).
 LITERAL = (
@@ -50,7 +60,7 @@ LITERAL = (
     "tests/unit/test_environment.py::test_the_names_out_of_the_key_are_exactly_these_each_with_a_reason",
     "tests/unit/test_key_fields.py::test_every_key_field_has_a_case_here",
     "tests/unit/test_config_hash_keys.py::test_the_not_result_changing_keys_are_exactly_the_train_keys_left_out_of_the_hash",
-)  # fmt: skip
+)
 CONSTANTS = [  # (module, name, mutated value)
     ("launcher.verdict.compare", "NOTHING_COMPARED", 7),
     ("launcher.record.trace", "LAYER_DIGITS", 15),
@@ -96,9 +106,12 @@ TABLES = [  # (module, name): every entry removed in turn
 ]
 # Removing an entry that another one covers changes nothing; each such pair is named here.
 EQUIVALENT = {
-    ("launcher.record.probe.environment", "ENV_DENY", "TF_TOKEN_*"):
-        "every TF_TOKEN_* name has the secret word TOKEN: SECRET_WORDS drops it before ENV_DENY is read",
-}  # fmt: skip
+    (
+        "launcher.record.probe.environment",
+        "ENV_DENY",
+        "TF_TOKEN_*",
+    ): "every TF_TOKEN_* name has the secret word TOKEN: SECRET_WORDS drops it before ENV_DENY is read",
+}
 
 
 def mutants(modules: list[str] | None = None) -> list[dict]:
@@ -122,8 +135,21 @@ def run(m: dict) -> bool:
     """True when the mutant is killed (a unit test fails; for the control, when the tests fail)."""
     env = {**os.environ, "LAUNCH_TABLE_MUTANT": json.dumps(m), "PYTHONPATH": os.getcwd()}
     deselect = [arg for test in LITERAL for arg in ("--deselect", test)]
-    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
-            "-p", "tests.mutation.tables", *deselect, *TESTS[m["module"]]]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-n",
+        "0",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "tests.mutation.tables",
+        *deselect,
+        *TESTS[m["module"]],
+    ]
     return subprocess.run(argv, env=env, capture_output=True).returncode != 0
 
 
@@ -150,9 +176,20 @@ def main(modules: list[str]) -> int:
     if unknown:
         print(f"no tables of {', '.join(unknown)}; modules: {', '.join(TESTS)}")
         return 2
-    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                             *sorted({test.partition("::")[0] for test in LITERAL})],
-                            capture_output=True, text=True).stdout.splitlines()  # fmt: skip
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *sorted({test.partition("::")[0] for test in LITERAL}),
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     stale = [test for test in LITERAL if test not in listed]
     if stale:  # --deselect of a test that is gone deselects nothing: say so
         print(f"LITERAL names tests that do not exist: {', '.join(stale)}")

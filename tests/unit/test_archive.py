@@ -35,10 +35,14 @@ def sealed_run(store: Path, name: str = "20261126-120000-abcdef", data: bytes = 
         assert objects.put(store, str(path), digest)
         files[str(path)] = {"sha256": digest, "role": role}
     big = str(project / "big.npz")
-    runs.write_json(run / "snapshot.json", {"schema": 1, "launch_dir": str(project), "files": files,
-                                            "left_out": {big: "over store.snapshot_max_mb"}})  # fmt: skip
-    runs.write_json(run / "fingerprint.json", {"data": {"digits.npz": files[str(project / "digits.npz")]["sha256"],
-                                                        "big.npz": "b" * 64}})  # fmt: skip
+    runs.write_json(
+        run / "snapshot.json",
+        {"schema": 1, "launch_dir": str(project), "files": files, "left_out": {big: "over store.snapshot_max_mb"}},
+    )
+    runs.write_json(
+        run / "fingerprint.json",
+        {"data": {"digits.npz": files[str(project / "digits.npz")]["sha256"], "big.npz": "b" * 64}},
+    )
     runs.write_json(run / "result.json", {"weights_sha256": "0" * 64})
     (run / "outputs").mkdir()
     runs.seal(run)
@@ -225,8 +229,15 @@ def test_a_link_pointing_out_of_the_run_is_refused(tmp_path, capsys):
     assert "outputs/passwd" in err
 
 
-@pytest.mark.parametrize(("kind", "called"), [(tarfile.LNKTYPE, "a hard link"), (tarfile.CHRTYPE, "a character device"),
-                                              (tarfile.FIFOTYPE, "a fifo"), (tarfile.SYMTYPE, "a symbolic link")])
+@pytest.mark.parametrize(
+    ("kind", "called"),
+    [
+        (tarfile.LNKTYPE, "a hard link"),
+        (tarfile.CHRTYPE, "a character device"),
+        (tarfile.FIFOTYPE, "a fifo"),
+        (tarfile.SYMTYPE, "a symbolic link"),
+    ],
+)
 def test_links_devices_and_fifos_are_refused_each_by_its_name(tmp_path, capsys, kind, called):
     path, data = good_archive(tmp_path)
 
@@ -237,8 +248,13 @@ def test_links_devices_and_fifos_are_refused_each_by_its_name(tmp_path, capsys, 
             odd.type, odd.linkname = kind, f"run/{data['run']}/config.yaml"
             yield odd, None
 
-    refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "odd.tar", change), f"is {called}:",
-                        "holds files and directories only")
+    refused_in_one_line(
+        capsys,
+        tmp_path,
+        rewrite(path, tmp_path / "odd.tar", change),
+        f"is {called}:",
+        "holds files and directories only",
+    )
 
 
 def test_an_object_whose_content_does_not_match_its_name_is_refused(tmp_path, capsys):
@@ -317,21 +333,24 @@ def test_another_run_of_the_same_name_in_the_store_is_refused(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- pure
-@pytest.mark.parametrize(("name", "kind", "why"), [
-    ("run/R/config.yaml", "file", None),
-    ("run/R/outputs/", "directory", None),
-    ("objects/ab", "directory", None),
-    ("run/R/x", "file", "is not named by the archive's manifest"),
-    ("run/R/../R/config.yaml", "file", "not a normalised relative path"),
-    ("/run/R/config.yaml", "file", "absolute"),
-    ("run\\R", "file", "backslash"),
-    ("run/R/latest", "symbolic link", "is a symbolic link: a launch archive holds files and directories only"),
-    ("run/R/dev", "block device", "is a block device"),
-    ("run/R/pipe", "fifo", "is a fifo"),
-    ("wheels", "directory", "do not need"),
-    ("run/R/" + "d/" * 40 + "x", "file", "components"),
-    ("run/R/" + "x" * 300, "file", "longer than 255"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "kind", "why"),
+    [
+        ("run/R/config.yaml", "file", None),
+        ("run/R/outputs/", "directory", None),
+        ("objects/ab", "directory", None),
+        ("run/R/x", "file", "is not named by the archive's manifest"),
+        ("run/R/../R/config.yaml", "file", "not a normalised relative path"),
+        ("/run/R/config.yaml", "file", "absolute"),
+        ("run\\R", "file", "backslash"),
+        ("run/R/latest", "symbolic link", "is a symbolic link: a launch archive holds files and directories only"),
+        ("run/R/dev", "block device", "is a block device"),
+        ("run/R/pipe", "fifo", "is a fifo"),
+        ("wheels", "directory", "do not need"),
+        ("run/R/" + "d/" * 40 + "x", "file", "components"),
+        ("run/R/" + "x" * 300, "file", "longer than 255"),
+    ],
+)
 def test_member_problem(name, kind, why):
     expected = {"run/R/config.yaml": ("a" * 64, 1), "objects/ab/" + "ab" * 32: ("ab" * 32, 1)}
     problem = archive_manifest.member_problem(name, kind, "R", expected, archive_manifest.directories(expected))
@@ -345,15 +364,19 @@ def test_check_manifest_refuses_names_that_would_become_paths_elsewhere():
     entry = {"sha256": "a" * 64, "size": 1}
     good = archive_manifest.manifest(RUN_ID, {"manifest.json": entry}, {"b" * 64: 3}, {}, {}, False, "0", "now")
     assert archive_manifest.check_manifest(good) is good
-    for change, words in (({"run": "../x"}, "not a run's id"), ({"run": "a/b"}, "not a run's id"),
-                          ({"run_files": {"../x": entry, "manifest.json": entry}}, "normalised"),
-                          ({"run_files": {"config.yaml": entry}}, "no manifest.json"),
-                          ({"run_files": {"manifest.json": "a" * 64}}, "no sha256"),
-                          ({"run_files": {"manifest.json": {"sha256": "a" * 64, "size": -1}}}, "not a number"),
-                          ({"objects": {"../../etc": 1}}, "64 lowercase"),
-                          ({"objects": {"b" * 64: "3"}}, "not a number"),
-                          ({"wheels": {"../x.whl": {"sha256": "a" * 64, "size": 1}}}, "not a wheel's file name"),
-                          ({"version": 1}, "version"), ({"format": "zip"}, "not a launch archive")):  # fmt: skip
+    for change, words in (
+        ({"run": "../x"}, "not a run's id"),
+        ({"run": "a/b"}, "not a run's id"),
+        ({"run_files": {"../x": entry, "manifest.json": entry}}, "normalised"),
+        ({"run_files": {"config.yaml": entry}}, "no manifest.json"),
+        ({"run_files": {"manifest.json": "a" * 64}}, "no sha256"),
+        ({"run_files": {"manifest.json": {"sha256": "a" * 64, "size": -1}}}, "not a number"),
+        ({"objects": {"../../etc": 1}}, "64 lowercase"),
+        ({"objects": {"b" * 64: "3"}}, "not a number"),
+        ({"wheels": {"../x.whl": {"sha256": "a" * 64, "size": 1}}}, "not a wheel's file name"),
+        ({"version": 1}, "version"),
+        ({"format": "zip"}, "not a launch archive"),
+    ):
         with pytest.raises(ArchiveError, match=words):
             archive_manifest.check_manifest({**good, **change})
 
@@ -363,23 +386,34 @@ def test_wheel_identity_is_the_installed_distributions_files_sha256():
     gives what distributions.files_sha256 gives for the same distribution installed."""
     from launcher.record.probe import distributions
 
-    wheel = ("pkg/__init__.py,sha256=AAA,3\npkg-1.0.data/purelib/extra.py,sha256=BBB,3\n"
-             "pkg-1.0.data/scripts/tool,sha256=CCC,3\npkg-1.0.dist-info/METADATA,sha256=DDD,3\n"
-             "pkg-1.0.dist-info/RECORD,,\n")  # fmt: skip
-    installed = ("pkg/__init__.py,sha256=AAA,3\nextra.py,sha256=BBB,3\n../../../bin/tool,sha256=EEE,3\n"
-                 "pkg-1.0.dist-info/METADATA,sha256=DDD,3\npkg-1.0.dist-info/INSTALLER,sha256=FFF,4\n"
-                 "pkg/__pycache__/__init__.cpython-311.pyc,,\npkg-1.0.dist-info/RECORD,,\n")  # fmt: skip
+    wheel = (
+        "pkg/__init__.py,sha256=AAA,3\npkg-1.0.data/purelib/extra.py,sha256=BBB,3\n"
+        "pkg-1.0.data/scripts/tool,sha256=CCC,3\npkg-1.0.dist-info/METADATA,sha256=DDD,3\n"
+        "pkg-1.0.dist-info/RECORD,,\n"
+    )
+    installed = (
+        "pkg/__init__.py,sha256=AAA,3\nextra.py,sha256=BBB,3\n../../../bin/tool,sha256=EEE,3\n"
+        "pkg-1.0.dist-info/METADATA,sha256=DDD,3\npkg-1.0.dist-info/INSTALLER,sha256=FFF,4\n"
+        "pkg/__pycache__/__init__.cpython-311.pyc,,\npkg-1.0.dist-info/RECORD,,\n"
+    )
     assert archive_manifest.wheel_identity(wheel) == distributions.files_sha256(distributions.parse_record(installed))
     assert archive_manifest.wheel_identity(wheel.replace("BBB", "XXX")) != distributions.files_sha256(
-        distributions.parse_record(installed))
+        distributions.parse_record(installed)
+    )
 
 
 def test_requirement_closure_follows_this_platforms_requirements_only():
-    requires = {"tf-repro-launcher": ["hydra-core>=1.3", "tensorflow>=2.16; platform_machine != 'x86_64'",
-                                      "tensorflow-cpu>=2.16; platform_machine == 'x86_64'",
-                                      "mlflow; extra == 'mlflow'"],
-                "hydra-core": ["omegaconf<2.4,>=2.2", "antlr4-python3-runtime==4.9.*"],
-                "omegaconf": ["PyYAML>=5.1.0"], "tensorflow-cpu": ["numpy>=1.26"]}  # fmt: skip
+    requires = {
+        "tf-repro-launcher": [
+            "hydra-core>=1.3",
+            "tensorflow>=2.16; platform_machine != 'x86_64'",
+            "tensorflow-cpu>=2.16; platform_machine == 'x86_64'",
+            "mlflow; extra == 'mlflow'",
+        ],
+        "hydra-core": ["omegaconf<2.4,>=2.2", "antlr4-python3-runtime==4.9.*"],
+        "omegaconf": ["PyYAML>=5.1.0"],
+        "tensorflow-cpu": ["numpy>=1.26"],
+    }
     import platform
 
     closure = archive_manifest.requirement_closure("tf-repro-launcher", requires)
@@ -390,9 +424,12 @@ def test_requirement_closure_follows_this_platforms_requirements_only():
 
 
 def test_wheel_plan_is_what_the_job_used_and_what_the_launcher_needs_at_the_recorded_versions():
-    fp = {"software": {"packages": ["numpy==2.4.6", "PyYAML==6.0.3", "tf-repro-launcher==0.1.0", "rich==15.0"],
-                       "distributions": {"numpy": {"version": "2.4.6"}, "tf-repro-launcher": {"version": "0.1.0"},
-                                         "gone": None}}}  # fmt: skip
+    fp = {
+        "software": {
+            "packages": ["numpy==2.4.6", "PyYAML==6.0.3", "tf-repro-launcher==0.1.0", "rich==15.0"],
+            "distributions": {"numpy": {"version": "2.4.6"}, "tf-repro-launcher": {"version": "0.1.0"}, "gone": None},
+        }
+    }
     plan = archive_manifest.wheel_plan(fp, {"pyyaml", "tf-repro-launcher", "nvidia-ml-py"}, {"nvidia-ml-py": "13.6"})
     assert plan == {"numpy": "2.4.6", "nvidia-ml-py": "13.6", "pyyaml": "6.0.3"}  # nvidia-ml-py: installed after
     with pytest.raises(ArchiveError, match="needs not-installed"):
@@ -422,9 +459,12 @@ def _installed(site: Path, files: dict[str, bytes]) -> str:
     from launcher.record.probe import distributions
 
     info = site / "fake-1.0.dist-info"
-    content = {**files, f"{info.name}/METADATA": b"Metadata-Version: 2.1\nName: fake\nVersion: 1.0\n",
-               f"{info.name}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-               f"{info.name}/INSTALLER": b"pip\n"}  # fmt: skip
+    content = {
+        **files,
+        f"{info.name}/METADATA": b"Metadata-Version: 2.1\nName: fake\nVersion: 1.0\n",
+        f"{info.name}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info.name}/INSTALLER": b"pip\n",
+    }
     lines = []
     for path, data in content.items():
         (site / path).parent.mkdir(parents=True, exist_ok=True)

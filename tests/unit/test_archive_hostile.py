@@ -69,7 +69,7 @@ def test_a_chain_of_links_inside_the_run_writes_nothing_anywhere(tmp_path, capsy
 
 def _raw_header(name: bytes, size: int, typeflag: bytes) -> bytes:
     block = bytearray(512)
-    block[0:len(name)] = name
+    block[0 : len(name)] = name
     block[100:108] = b"0000644\0"
     block[108:116] = block[116:124] = b"0000000\0"
     block[124:136] = f"{size:011o}\0".encode()
@@ -114,7 +114,7 @@ def test_a_member_larger_than_the_manifest_declares_is_refused_before_it_is_writ
     with tarfile.open(path) as tar:
         member = next(m for m in tar.getmembers() if m.name.startswith("objects/") and m.size == len(b"digits"))
     header = _raw_header(member.name.encode(), 1 << 30, b"0")
-    raw[member.offset:member.offset + 512] = header
+    raw[member.offset : member.offset + 512] = header
     bad = tmp_path / "big.tar"
     bad.write_bytes(bytes(raw))
     started = time.monotonic()
@@ -209,10 +209,18 @@ def _wheel(path: Path, name: str, version: str, files: dict[str, bytes]) -> Path
     import base64
 
     info = f"{name.replace('-', '_')}-{version}.dist-info"
-    files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(c).digest()).rstrip(b'=').decode()},"
-                     f"{len(c)}\n" for n, c in files.items()) + f"{info}/RECORD,,\n"
+    files = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = (
+        "".join(
+            f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(c).digest()).rstrip(b'=').decode()},{len(c)}\n"
+            for n, c in files.items()
+        )
+        + f"{info}/RECORD,,\n"
+    )
     target = path / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(target, "w") as z:
         for n, c in {**files, f"{info}/RECORD": record.encode()}.items():
@@ -233,8 +241,14 @@ def _with_wheel(tmp_path: Path, wheel: Path, fp_software: dict) -> Path:
     data = packed.manifest
     content = wheel.read_bytes()
     name, version = archive_manifest.wheel_parts(wheel.name)
-    data["wheels"] = {wheel.name: {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content),
-                                   "name": name, "version": version}}
+    data["wheels"] = {
+        wheel.name: {
+            "sha256": hashlib.sha256(content).hexdigest(),
+            "size": len(content),
+            "name": name,
+            "version": version,
+        }
+    }
 
     def change(info, c):
         if info.name == archive_manifest.NAME:

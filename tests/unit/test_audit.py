@@ -80,7 +80,12 @@ def _rows(*statuses):
 def test_the_verdict_pins_what_changed_the_bits_and_frees_what_did_not():
     v = audit_report.judge(_rows("same", "changed", "same", "not applied", "failed"), "strict", audit.KNOBS)
     assert (v.stable, v.pin, v.free, v.not_applied, v.failed) == (
-        True, ["intra_op_threads"], ["inter_op_threads"], ["xla"], ["level"])  # fmt: skip
+        True,
+        ["intra_op_threads"],
+        ["inter_op_threads"],
+        ["xla"],
+        ["level"],
+    )
     assert v.recorded_in == {"intra_op_threads": "determinism.intra_op_threads"} and v.exit_code == 0
 
 
@@ -105,8 +110,11 @@ def test_once_repeats_differ_no_knob_is_judged_and_the_likely_cause_is_named():
 def test_a_knob_the_job_sets_itself_is_reported_as_such_never_free():
     """The script calls set_intra_op_parallelism_threads(2) itself: the audit's 2 looks "same",
     its 4 never reached the job. Neither free nor pinned: set by the job."""
-    rows = [*_rows("same")[:2], audit_report.Row("intra_op_threads", "2 (was 1)", "same"),
-            audit_report.Row("intra_op_threads", "4 (was 1)", "set by the job")]  # fmt: skip
+    rows = [
+        *_rows("same")[:2],
+        audit_report.Row("intra_op_threads", "2 (was 1)", "same"),
+        audit_report.Row("intra_op_threads", "4 (was 1)", "set by the job"),
+    ]
     v = audit_report.judge(rows, "strict", audit.KNOBS)
     assert (v.set_by_job, v.free, v.pin) == (["intra_op_threads"], [], [])
     assert "set by the job itself" in "\n".join(audit_report.verdict_lines(v))
@@ -116,13 +124,20 @@ def test_likely_causes_come_from_what_the_baseline_runs_recorded():
     from launcher.verdict import compare
 
     def record(generators, gaps=()):
-        return compare.RunRecord(path=Path("r"), fingerprint={"observation": {"gaps": list(gaps)}}, config={},
-                                 metrics=[], result={"unseeded_generators": generators})  # fmt: skip
+        return compare.RunRecord(
+            path=Path("r"),
+            fingerprint={"observation": {"gaps": list(gaps)}},
+            config={},
+            metrics=[],
+            result={"unseeded_generators": generators},
+        )
 
     made = [{"call": "numpy.random.default_rng()", "where": "train.py:7"}]
     causes = audit.likely_causes([record(made), record(made, ["the job ran 1 program(s) ...: zcat a.gz"])])
-    assert causes == ["a generator made without a seed: numpy.random.default_rng() at train.py:7 (seed it from "
-                      "launcher.seed())", "input the key may not hold: the job ran 1 program(s) ...: zcat a.gz"]
+    assert causes == [
+        "a generator made without a seed: numpy.random.default_rng() at train.py:7 (seed it from launcher.seed())",
+        "input the key may not hold: the job ran 1 program(s) ...: zcat a.gz",
+    ]
     assert audit.likely_causes([record([]), record([])]) == []
     # The gaps of the first two runs (the baseline repeats); one run alone has none to compare.
     gap = ["the job ran 1 program(s) ...: zcat a.gz"]
@@ -132,8 +147,11 @@ def test_likely_causes_come_from_what_the_baseline_runs_recorded():
 
 
 def test_a_job_that_records_nothing_is_not_judged_and_no_knob_is_free():
-    rows = [audit_report.Row("repeat", "run 1", "not observed"), audit_report.Row("repeat", "run 2", "not observed"),
-            audit_report.Row("intra_op_threads", "2", "not observed")]  # fmt: skip
+    rows = [
+        audit_report.Row("repeat", "run 1", "not observed"),
+        audit_report.Row("repeat", "run 2", "not observed"),
+        audit_report.Row("intra_op_threads", "2", "not observed"),
+    ]
     v = audit_report.judge(rows, "strict", audit.KNOBS)
     assert v.stable is None and v.free == [] and v.not_observed == ["repeat", "intra_op_threads"]
     assert v.exit_code == 1
@@ -159,27 +177,43 @@ def test_every_trial_moves_its_knob_off_the_configured_value():
     plan = _plan("determinism=seeded", "train.data_parallel_calls=4", knobs=["xla", "input_pipeline"])
     xla = [(t.overrides, t.expect) for t in plan if t.knob == "xla"]
     # Keras' auto is on with a GPU and off without: from auto, both values are tried.
-    assert xla == [(("determinism.jit_compile=false",), (("jit_compile", False),)),
-                   (("determinism.jit_compile=true",), (("jit_compile", True),))]  # fmt: skip
+    assert xla == [
+        (("determinism.jit_compile=false",), (("jit_compile", False),)),
+        (("determinism.jit_compile=true",), (("jit_compile", True),)),
+    ]
     pipeline = [t.overrides for t in plan if t.knob == "input_pipeline"]
-    assert pipeline == [("train.data_parallel_calls=1",),
-                        ("train.data_parallel_calls=4", "determinism.deterministic_data=false")]  # fmt: skip
+    assert pipeline == [
+        ("train.data_parallel_calls=1",),
+        ("train.data_parallel_calls=4", "determinism.deterministic_data=false"),
+    ]
 
 
 def test_a_value_that_failed_is_reported_even_beside_one_that_ran():
     rows = [*_rows("same", "same"), audit_report.Row("intra_op_threads", "4", "failed", note="out of memory")]
     v = audit_report.judge(rows, "strict", audit.KNOBS)  # intra_op_threads: one value same, one failed
     assert "intra_op_threads" in v.free and "intra_op_threads" in v.failed
-    assert audit_report.judge(_rows("failed")[:1] + [audit_report.Row("repeat", "r", "failed")], "strict",
-                              audit.KNOBS).exit_code == 1  # fmt: skip
+    assert (
+        audit_report.judge(
+            _rows("failed")[:1] + [audit_report.Row("repeat", "r", "failed")], "strict", audit.KNOBS
+        ).exit_code
+        == 1
+    )
 
 
 def test_the_verdict_lines_word_for_word():
     V = audit_report.Verdict
-    stable = V("strict", 2, True, pin=["intra_op_threads", "xla"], free=["level", "onednn_opts"],
-               not_applied=["input_pipeline"], not_observed=["cpu"], failed=["inter_op_threads"],
-               set_by_job=["xla2"], recorded_in={"intra_op_threads": "determinism.intra_op_threads",
-                                                 "xla": "determinism.jit_compile"})  # fmt: skip
+    stable = V(
+        "strict",
+        2,
+        True,
+        pin=["intra_op_threads", "xla"],
+        free=["level", "onednn_opts"],
+        not_applied=["input_pipeline"],
+        not_observed=["cpu"],
+        failed=["inter_op_threads"],
+        set_by_job=["xla2"],
+        recorded_in={"intra_op_threads": "determinism.intra_op_threads", "xla": "determinism.jit_compile"},
+    )
     assert audit_report.verdict_lines(stable) == [
         "VERDICT",
         "  repeats: 2 runs under strict are bitwise identical (weights, every epoch's metrics, every traced step): "
@@ -208,7 +242,9 @@ def test_the_verdict_lines_word_for_word():
         "  not observed (their runs recorded nothing to compare): xla",
     ]
     assert audit_report.verdict_lines(V("strict", 0, None)) == [
-        "VERDICT", "  the job fails as configured (see the notes): fix it, then audit it"]
+        "VERDICT",
+        "  the job fails as configured (see the notes): fix it, then audit it",
+    ]
     for repeats, interrupted in ((1, False), (0, True)):
         lines = audit_report.verdict_lines(V("strict", repeats, None, interrupted=interrupted))
         assert lines[-1] == f"  repeats: only {repeats} baseline run(s) completed; stability not judged"
@@ -222,7 +258,9 @@ def test_a_verdict_keeps_the_level_and_how_many_repeats_completed():
 def test_the_input_pipeline_trials_say_what_they_try():
     plan = _plan(knobs=["input_pipeline"])
     assert [t.value for t in plan if t.knob == "input_pipeline"] == [
-        "parallel_calls=autotune (was 1)", "parallel_calls=autotune, deterministic=false"]
+        "parallel_calls=autotune (was 1)",
+        "parallel_calls=autotune, deterministic=false",
+    ]
 
 
 def test_each_trial_says_what_it_runs():
@@ -238,8 +276,9 @@ def test_each_trial_says_what_it_runs():
 
 
 def test_the_verdict_lists_several_knobs_of_a_kind_comma_separated():
-    v = audit_report.Verdict("strict", 2, True, not_applied=["a", "b"], not_observed=["c", "d"], failed=["e", "f"],
-                             set_by_job=["g", "h"])  # fmt: skip
+    v = audit_report.Verdict(
+        "strict", 2, True, not_applied=["a", "b"], not_observed=["c", "d"], failed=["e", "f"], set_by_job=["g", "h"]
+    )
     assert audit_report.verdict_lines(v)[2:] == [
         "  set by the job itself, not varied (the launcher's value never reached it; the job's code decides, and its "
         "value is recorded): g, h",

@@ -42,7 +42,8 @@ def test_ctrl_c_in_a_job_ends_the_audit_with_its_report_and_exit_130(tmp_path, m
     assert code == 130 and len(calls) == 1  # no run starts after the interrupted one
     report = _report(audit_dir)
     assert [(r["knob"], r["status"], r["run"]) for r in report["rows"]] == [
-        ("repeat", "interrupted", "20261123-120000-abcdef")]  # fmt: skip
+        ("repeat", "interrupted", "20261123-120000-abcdef")
+    ]
     assert report["verdict"]["interrupted"] is True and report["verdict"]["stable"] is None
     text = (audit_dir / "audit.txt").read_text()
     assert "interrupted: the audit is incomplete" in text and text.strip() in "\n".join(printed)

@@ -29,8 +29,9 @@ def job(tmp_path, monkeypatch):
     """A prepared run directory with a strict plan; the job's outside effects faked."""
     plan = determinism.plan("strict", 7, 1, 1, False)
     runs.write_json(tmp_path / bootstrap.JOB, {"plan": plan.to_dict(), "progress": False, "launch_dir": str(tmp_path)})
-    resolved = config.resolve(composition.compose(["+seed=7", "determinism.intra_op_threads=1",
-                                              "determinism.inter_op_threads=1"]))  # fmt: skip
+    resolved = config.resolve(
+        composition.compose(["+seed=7", "determinism.intra_op_threads=1", "determinism.inter_op_threads=1"])
+    )
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     for name in ("LAUNCH_RUN_DIR", "LAUNCH_OUTPUT_DIR", "LAUNCH_SEED", "LAUNCH_TRACE_EVERY"):
         monkeypatch.setenv(name, "restored after the test")  # the bootstrap sets them
@@ -51,11 +52,18 @@ def job(tmp_path, monkeypatch):
 def _read_back(plan: determinism.Plan, **changed) -> dict:
     """What TensorFlow would report had every planned setting taken effect, with ``changed``."""
     effective = {
-        "level": plan.level, "seed": plan.seed, "op_determinism": plan.op_determinism,
-        "intra_op_threads": plan.intra_op_threads, "inter_op_threads": plan.inter_op_threads,
-        "deterministic_data": plan.deterministic_data, "jit_compile": plan.jit_compile,
-        "env": dict(plan.env), "keras": {}, "sessions": [], "random_ops": plan.random_ops,
-    }  # fmt: skip
+        "level": plan.level,
+        "seed": plan.seed,
+        "op_determinism": plan.op_determinism,
+        "intra_op_threads": plan.intra_op_threads,
+        "inter_op_threads": plan.inter_op_threads,
+        "deterministic_data": plan.deterministic_data,
+        "jit_compile": plan.jit_compile,
+        "env": dict(plan.env),
+        "keras": {},
+        "sessions": [],
+        "random_ops": plan.random_ops,
+    }
     effective.update(changed)
     return effective
 

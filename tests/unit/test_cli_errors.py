@@ -19,22 +19,39 @@ def _launch(capsys, *args: str) -> tuple[int, list[str]]:
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["train=mnsit"], "launch: error: Could not find 'train/mnsit'. "
-                          "Available options in 'train': custom mnist notebook script (did you mean train=mnist?)"),
-        (["determinism=maybe"], "launch: error: Could not find 'determinism/maybe'. "
-                                "Available options in 'determinism': off portable seeded strict"),
+        (
+            ["train=mnsit"],
+            "launch: error: Could not find 'train/mnsit'. "
+            "Available options in 'train': custom mnist notebook script (did you mean train=mnist?)",
+        ),
+        (
+            ["determinism=maybe"],
+            "launch: error: Could not find 'determinism/maybe'. "
+            "Available options in 'determinism': off portable seeded strict",
+        ),
         (["seed=7"], "launch: error: Could not override 'seed': no such key in the config; to add it, use +seed=7"),
-        (["train.epoch=3"], "launch: error: Could not override 'train.epoch': no such key in the config; "
-                            "did you mean train.epochs? (to add a new key, use +train.epoch=3)"),
-        (["train=script", "train.scrip=x.py"], "launch: error: Could not override 'train.scrip': no such key in the "
-                                               "config; did you mean train.script? (to add a new key, use "
-                                               "+train.scrip=x.py)"),
-        (["train.nope=1"], "launch: error: Could not override 'train.nope': no such key in the config; "
-                           "to add it, use +train.nope=1"),
-        (["train.epochs=a=b"], "launch: error: Error parsing override 'train.epochs=a=b': mismatched input '=' "
-                               "expecting <EOF> (quote values with quotes or special characters: key='it\\'s')"),
+        (
+            ["train.epoch=3"],
+            "launch: error: Could not override 'train.epoch': no such key in the config; "
+            "did you mean train.epochs? (to add a new key, use +train.epoch=3)",
+        ),
+        (
+            ["train=script", "train.scrip=x.py"],
+            "launch: error: Could not override 'train.scrip': no such key in the "
+            "config; did you mean train.script? (to add a new key, use "
+            "+train.scrip=x.py)",
+        ),
+        (
+            ["train.nope=1"],
+            "launch: error: Could not override 'train.nope': no such key in the config; to add it, use +train.nope=1",
+        ),
+        (
+            ["train.epochs=a=b"],
+            "launch: error: Error parsing override 'train.epochs=a=b': mismatched input '=' "
+            "expecting <EOF> (quote values with quotes or special characters: key='it\\'s')",
+        ),
     ],
-)  # fmt: skip
+)
 def test_config_errors_keep_what_hydra_knows_and_add_the_fix(capsys, tmp_path, args, expected):
     code, err = _launch(capsys, f"store.root={tmp_path}", *args)
     assert code == 2
@@ -53,13 +70,15 @@ def test_full_hydra_message_with_launch_full_error(capsys, monkeypatch):
     "args,first",
     [
         (["list"], "launch: error: 'list' is neither a subcommand nor an override (KEY=VALUE)"),
-        (["run"], "launch: error: 'run' is neither a subcommand nor an override (KEY=VALUE); "
-                  "did you mean launch runs?"),
+        (
+            ["run"],
+            "launch: error: 'run' is neither a subcommand nor an override (KEY=VALUE); did you mean launch runs?",
+        ),
         (["foo"], "launch: error: 'foo' is neither a subcommand nor an override (KEY=VALUE)"),
         (["train.epochs=3", "foo"], "launch: error: 'foo' is neither a subcommand nor an override (KEY=VALUE)"),
         (["-m", "+seed=1,2", "foo"], "launch: error: 'foo' is neither a subcommand nor an override (KEY=VALUE)"),
     ],
-)  # fmt: skip
+)
 def test_a_bare_word_lists_the_subcommands(capsys, args, first):
     code, err = _launch(capsys, *args)
     assert code == 2
@@ -103,8 +122,9 @@ def test_no_docker_daemon_is_one_line_exit_2_and_no_run(capsys, monkeypatch, tmp
     url = f"unix://{tmp_path}/none.sock"
     monkeypatch.setenv("DOCKER_HOST", url)
     store = tmp_path / "store"
-    code, err = _launch(capsys, "determinism=strict", "train=mnist", "runtime=docker", "image.base=local",
-                        f"store.root={store}")  # fmt: skip
+    code, err = _launch(
+        capsys, "determinism=strict", "train=mnist", "runtime=docker", "image.base=local", f"store.root={store}"
+    )
     assert code == 2
     assert err == [f"launch: error: no Docker daemon answers at {url}: start one (dockerd) or use runtime=local"]
     for run in (p for p in store.iterdir() if p.is_dir()):  # found out after the run directory: marked failed
@@ -126,8 +146,10 @@ def test_an_unexpected_error_is_a_short_traceback_and_exit_70(capsys, monkeypatc
     code = cli.main(["runs"])
     err = capsys.readouterr().err
     assert code == 70
-    assert err.strip().splitlines()[-2:] == ["launch: internal error: RuntimeError: boom",
-                                             "launch: set LAUNCH_FULL_ERROR=1 for the full traceback"]  # fmt: skip
+    assert err.strip().splitlines()[-2:] == [
+        "launch: internal error: RuntimeError: boom",
+        "launch: set LAUNCH_FULL_ERROR=1 for the full traceback",
+    ]
     assert "Traceback (most recent call last)" not in err
     assert err.count('  File "') == 3 and "in one_level" in err  # the innermost three frames, no more
 

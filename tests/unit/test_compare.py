@@ -14,12 +14,20 @@ def _record(**over):
     rec = compare.RunRecord(
         path=Path("/runs/a"),
         fingerprint=_fp(),
-        config={"train": {"name": "mnist", "epochs": 2}, "determinism": {"intra_op_threads": 1},
-                "seed": 0, "store": {"root": "/a"}},
+        config={
+            "train": {"name": "mnist", "epochs": 2},
+            "determinism": {"intra_op_threads": 1},
+            "seed": 0,
+            "store": {"root": "/a"},
+        },
         metrics=[{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25}],
-        result={"weights_sha256": "w", "layer_sha256": {"conv1": "c1", "logits": "l1"},
-                "final_metrics": {"loss": 0.25}, "outputs": {}},
-    )  # fmt: skip
+        result={
+            "weights_sha256": "w",
+            "layer_sha256": {"conv1": "c1", "logits": "l1"},
+            "final_metrics": {"loss": 0.25},
+            "outputs": {},
+        },
+    )
     for key, value in over.items():
         setattr(rec, key, value)
     return rec
@@ -100,8 +108,15 @@ def _steps(split_at=None):
     points = []
     for step in (0, 5, 10):
         logits = "l2" if split_at is not None and step >= split_at else "l1"
-        points.append({"step": step, "epoch": 1, "loss": 0.5, "weights": f"w{step}{logits}",
-                       "layers": [["conv1", "c1"], ["logits", logits]]})  # fmt: skip
+        points.append(
+            {
+                "step": step,
+                "epoch": 1,
+                "loss": 0.5,
+                "weights": f"w{step}{logits}",
+                "layers": [["conv1", "c1"], ["logits", logits]],
+            }
+        )
     return points
 
 
@@ -146,8 +161,9 @@ def test_forced_comparison_of_different_keys_shows_where_the_bits_split():
 
 
 def test_final_layers_are_listed_in_model_order():
-    a = _record(steps=[{"step": 0, "epoch": 0, "loss": None, "weights": "w",
-                        "layers": [["zeta", "1"], ["alpha", "2"]]}])  # fmt: skip
+    a = _record(
+        steps=[{"step": 0, "epoch": 0, "loss": None, "weights": "w", "layers": [["zeta", "1"], ["alpha", "2"]]}]
+    )
     b = _record(steps=a.steps)
     a.result = {**a.result, "layer_sha256": {"alpha": "a", "zeta": "z"}}
     b.result = {**b.result, "weights_sha256": "x", "layer_sha256": {"alpha": "b", "zeta": "y"}}
@@ -217,15 +233,22 @@ def test_a_run_with_no_weights_says_what_was_compared():
     assert c.verdict == "IDENTICAL" and c.compared == ["2 epochs' metrics"]
     assert c.notes == ["no weights were recorded: compared what is listed above"]
     text = compare.report(c, Path("a"), Path("b"))
-    assert text.splitlines() == ["IDENTICAL: 2 epochs' metrics are bitwise equal",
-                                 "  no weights were recorded: compared what is listed above"]  # fmt: skip
+    assert text.splitlines() == [
+        "IDENTICAL: 2 epochs' metrics are bitwise equal",
+        "  no weights were recorded: compared what is listed above",
+    ]
 
 
 def test_recorded_anything_counts_each_kind_of_result():
     empty = _record(metrics=[], result={"weights_sha256": None, "final_metrics": {}, "outputs": {}})
     assert not compare.recorded_anything(empty)
-    for change in ({"metrics": [{"epoch": 1}]}, {"steps": _steps()}, {"result": {"weights_sha256": "w"}},
-                   {"result": {"outputs": {"f": "h"}}}, {"result": {"final_metrics": {"loss": 1.0}}}):  # fmt: skip
+    for change in (
+        {"metrics": [{"epoch": 1}]},
+        {"steps": _steps()},
+        {"result": {"weights_sha256": "w"}},
+        {"result": {"outputs": {"f": "h"}}},
+        {"result": {"final_metrics": {"loss": 1.0}}},
+    ):
         assert compare.recorded_anything(_record(**{"metrics": [], "result": {}, **change})), change
 
 
@@ -233,7 +256,9 @@ def test_a_single_traced_step_and_one_output_file_are_named_in_the_singular():
     step = _steps()[:1]
     a = _record(metrics=[], steps=step, result={"outputs": {"f": "h"}})
     assert compare.compared_items(a, _record(metrics=[], steps=step, result={"outputs": {"f": "h"}})) == [
-        "1 output file", "1 traced step"]  # fmt: skip
+        "1 output file",
+        "1 traced step",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -428,9 +453,25 @@ def test_runs_of_an_older_launcher_that_differ_are_not_comparable_with_where_the
     b.result = {**b.result, "weights_sha256": "w2", "layer_sha256": {"conv1": "c2", "logits": "l1"}}
     b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.3}]
     c = compare.decide(a, b)
-    assert (c.verdict, c.exit_code, c.differences, c.first_differing_epoch, c.differing_layers, c.notes, c.equal,
-            c.compared) == ("NOT COMPARABLE", 3, [], 2, ["conv1"], [OLDER, "results differ"], False,
-                            ["weights", "2 epochs' metrics", "3 traced steps"])  # fmt: skip
+    assert (
+        c.verdict,
+        c.exit_code,
+        c.differences,
+        c.first_differing_epoch,
+        c.differing_layers,
+        c.notes,
+        c.equal,
+        c.compared,
+    ) == (
+        "NOT COMPARABLE",
+        3,
+        [],
+        2,
+        ["conv1"],
+        [OLDER, "results differ"],
+        False,
+        ["weights", "2 epochs' metrics", "3 traced steps"],
+    )
     assert c.divergence is not None and c.divergence.step == 10
     same = compare.decide(a, _schema_1(_record(steps=_steps())))
     assert (same.verdict, same.exit_code, same.notes, same.equal) == ("IDENTICAL", 0, [OLDER], True)
@@ -443,9 +484,15 @@ def test_differing_runs_whose_reads_were_not_fully_observed_are_not_comparable()
     b.fingerprint = {**b.fingerprint, "observation": {"gaps": ["g2", "g3"]}}
     b.result = {**b.result, "weights_sha256": "w2"}
     c = compare.decide(a, b)
-    assert (c.verdict, c.exit_code, c.differences, c.first_differing_epoch, c.differing_layers, c.equal,
-            c.compared) == ("NOT COMPARABLE", 3, [], None, [], False,
-                            ["weights", "2 epochs' metrics", "3 traced steps"])  # fmt: skip
+    assert (
+        c.verdict,
+        c.exit_code,
+        c.differences,
+        c.first_differing_epoch,
+        c.differing_layers,
+        c.equal,
+        c.compared,
+    ) == ("NOT COMPARABLE", 3, [], None, [], False, ["weights", "2 epochs' metrics", "3 traced steps"])
     assert c.notes == ["results differ, and the runs' reads were not fully observed: g1 (and 2 more)"]
     assert c.divergence.step == 5
     b.fingerprint["observation"] = {"gaps": ["g1"]}
@@ -463,13 +510,16 @@ def test_a_generator_made_without_a_seed_is_named_as_the_likely_cause_up_to_thre
     b.result = {**b.result, "weights_sha256": "w2", "unseeded_generators": made}
     c = compare.decide(a, b)
     assert (c.verdict, c.exit_code) == ("DIFFERENT", 1)
-    assert c.notes == ["likely cause: a generator made without a seed: c0 at t.py:0, c1 at t.py:1, c2 at t.py:2 "
-                       "(seed it from launcher.seed())"]  # fmt: skip
+    assert c.notes == [
+        "likely cause: a generator made without a seed: c0 at t.py:0, c1 at t.py:1, c2 at t.py:2 "
+        "(seed it from launcher.seed())"
+    ]
 
 
 def test_item_differences_name_what_only_one_side_has_and_what_changed():
     assert compare.item_differences({"a": 1, "b": 2, "c": 3}, {"b": 2, "c": 4, "d": 5, "e": 6}) == (
-        "only in run A: a; only in run B: d, e; changed: c")
+        "only in run A: a; only in run B: d, e; changed: c"
+    )
     assert compare.item_differences({"a": 1, "z": 2}, {"a": 1, "z": 3}, "x", "y") == "changed: z"
     assert compare.item_differences({"a": 1}, {"a": 1, "b": 2, "c": 3}) == "only in run B: b, c"
     assert compare.item_differences({"a": 1, "b": 1}, {}) == "only in run A: a, b"
@@ -484,8 +534,9 @@ def test_outputs_are_compared_by_meaning_only_where_both_runs_recorded_it(monkey
     a, b = _record(), _record()
     a.result = {**a.result, "outputs": {"m.keras": "h1"}, "outputs_content": {"m.keras": "A"}}
     b.result = {**b.result, "outputs": {"m.keras": "h2"}, "outputs_content": {"m.keras": "B"}}
-    assert compare.output_differences(a, b) == ["outputs/m.keras (weights)"] and calls == [({"m.keras": "A"},
-                                                                                            {"m.keras": "B"})]
+    assert compare.output_differences(a, b) == ["outputs/m.keras (weights)"] and calls == [
+        ({"m.keras": "A"}, {"m.keras": "B"})
+    ]
     for one in (a, b):  # one run recorded no meaning: compared by bytes
         c, d = _record(), _record()
         c.result, d.result = dict(a.result), dict(b.result)
@@ -497,8 +548,16 @@ def test_outputs_are_compared_by_meaning_only_where_both_runs_recorded_it(monkey
 def test_a_scripts_saved_variables_are_read_by_their_names(tmp_path):
     import numpy as np
 
-    np.savez(tmp_path / "weights.npz", **{"0 dense/kernel": np.ones(2), "1 dense/bias": np.zeros(1),
-                                          "2 a b/c": np.ones(1), "3  lead": np.ones(1), "v": np.ones(1)})  # fmt: skip
+    np.savez(
+        tmp_path / "weights.npz",
+        **{
+            "0 dense/kernel": np.ones(2),
+            "1 dense/bias": np.zeros(1),
+            "2 a b/c": np.ones(1),
+            "3  lead": np.ones(1),
+            "v": np.ones(1),
+        },
+    )
     rec = _record(path=tmp_path)
     rec.result = {**rec.result, "weights_file": "weights.npz"}
     got = compare.read_weights(rec)
@@ -512,11 +571,13 @@ def test_what_a_tolerance_cannot_vouch_for_is_named():
     assert compare._unjudged(a, b, {}, {}) == [
         "neither run kept weight values or per-epoch metrics: nothing to compare within a tolerance",
         "the weights differ by hash and their values were not kept (train.save_weights=true keeps them): they "
-        "cannot be compared within a tolerance"]
+        "cannot be compared within a tolerance",
+    ]
     kept = {"dense/kernel": 1}
     assert compare._unjudged(a, b, kept, {}) == [
         "the weights differ by hash and their values were not kept (train.save_weights=true keeps them): they "
-        "cannot be compared within a tolerance"]  # one run's values alone compare nothing
+        "cannot be compared within a tolerance"
+    ]  # one run's values alone compare nothing
     assert compare._unjudged(a, b, kept, kept) == []
 
 
@@ -525,7 +586,8 @@ def test_list_items_that_are_mappings_compare_by_content_whatever_their_key_orde
     records written in another key order were listed as only in one run)."""
     assert compare.item_differences([{"b": 1, "a": 2}], [{"a": 2, "b": 1}]) == "the same items in another order"
     assert compare.item_differences([{"b": 1, "a": 2}], [{"b": 1, "a": 3}]) == (
-        'only in run A: {"a": 2, "b": 1}; only in run B: {"a": 3, "b": 1}')
+        'only in run A: {"a": 2, "b": 1}; only in run B: {"a": 3, "b": 1}'
+    )
     assert compare.item_differences({"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 2, "c": 1}) == "changed: a, b"
 
 

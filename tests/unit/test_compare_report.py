@@ -34,8 +34,7 @@ def _refused_pair():
 
 TABLE = [
     "  field                                      a                                             b",
-    "  software.distributions.keras.files_sha256  f1                                            "
-    + "f" * 43 + "…",
+    "  software.distributions.keras.files_sha256  f1                                            " + "f" * 43 + "…",
     "  config.determinism.intra_op_threads        1                                             2",
 ]
 
@@ -54,12 +53,17 @@ def test_forced_reports_say_whether_results_differ_and_where():
     c = compare.decide(a, b, force=True)
     assert (c.exit_code, c.equal, c.compared) == (3, True, ["weights", "2 epochs' metrics"])
     assert compare.report(c, Path("a"), Path("b")).splitlines() == [
-        "NOT COMPARABLE (forced: results are bitwise equal)", *TABLE]
+        "NOT COMPARABLE (forced: results are bitwise equal)",
+        *TABLE,
+    ]
     b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.3}]
     b.result = {**b.result, "weights_sha256": "x", "layer_sha256": {"conv1": "c2", "logits": "l1"}}
     c = compare.decide(a, b, force=True)
     assert (c.first_differing_epoch, c.differing_layers, c.differences[0][0]) == (
-        2, ["conv1"], "software.distributions.keras.files_sha256")  # fmt: skip
+        2,
+        ["conv1"],
+        "software.distributions.keras.files_sha256",
+    )
     assert compare.report(c, Path("a"), Path("b")).splitlines() == [
         "NOT COMPARABLE (forced: results differ)",
         "  no step trace in common (a run has no trace.jsonl, or they recorded no common step)",
@@ -130,7 +134,8 @@ def test_tolerance_reports():
     c = compare.decide_equivalent(_record(), b, rtol=0, atol=0)
     assert (c.verdict, c.exit_code) == ("REFUSED", 3)
     assert compare.report(c, Path("a"), Path("b")).splitlines()[-1] == (
-        "  --tolerance admits differences in software only")  # and no --allow-mismatch hint: it has notes
+        "  --tolerance admits differences in software only"
+    )  # and no --allow-mismatch hint: it has notes
     assert not any("use --allow-mismatch" in line for line in compare.report(c, Path("a"), Path("b")).splitlines())
 
 
@@ -159,8 +164,11 @@ def test_config_differences_expand_nested_dicts_over_both_sides():
     a = {"train": {"lr": 1, "opt": {"name": "adam"}}, "seed": 0, "only_a": 1}
     b = {"train": {"lr": 2, "opt": "sgd"}, "seed": 0, "only_b": 2}
     assert compare.config_differences(a, b) == [
-        ("config.only_a", 1, None), ("config.only_b", None, 2),
-        ("config.train.lr", 1, 2), ("config.train.opt", {"name": "adam"}, "sgd")]  # fmt: skip
+        ("config.only_a", 1, None),
+        ("config.only_b", None, 2),
+        ("config.train.lr", 1, 2),
+        ("config.train.opt", {"name": "adam"}, "sgd"),
+    ]
 
 
 def test_metrics_compare_bitwise_whatever_the_key_order_and_without_epoch_numbers():
@@ -193,7 +201,8 @@ def test_compared_items_need_both_runs():
     assert compare.compared_items(a, b) == ["2 epochs' metrics"]
     two = _steps()[:2]
     assert compare.compared_items(_record(metrics=[], steps=two), _record(metrics=[], steps=two))[-1] == (
-        "2 traced steps")  # fmt: skip
+        "2 traced steps"
+    )
 
 
 @pytest.mark.parametrize("text, expected", [("0,0", (0.0, 0.0)), ("1e-5,1e-8", (1e-5, 1e-8)), (" 2 , 3 ", (2.0, 3.0))])
@@ -212,22 +221,33 @@ def test_bad_tolerances_say_what_is_expected():
 
 
 # ---------------------------------------------------------------- describe: every sentence
-@pytest.mark.parametrize("d, text", [
-    (None, "no step trace in common (a run has no trace.jsonl, or they recorded no common step)"),
-    (trace.Divergence(3), "step traces equal at all 3 common steps"),
-    (trace.Divergence(3, 0, 0, None, ["conv1"]),
-     "first diverging step: 0, before any training (the initial weights differ: a seeding problem); "
-     "first differing layer in model order: conv1"),
-    (trace.Divergence(3, 4, None, 3, ["a"]), "first diverging step: 4; first differing layer in model order: a"),
-    (trace.Divergence(3, 5, 2, 3, ["a", "b", "c"], (0.5, 0.25)),
-     "first diverging step: 5 (epoch 2), equal at step 3: the bits split in steps 4-5; "
-     "first differing layer in model order: a (also b, c); loss 0.5 vs 0.25"),
-    (trace.Divergence(3, 5, 2, None, ["a", "b"]),
-     "first diverging step: 5 (epoch 2); first differing layer in model order: a (also b)"),
-    (trace.Divergence(3, 6, 1, 5, [], (0.5, 0.25)),
-     "first diverging step: 6 (epoch 1); weights equal there, the loss differs; loss 0.5 vs 0.25"),
-    (trace.Divergence(3, 6, 1, 5, [], None), "first diverging step: 6 (epoch 1)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "d, text",
+    [
+        (None, "no step trace in common (a run has no trace.jsonl, or they recorded no common step)"),
+        (trace.Divergence(3), "step traces equal at all 3 common steps"),
+        (
+            trace.Divergence(3, 0, 0, None, ["conv1"]),
+            "first diverging step: 0, before any training (the initial weights differ: a seeding problem); "
+            "first differing layer in model order: conv1",
+        ),
+        (trace.Divergence(3, 4, None, 3, ["a"]), "first diverging step: 4; first differing layer in model order: a"),
+        (
+            trace.Divergence(3, 5, 2, 3, ["a", "b", "c"], (0.5, 0.25)),
+            "first diverging step: 5 (epoch 2), equal at step 3: the bits split in steps 4-5; "
+            "first differing layer in model order: a (also b, c); loss 0.5 vs 0.25",
+        ),
+        (
+            trace.Divergence(3, 5, 2, None, ["a", "b"]),
+            "first diverging step: 5 (epoch 2); first differing layer in model order: a (also b)",
+        ),
+        (
+            trace.Divergence(3, 6, 1, 5, [], (0.5, 0.25)),
+            "first diverging step: 6 (epoch 1); weights equal there, the loss differs; loss 0.5 vs 0.25",
+        ),
+        (trace.Divergence(3, 6, 1, 5, [], None), "first diverging step: 6 (epoch 1)"),
+    ],
+)
 def test_describe(d, text):
     assert trace.describe(d) == text
 
@@ -240,15 +260,25 @@ def test_weights_that_differ_with_an_equal_loss_name_no_loss():
 
 
 # ---------------------------------------------------------------- compare on sealed run directories
-def _sealed(store: Path, name: str, *, weights: str = "w", fp: dict | None = None, metrics=(0.5, 0.25),
-            steps: list | None = None, seal: bool = True) -> Path:  # fmt: skip
+def _sealed(
+    store: Path,
+    name: str,
+    *,
+    weights: str = "w",
+    fp: dict | None = None,
+    metrics=(0.5, 0.25),
+    steps: list | None = None,
+    seal: bool = True,
+) -> Path:
     run_dir = store / name
     run_dir.mkdir(parents=True)
     config = b"seed: 0\ntrain:\n  name: mnist\n  epochs: 2\nstore:\n  root: ${oc.env:HOME}\n"  # resolved on load
     runs.write_bytes(run_dir / "config.yaml", config)
     runs.write_json(run_dir / "fingerprint.json", fp or _fp())
-    runs.write_bytes(run_dir / "metrics.jsonl", "".join(
-        json.dumps({"epoch": i + 1, "loss": v}) + "\n" for i, v in enumerate(metrics)).encode())  # fmt: skip
+    runs.write_bytes(
+        run_dir / "metrics.jsonl",
+        "".join(json.dumps({"epoch": i + 1, "loss": v}) + "\n" for i, v in enumerate(metrics)).encode(),
+    )
     runs.write_json(run_dir / "result.json", {"weights_sha256": weights, "outputs": {}})
     if steps is not None:
         runs.write_bytes(run_dir / trace.FILE, "".join(json.dumps(p) + "\n" for p in steps).encode())
@@ -261,8 +291,11 @@ def test_compare_runs_reads_sealed_runs(tmp_path):
     a = _sealed(tmp_path, "a", steps=_steps())
     b = _sealed(tmp_path, "b", steps=_steps())
     rec = compare.load(a)
-    assert rec.path == a and rec.fingerprint == _fp() and rec.metrics == [{"epoch": 1, "loss": 0.5},
-                                                                         {"epoch": 2, "loss": 0.25}]  # fmt: skip
+    assert (
+        rec.path == a
+        and rec.fingerprint == _fp()
+        and rec.metrics == [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25}]
+    )
     assert rec.config["train"] == {"name": "mnist", "epochs": 2} and rec.config["store"]["root"].startswith("/")
     assert rec.result["weights_sha256"] == "w" and rec.steps == _steps()
     c = compare.compare_runs(a, b)
@@ -270,7 +303,8 @@ def test_compare_runs_reads_sealed_runs(tmp_path):
     c = compare.compare_runs(a, _sealed(tmp_path, "c", weights="x"))
     assert (c.verdict, c.exit_code) == ("DIFFERENT", 1)
     assert compare.compare_runs(a, _sealed(tmp_path, "d", metrics=(0.5, 0.2500001)), tolerance=(1e-5, 0)).verdict == (
-        "EQUIVALENT")  # fmt: skip
+        "EQUIVALENT"
+    )
     no_metrics = _sealed(tmp_path, "e", seal=False)
     (no_metrics / "metrics.jsonl").unlink()
     runs.seal(no_metrics)
@@ -300,8 +334,9 @@ def test_compare_runs_checks_seals_and_schemas_first(tmp_path):
     future_run = _sealed(tmp_path, "c", fp=future)
     with pytest.raises(SchemaError) as info:
         compare.compare_runs(a, future_run)
-    assert str(info.value) == (f"{future_run}: fingerprint schema 99 is not readable by this launcher "
-                               "(reads 1, 2, 3, 4, 5)")
+    assert str(info.value) == (
+        f"{future_run}: fingerprint schema 99 is not readable by this launcher (reads 1, 2, 3, 4, 5)"
+    )
     with pytest.raises(SealError, match="not complete"):
         compare.load(_sealed(tmp_path, "d", seal=False))
 
@@ -329,8 +364,13 @@ def test_a_long_list_difference_wraps_at_88_columns_between_whole_names():
     characters stay on one line."""
     from launcher.verdict import compare
 
-    wheels = ["tensorflow-cpu", "nvidia-cublas-cu12", "nvidia-cudnn-cu12", "nvidia-cuda-runtime-cu12",
-              "nvidia-nccl-cu12"]
+    wheels = [
+        "tensorflow-cpu",
+        "nvidia-cublas-cu12",
+        "nvidia-cudnn-cu12",
+        "nvidia-cuda-runtime-cu12",
+        "nvidia-nccl-cu12",
+    ]
     short = ["libnvidia-cublas-cu12-with-a-long-name", "xxxxx"]  # 82 characters of differences
     assert compare.difference_table([("software.distributions", wheels, ["keras"]), ("x", short, ["keras"])]) == [
         "  field                   run A                                         run B",
@@ -349,8 +389,12 @@ def test_a_report_of_runs_that_differ_only_in_output_files_says_what_is_equal():
         "wrote differ (what else did it write into them?)",
         f"  {compare.ONLY_OUTPUTS}: outputs/log.txt",
     ]
-    other = compare.Comparison("DIFFERENT", 1, notes=["no weights were recorded: compared what is listed above",
-                                                      f"{compare.ONLY_OUTPUTS}: outputs/log.txt"], equal=False)
+    other = compare.Comparison(
+        "DIFFERENT",
+        1,
+        notes=["no weights were recorded: compared what is listed above", f"{compare.ONLY_OUTPUTS}: outputs/log.txt"],
+        equal=False,
+    )
     first = compare.report(other, Path("/runs/a"), Path("/runs/b")).splitlines()[0]
     assert first == "DIFFERENT: same comparability key, different results — a determinism bug"
 
@@ -358,10 +402,12 @@ def test_a_report_of_runs_that_differ_only_in_output_files_says_what_is_equal():
 def test_a_not_comparable_report_names_every_note_on_its_first_line():
     from launcher.verdict import compare
 
-    c = compare.Comparison("NOT COMPARABLE", 3, notes=["neither run recorded data (an older launcher)",
-                                                       "results differ"], equal=None)  # fmt: skip
+    c = compare.Comparison(
+        "NOT COMPARABLE", 3, notes=["neither run recorded data (an older launcher)", "results differ"], equal=None
+    )
     assert compare.report(c, Path("/runs/a"), Path("/runs/b")) == (
-        "NOT COMPARABLE (neither run recorded data (an older launcher); results differ)")
+        "NOT COMPARABLE (neither run recorded data (an older launcher); results differ)"
+    )
 
 
 def test_a_list_difference_of_89_characters_is_wrapped():

@@ -111,8 +111,9 @@ def test_an_entrypoint_that_cannot_be_found_is_bad_input_before_any_run(tmp_path
     (tmp_path / "mypkg" / "__init__.py").write_text("raise SystemExit('imported!')\n")  # must never run here
     (tmp_path / "mypkg" / "train.py").write_text("def main(cfg, seed): pass\n")
     config.check_entrypoint(compose(["train=custom", "train.entrypoint=mypkg.train:main"]), str(tmp_path))
-    config.check_entrypoint(compose(["train=custom", "train.entrypoint=mypkg.train:main", f"train.path={tmp_path}"]),
-                            "/")  # fmt: skip
+    config.check_entrypoint(
+        compose(["train=custom", "train.entrypoint=mypkg.train:main", f"train.path={tmp_path}"]), "/"
+    )
     with pytest.raises(ConfigError, match=r"mypkg has no module 'trian'"):
         config.check_entrypoint(compose(["train=custom", "train.entrypoint=mypkg.trian:main"]), str(tmp_path))
     with pytest.raises(ConfigError, match=r"no module 'mypgk' in .* set train.path=DIR"):
@@ -153,11 +154,14 @@ def test_the_hashed_part_resolves_interpolations_and_treats_a_config_without_run
     assert config.hashed_part(odd) == {"determinism": "strict", "train": "mine"}
 
 
-@pytest.mark.parametrize("section,value,message", [
-    ("train.name", "nope", "train='nope' is unknown; choose one of mnist, custom, script, notebook"),
-    ("determinism.level", "nope", "determinism='nope' is unknown; choose one of off, seeded, strict, portable"),
-    ("runtime.name", "nope", "runtime='nope' is unknown; choose one of local, docker"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "section,value,message",
+    [
+        ("train.name", "nope", "train='nope' is unknown; choose one of mnist, custom, script, notebook"),
+        ("determinism.level", "nope", "determinism='nope' is unknown; choose one of off, seeded, strict, portable"),
+        ("runtime.name", "nope", "runtime='nope' is unknown; choose one of local, docker"),
+    ],
+)
 def test_a_name_no_group_option_has_is_refused_with_the_options(section, value, message):
     """A config written by hand, or by an older launcher, reaches validate without Hydra's own check."""
     cfg = compose([])
@@ -181,24 +185,38 @@ _SCRIPT = str(Path(__file__).resolve())  # any existing file is a script to vali
 REFUSALS = [  # every refusal of config.validate, word for word: the line the user reads (docs/errors.md)
     (["determinism.seed=-1"], "determinism.seed must be a non-negative integer, got -1"),
     (["determinism.seed=1.5"], "determinism.seed must be a non-negative integer, got 1.5"),
-    (["determinism=portable", "determinism.intra_op_threads=null"],
-     "determinism.intra_op_threads must be set in portable mode (an integer or auto)"),
-    (["determinism=portable", "determinism.inter_op_threads=null"],
-     "determinism.inter_op_threads must be set in portable mode (an integer or auto)"),
-    (["determinism.inter_op_threads=0"],
-     "determinism.inter_op_threads: thread count must be an integer >= 1 or 'auto', got 0"),
-    (["determinism.intra_op_threads=many"],
-     "determinism.intra_op_threads: thread count must be an integer >= 1 or 'auto', got 'many'"),
-    (["determinism=portable", "determinism.isa_baseline=x86-64-v4"],
-     "determinism.isa_baseline must be one of x86-64-v3, got 'x86-64-v4'"),
-    (["determinism.random_ops=sometimes"],
-     "determinism.random_ops must be null, num_random_ops or constant, got 'sometimes'"),
+    (
+        ["determinism=portable", "determinism.intra_op_threads=null"],
+        "determinism.intra_op_threads must be set in portable mode (an integer or auto)",
+    ),
+    (
+        ["determinism=portable", "determinism.inter_op_threads=null"],
+        "determinism.inter_op_threads must be set in portable mode (an integer or auto)",
+    ),
+    (
+        ["determinism.inter_op_threads=0"],
+        "determinism.inter_op_threads: thread count must be an integer >= 1 or 'auto', got 0",
+    ),
+    (
+        ["determinism.intra_op_threads=many"],
+        "determinism.intra_op_threads: thread count must be an integer >= 1 or 'auto', got 'many'",
+    ),
+    (
+        ["determinism=portable", "determinism.isa_baseline=x86-64-v4"],
+        "determinism.isa_baseline must be one of x86-64-v3, got 'x86-64-v4'",
+    ),
+    (
+        ["determinism.random_ops=sometimes"],
+        "determinism.random_ops must be null, num_random_ops or constant, got 'sometimes'",
+    ),
     (["determinism.onednn_opts=maybe"], "determinism.onednn_opts must be true, false or null, got 'maybe'"),
     (["determinism.jit_compile=1"], "determinism.jit_compile must be true, false or null, got 1"),
     (["determinism.deterministic_data=yes"], "determinism.deterministic_data must be true, false or null, got 'yes'"),
-    (["train=script", f"train.script={_SCRIPT}", "determinism.jit_compile=true"],
-     "determinism.jit_compile applies to train=mnist; train=script code passes jit_compile to its own "
-     "model.compile()"),
+    (
+        ["train=script", f"train.script={_SCRIPT}", "determinism.jit_compile=true"],
+        "determinism.jit_compile applies to train=mnist; train=script code passes jit_compile to its own "
+        "model.compile()",
+    ),
     (["determinism.trace_every=-1"], "determinism.trace_every must be an integer >= 0 (0 = no trace), got -1"),
     (["determinism.trace_every=true"], "determinism.trace_every must be an integer >= 0 (0 = no trace), got True"),
     (["train.checkpoint_every=-1"], "train.checkpoint_every must be an integer >= 0, got -1"),
@@ -212,7 +230,7 @@ REFUSALS = [  # every refusal of config.validate, word for word: the line the us
     (["train=custom", "train.entrypoint=mypkg.train"], "train=custom needs train.entrypoint=package.module:function"),
     (["train=script"], "train=script needs train.script=path/to/train.py"),
     (["store.root=''"], "store.root must be a directory path"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("overrides,message", REFUSALS)
@@ -222,14 +240,21 @@ def test_each_refusal_says_what_is_wrong_and_what_is_allowed(overrides, message)
     assert str(info.value) == message
 
 
-@pytest.mark.parametrize("overrides", [
-    ["determinism.intra_op_threads=auto", "determinism.inter_op_threads=auto"],
-    ["determinism=seeded", "determinism.intra_op_threads=null", "determinism.inter_op_threads=null"],
-    ["determinism=off", "determinism.intra_op_threads=null"],
-    ["train.data_parallel_calls=autotune"], ["train.max_samples=null"], ["+seed=0"], ["determinism.seed=0"],
-    ["determinism.onednn_opts=true", "determinism.deterministic_data=false", "determinism.jit_compile=null"],
-    ["train.checkpoint_every=0"], ["train=script", f"train.script={_SCRIPT}"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["determinism.intra_op_threads=auto", "determinism.inter_op_threads=auto"],
+        ["determinism=seeded", "determinism.intra_op_threads=null", "determinism.inter_op_threads=null"],
+        ["determinism=off", "determinism.intra_op_threads=null"],
+        ["train.data_parallel_calls=autotune"],
+        ["train.max_samples=null"],
+        ["+seed=0"],
+        ["determinism.seed=0"],
+        ["determinism.onednn_opts=true", "determinism.deterministic_data=false", "determinism.jit_compile=null"],
+        ["train.checkpoint_every=0"],
+        ["train=script", f"train.script={_SCRIPT}"],
+    ],
+)
 def test_what_the_docs_allow_is_valid(overrides):
     config.validate(compose(overrides))
 
@@ -256,6 +281,7 @@ def test_train_data_full_is_checked_where_the_job_will_download_it(runtime, refu
     answers here) and a container, without network, cannot."""
     from launcher.errors import DataError
     from launcher.job import data
+
     monkeypatch.setattr(data, "keras_cache", lambda: [tmp_path / "mnist.npz"])
     monkeypatch.setattr(data, "_unreachable", lambda url: None)
     data._check_full.cache_clear()

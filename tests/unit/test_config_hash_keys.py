@@ -104,8 +104,12 @@ DOCKER_NOT_RESULT_CHANGING = {
     "runtime.tmpfs_mb": "the size of the job's /tmp",
     "runtime.mounts": "where data is visible; what the job reads is hashed by content",
 }
-IMAGE_VALUES = {"image.ca_bundle": "/etc/ssl/corp.pem", "image.index_url": "https://pypi.corp/simple",
-                "image.wheelhouse": "/wheels", "runtime.mounts": ["/data:/data"]}  # fmt: skip
+IMAGE_VALUES = {
+    "image.ca_bundle": "/etc/ssl/corp.pem",
+    "image.index_url": "https://pypi.corp/simple",
+    "image.wheelhouse": "/wheels",
+    "runtime.mounts": ["/data:/data"],
+}
 
 
 def _docker() -> dict:
@@ -131,11 +135,14 @@ def test_the_image_a_docker_job_runs_in_is_hashed_and_a_local_jobs_image_setting
     assert config.config_hash(local) == hashes[1]  # the image settings do not reach a local run
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("sweep", {"direction": "minimize", "metric": "val_loss"}),  # what a sweeper optimizes
-    ("config_dir", {"path": "/elsewhere/conf", "files": ["train/mine.yaml"]}),  # the files are hashed apart
-    ("tracking", {"name": "mlflow", "uri": "http://mlflow:5000"}),  # logs the sealed run
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("sweep", {"direction": "minimize", "metric": "val_loss"}),  # what a sweeper optimizes
+        ("config_dir", {"path": "/elsewhere/conf", "files": ["train/mine.yaml"]}),  # the files are hashed apart
+        ("tracking", {"name": "mlflow", "uri": "http://mlflow:5000"}),  # logs the sealed run
+    ],
+)
 def test_what_a_run_cannot_compute_differently_by_leaves_the_hash_alone(key, value):
     data = OmegaConf.to_container(composition.compose([]), resolve=False)
     before = config.config_hash(data)
@@ -143,8 +150,9 @@ def test_what_a_run_cannot_compute_differently_by_leaves_the_hash_alone(key, val
     assert config.config_hash(data) == before
 
 
-@pytest.mark.parametrize("overrides", [["runtime=docker"], ["train=notebook", "train.notebook=n.ipynb"],
-                                       ["tracking=mlflow"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides", [["runtime=docker"], ["train=notebook", "train.notebook=n.ipynb"], ["tracking=mlflow"]]
+)
 def test_each_task_runtime_and_tracker_the_launcher_offers_validates(overrides, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "n.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')

@@ -9,11 +9,15 @@ import sys
 from launcher.console import NoiseFilter
 from tests.conftest import REPO
 
-ONEDNN = (b"I0000 00:00:1795575776.121491   25779 port.cc:153] oneDNN custom operations are on. You may see "
-          b"slightly different numerical results due to floating-point round-off errors.\n")  # fmt: skip
+ONEDNN = (
+    b"I0000 00:00:1795575776.121491   25779 port.cc:153] oneDNN custom operations are on. You may see "
+    b"slightly different numerical results due to floating-point round-off errors.\n"
+)
 ABSL = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
-NODEDEF = (b"E0000 00:00:1732.5   812 meta_optimizer.cc:966] model_pruner failed: INVALID_ARGUMENT: NodeDef "
-           b"mentions attribute use_unbounded_threadpool which is not in the op definition\n")  # fmt: skip
+NODEDEF = (
+    b"E0000 00:00:1732.5   812 meta_optimizer.cc:966] model_pruner failed: INVALID_ARGUMENT: NodeDef "
+    b"mentions attribute use_unbounded_threadpool which is not in the op definition\n"
+)
 REAL = b"E0000 00:00:1795575776.1   25779 some_kernel.cc:12] Resource exhausted: OOM when allocating\n"
 
 
@@ -49,7 +53,13 @@ def test_a_closed_pipe_is_a_quiet_exit():
     read, write = os.pipe()
     os.close(read)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "launcher", "--help"], stdout=write, stderr=subprocess.PIPE,
-                          text=True, env=env, cwd=str(REPO / "tests"))  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "--help"],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(REPO / "tests"),
+    )
     os.close(write)
     assert done.returncode == 141 and done.stderr == ""

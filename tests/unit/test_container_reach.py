@@ -69,8 +69,11 @@ def test_a_mount_below_the_images_private_root_home_is_masked():
 
 
 def test_an_unreadable_working_dir_or_data_file_refuses_naming_it_and_the_fix():
-    with pytest.raises(ConfigError, match=r"uid 1000, which cannot enter and read '/tmp/tmp.w' \(mode 0700.*"
-                                          r"chmod o\+rx '/tmp/tmp.w'"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"uid 1000, which cannot enter and read '/tmp/tmp.w' \(mode 0700.*"
+        r"chmod o\+rx '/tmp/tmp.w'",
+    ):
         cs.reachable(cs.job_mounts("/s/r", "/tmp/tmp.w"), [], USER, "/s/r", _stat({"/tmp/tmp.w"}))
     data = "/d/secret.npz"
     with pytest.raises(ConfigError, match=r"cannot read '/d/secret.npz'.*chmod o\+r"):

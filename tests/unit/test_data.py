@@ -47,12 +47,22 @@ def test_npz_with_wrong_keys_or_shapes(tmp_path):
     np.savez(path, x_train=np.zeros((4, 28, 28), np.uint8))
     with pytest.raises(DataError, match="missing y_train"):
         data.load(str(path))
-    np.savez(path, x_train=np.zeros((4, 32, 32), np.uint8), y_train=np.zeros(4, np.uint8),
-             x_test=np.zeros((2, 32, 32), np.uint8), y_test=np.zeros(2, np.uint8))  # fmt: skip
+    np.savez(
+        path,
+        x_train=np.zeros((4, 32, 32), np.uint8),
+        y_train=np.zeros(4, np.uint8),
+        x_test=np.zeros((2, 32, 32), np.uint8),
+        y_test=np.zeros(2, np.uint8),
+    )
     with pytest.raises(DataError, match=r"expected \(N, 28, 28\)"):
         data.load(str(path))
-    np.savez(path, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.full(4, 11),
-             x_test=np.zeros((2, 28, 28), np.uint8), y_test=np.zeros(2, np.uint8))  # fmt: skip
+    np.savez(
+        path,
+        x_train=np.zeros((4, 28, 28), np.uint8),
+        y_train=np.full(4, 11),
+        x_test=np.zeros((2, 28, 28), np.uint8),
+        y_test=np.zeros(2, np.uint8),
+    )
     with pytest.raises(DataError, match="labels 0..9"):
         data.load(str(path))
 
@@ -107,8 +117,13 @@ def test_an_npz_of_python_objects_is_refused_and_never_unpickled(tmp_path):
     path = tmp_path / "objects.npz"
     trap = np.empty(1, dtype=object)
     trap[0] = _Trap(marker)
-    np.savez(path, x_train=trap, y_train=np.zeros(1, np.uint8), x_test=np.zeros((1, 28, 28), np.uint8),
-             y_test=np.zeros(1, np.uint8))  # fmt: skip
+    np.savez(
+        path,
+        x_train=trap,
+        y_train=np.zeros(1, np.uint8),
+        x_test=np.zeros((1, 28, 28), np.uint8),
+        y_test=np.zeros(1, np.uint8),
+    )
     for call in (data.check, data.load):
         with pytest.raises(DataError, match="x_train holds Python objects"):
             call(str(path))
@@ -119,18 +134,44 @@ def test_an_npz_of_python_objects_is_refused_and_never_unpickled(tmp_path):
     "arrays,message",
     [
         ({"a": np.zeros(3)}, r"missing x_train, y_train, x_test, y_test \(it holds a\)"),
-        ({"x_train": np.zeros((4, 32, 32), np.uint8), "y_train": np.zeros(4, np.uint8),
-          "x_test": np.zeros((2, 28, 28), np.uint8), "y_test": np.zeros(2, np.uint8)},
-         r"x_train has shape \(4, 32, 32\), expected \(N, 28, 28\)"),
-        ({"x_train": np.zeros((4, 28, 28), np.uint8), "y_train": np.zeros(3, np.uint8),
-          "x_test": np.zeros((2, 28, 28), np.uint8), "y_test": np.zeros(2, np.uint8)},
-         "x_train holds 4 images but y_train holds 3 labels"),
-        ({"x_train": np.zeros((0, 28, 28), np.uint8), "y_train": np.zeros(0, np.uint8),
-          "x_test": np.zeros((2, 28, 28), np.uint8), "y_test": np.zeros(2, np.uint8)}, "x_train is empty"),
-        ({"x_train": np.zeros((4, 28, 28), np.float32), "y_train": np.zeros(4, np.uint8),
-          "x_test": np.zeros((2, 28, 28), np.uint8), "y_test": np.zeros(2, np.uint8)}, "pixel values 0..255"),
+        (
+            {
+                "x_train": np.zeros((4, 32, 32), np.uint8),
+                "y_train": np.zeros(4, np.uint8),
+                "x_test": np.zeros((2, 28, 28), np.uint8),
+                "y_test": np.zeros(2, np.uint8),
+            },
+            r"x_train has shape \(4, 32, 32\), expected \(N, 28, 28\)",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 28, 28), np.uint8),
+                "y_train": np.zeros(3, np.uint8),
+                "x_test": np.zeros((2, 28, 28), np.uint8),
+                "y_test": np.zeros(2, np.uint8),
+            },
+            "x_train holds 4 images but y_train holds 3 labels",
+        ),
+        (
+            {
+                "x_train": np.zeros((0, 28, 28), np.uint8),
+                "y_train": np.zeros(0, np.uint8),
+                "x_test": np.zeros((2, 28, 28), np.uint8),
+                "y_test": np.zeros(2, np.uint8),
+            },
+            "x_train is empty",
+        ),
+        (
+            {
+                "x_train": np.zeros((4, 28, 28), np.float32),
+                "y_train": np.zeros(4, np.uint8),
+                "x_test": np.zeros((2, 28, 28), np.uint8),
+                "y_test": np.zeros(2, np.uint8),
+            },
+            "pixel values 0..255",
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_npz_of_the_wrong_layout_is_refused_by_its_headers(tmp_path, arrays, message):
     path = tmp_path / "wrong.npz"
     np.savez(path, **arrays)
@@ -153,8 +194,9 @@ def test_an_idx_directory_whose_images_and_labels_disagree_is_refused(tmp_path, 
     raw = gzip.decompress((tmp_path / "train-labels-idx1-ubyte.gz").read_bytes())
     fewer = raw[:4] + (100).to_bytes(4, "big") + raw[8:108]  # 100 labels, said and held
     (tmp_path / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(fewer))
-    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz holds 200 images but "
-                                        "train-labels-idx1-ubyte.gz holds 100 labels"):  # fmt: skip
+    with pytest.raises(
+        DataError, match="train-images-idx3-ubyte.gz holds 200 images but train-labels-idx1-ubyte.gz holds 100 labels"
+    ):
         data.check(str(tmp_path))
 
 

@@ -85,8 +85,11 @@ def test_verify_names_every_setting_that_did_not_take():
     text = str(info.value)
     assert "op determinism" in text and "intra_op_threads=2" in text and "PYTHONHASHSEED" in text
     assert len(info.value.problems) == 3
-    assert info.value.problems == ["PYTHONHASHSEED=None (planned '1')", "op determinism is not enabled",
-                                   "intra_op_threads=2 (planned 1)"]  # fmt: skip
+    assert info.value.problems == [
+        "PYTHONHASHSEED=None (planned '1')",
+        "op determinism is not enabled",
+        "intra_op_threads=2 (planned 1)",
+    ]
     assert text == "determinism settings did not take effect: " + "; ".join(info.value.problems)
 
 
@@ -167,8 +170,13 @@ def test_read_back_asks_tensorflow_what_took_effect_not_the_plan(tmp_path):
     from tests.conftest import REPO
 
     planned = determinism.plan("strict", 0, 1, 1, False, deterministic_data=False).env  # set before start
-    env = {**os.environ, **planned, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "KERAS_HOME": str(tmp_path)}  # Keras' defaults, whatever ~/.keras/keras.json says
+    env = {
+        **os.environ,
+        **planned,
+        "PYTHONPATH": str(REPO),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "KERAS_HOME": str(tmp_path),
+    }  # Keras' defaults, whatever ~/.keras/keras.json says
     done = subprocess.run([sys.executable, "-c", READ_BACK], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -176,18 +184,36 @@ def test_read_back_asks_tensorflow_what_took_effect_not_the_plan(tmp_path):
     assert out["user_jit"] is True
     assert out["refused"] == "determinism settings did not take effect: jit_compile=True (planned False)"
     # Every setting read back, under its name: what the fingerprint records and verify judges.
-    assert out["strict"] == {"level": "strict", "seed": 0, "op_determinism": True, "intra_op_threads": 1,
-                             "inter_op_threads": 1, "deterministic_data": True, "jit_compile": True,
-                             "random_ops": None}  # fmt: skip
-    names = sorted(["PYTHONHASHSEED", "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG",
-                    "TF_ENABLE_ONEDNN_OPTS"])  # fmt: skip
+    assert out["strict"] == {
+        "level": "strict",
+        "seed": 0,
+        "op_determinism": True,
+        "intra_op_threads": 1,
+        "inter_op_threads": 1,
+        "deterministic_data": True,
+        "jit_compile": True,
+        "random_ops": None,
+    }
+    names = sorted(
+        [
+            "PYTHONHASHSEED",
+            "TF_DETERMINISTIC_OPS",
+            "TF_CUDNN_DETERMINISTIC",
+            "CUBLAS_WORKSPACE_CONFIG",
+            "TF_ENABLE_ONEDNN_OPTS",
+        ]
+    )
     assert out["strict_env"] == names
     assert out["off"] == {"level": "off", "seed": 3, "random_ops": "constant"}
     assert out["off_env"] == names  # an off run records these unset, rather than not at all
     assert out["portable_env"] == sorted(set(names) | set(out["portable_caps"])) != names  # and the ISA caps
     assert out["portable_isa"] == ["name", "numpy_dispatch", "openblas_cores", "supported_by_cpu"]
-    assert out["keras"] == {"backend": "tensorflow", "floatx": "float32", "epsilon": 1e-07,
-                            "image_data_format": "channels_last"}  # fmt: skip
+    assert out["keras"] == {
+        "backend": "tensorflow",
+        "floatx": "float32",
+        "epsilon": 1e-07,
+        "image_data_format": "channels_last",
+    }
     assert out["sessions"] == []  # no TF1 session was made
 
 
@@ -199,35 +225,108 @@ def test_every_random_ops_mode_is_planned(random_ops):
 
 # The whole plan of each level, field by field: what the bootstrap is told to do is the promise of
 # docs/determinism.md's table, so every field is asserted, not only the ones a level changes.
-STRICT_ENV = {"PYTHONHASHSEED": "5", "TF_DETERMINISTIC_OPS": "1", "TF_CUDNN_DETERMINISTIC": "1",
-              "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}  # fmt: skip
+STRICT_ENV = {
+    "PYTHONHASHSEED": "5",
+    "TF_DETERMINISTIC_OPS": "1",
+    "TF_CUDNN_DETERMINISTIC": "1",
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+}
 
 
-@pytest.mark.parametrize("level,args,kwargs,expected", [
-    ("off", (5,), {}, determinism.Plan(level="off", seed=5)),
-    ("off", (5, 2, 3, True), {"jit_compile": True, "deterministic_data": False, "random_ops": "constant"},
-     determinism.Plan(level="off", seed=5, env={"TF_ENABLE_ONEDNN_OPTS": "1"}, jit_compile=True,
-                      deterministic_data=False, random_ops="constant")),
-    ("seeded", (5,), {}, determinism.Plan(level="seeded", seed=5, env={"PYTHONHASHSEED": "5"}, seed_everything=True)),
-    ("seeded", (5, 2, 3, False), {"jit_compile": True},
-     determinism.Plan(level="seeded", seed=5, env={"PYTHONHASHSEED": "5", "TF_ENABLE_ONEDNN_OPTS": "0"},
-                      seed_everything=True, intra_op_threads=2, inter_op_threads=3, jit_compile=True)),
-    ("strict", (5, 2, 3), {},
-     determinism.Plan(level="strict", seed=5, env=STRICT_ENV, seed_everything=True, op_determinism=True,
-                      intra_op_threads=2, inter_op_threads=3, deterministic_data=True, jit_compile=False)),
-    ("strict", (5, 1, 1, True), {"jit_compile": True, "deterministic_data": False, "random_ops": "num_random_ops"},
-     determinism.Plan(level="strict", seed=5, env={**STRICT_ENV, "TF_ENABLE_ONEDNN_OPTS": "1"},
-                      seed_everything=True, op_determinism=True, intra_op_threads=1, inter_op_threads=1,
-                      deterministic_data=False, jit_compile=True, random_ops="num_random_ops")),
-    # The NumPy the job imports names its dispatch targets (2.4 renamed them): both namings, so that one
-    # of them is not the NumPy installed here and the plan must follow the version it is given.
-    *[("portable", (5, 1, 1, False), {"numpy_version": version},
-       determinism.Plan(level="portable", seed=5,
-                        env={**STRICT_ENV, "TF_ENABLE_ONEDNN_OPTS": "0", **determinism.isa_caps("x86-64-v3", version)},
-                        seed_everything=True, op_determinism=True, intra_op_threads=1, inter_op_threads=1,
-                        deterministic_data=True, jit_compile=False, isa_baseline="x86-64-v3"))
-      for version in ("2.4.0", "1.26.4")],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "level,args,kwargs,expected",
+    [
+        ("off", (5,), {}, determinism.Plan(level="off", seed=5)),
+        (
+            "off",
+            (5, 2, 3, True),
+            {"jit_compile": True, "deterministic_data": False, "random_ops": "constant"},
+            determinism.Plan(
+                level="off",
+                seed=5,
+                env={"TF_ENABLE_ONEDNN_OPTS": "1"},
+                jit_compile=True,
+                deterministic_data=False,
+                random_ops="constant",
+            ),
+        ),
+        (
+            "seeded",
+            (5,),
+            {},
+            determinism.Plan(level="seeded", seed=5, env={"PYTHONHASHSEED": "5"}, seed_everything=True),
+        ),
+        (
+            "seeded",
+            (5, 2, 3, False),
+            {"jit_compile": True},
+            determinism.Plan(
+                level="seeded",
+                seed=5,
+                env={"PYTHONHASHSEED": "5", "TF_ENABLE_ONEDNN_OPTS": "0"},
+                seed_everything=True,
+                intra_op_threads=2,
+                inter_op_threads=3,
+                jit_compile=True,
+            ),
+        ),
+        (
+            "strict",
+            (5, 2, 3),
+            {},
+            determinism.Plan(
+                level="strict",
+                seed=5,
+                env=STRICT_ENV,
+                seed_everything=True,
+                op_determinism=True,
+                intra_op_threads=2,
+                inter_op_threads=3,
+                deterministic_data=True,
+                jit_compile=False,
+            ),
+        ),
+        (
+            "strict",
+            (5, 1, 1, True),
+            {"jit_compile": True, "deterministic_data": False, "random_ops": "num_random_ops"},
+            determinism.Plan(
+                level="strict",
+                seed=5,
+                env={**STRICT_ENV, "TF_ENABLE_ONEDNN_OPTS": "1"},
+                seed_everything=True,
+                op_determinism=True,
+                intra_op_threads=1,
+                inter_op_threads=1,
+                deterministic_data=False,
+                jit_compile=True,
+                random_ops="num_random_ops",
+            ),
+        ),
+        # The NumPy the job imports names its dispatch targets (2.4 renamed them): both namings, so that one
+        # of them is not the NumPy installed here and the plan must follow the version it is given.
+        *[
+            (
+                "portable",
+                (5, 1, 1, False),
+                {"numpy_version": version},
+                determinism.Plan(
+                    level="portable",
+                    seed=5,
+                    env={**STRICT_ENV, "TF_ENABLE_ONEDNN_OPTS": "0", **determinism.isa_caps("x86-64-v3", version)},
+                    seed_everything=True,
+                    op_determinism=True,
+                    intra_op_threads=1,
+                    inter_op_threads=1,
+                    deterministic_data=True,
+                    jit_compile=False,
+                    isa_baseline="x86-64-v3",
+                ),
+            )
+            for version in ("2.4.0", "1.26.4")
+        ],
+    ],
+)
 def test_each_levels_plan_is_exactly_its_table_row(level, args, kwargs, expected):
     assert determinism.plan(level, *args, **kwargs) == expected
 

@@ -23,8 +23,7 @@ IDENTICAL: weights, 2 epochs' metrics and 9 traced steps are bitwise equal
 ```
 """
 
-RUN_LINE = ("[launch] run runs/20261125-020410-c7d3be complete; seed=0 accuracy=0.7012 "
-            "weights_sha256=" + "ab" * 12)  # fmt: skip
+RUN_LINE = "[launch] run runs/20261125-020410-c7d3be complete; seed=0 accuracy=0.7012 weights_sha256=" + "ab" * 12
 
 
 def test_only_fenced_blocks_that_start_with_a_dollar_line_are_examples():
@@ -32,8 +31,9 @@ def test_only_fenced_blocks_that_start_with_a_dollar_line_are_examples():
     assert example.where == "page.md:7"
     assert [c.text for c in example.commands] == ["launch", "launch compare runs/…-a61944 runs/20261123-193740-97b3f7"]
     assert example.commands[0].expected[0] == "..." and example.commands[1].line == 11
-    assert example.commands[1].expected == ("IDENTICAL: weights, 2 epochs' metrics and 9 traced steps are "
-                                            "bitwise equal",)  # fmt: skip
+    assert example.commands[1].expected == (
+        "IDENTICAL: weights, 2 epochs' metrics and 9 traced steps are bitwise equal",
+    )
 
 
 def test_run_ids_digests_and_metrics_are_placeholders_bound_to_what_was_printed():
@@ -50,8 +50,12 @@ def test_run_ids_digests_and_metrics_are_placeholders_bound_to_what_was_printed(
 
 def test_a_different_line_does_not_match():
     expected = ["IDENTICAL: weights, 2 epochs' metrics and 9 traced steps are bitwise equal"]
-    assert dx.match(expected, ["IDENTICAL: weights, 2 epochs' metrics and 8 traced steps are bitwise equal"],
-                    dx.Bindings()) is None  # fmt: skip
+    assert (
+        dx.match(
+            expected, ["IDENTICAL: weights, 2 epochs' metrics and 8 traced steps are bitwise equal"], dx.Bindings()
+        )
+        is None
+    )
     assert dx.match(expected, [expected[0], "and one more line"], dx.Bindings()) is None
     assert dx.match(expected, [], dx.Bindings()) is None
     assert dx.match(["..."], [], dx.Bindings()) is not None  # "..." is any number of lines, none too

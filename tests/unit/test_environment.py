@@ -90,19 +90,48 @@ def test_what_the_numerics_libraries_read_is_recorded(pattern):
 
 
 def test_anything_else_is_not_recorded_and_the_result_is_sorted():
-    env = {"HOME": "/root", "PATH": "/bin", "XLA_FLAGS_EXTRA": "1", "PYTHONHASHSEEDS": "1", "MY_TF_X": "1",
-           "OMP_NUM_THREADS": "2", "TF_DETERMINISTIC_OPS": "1", "tf_lower": "keeps its own name"}  # fmt: skip
+    env = {
+        "HOME": "/root",
+        "PATH": "/bin",
+        "XLA_FLAGS_EXTRA": "1",
+        "PYTHONHASHSEEDS": "1",
+        "MY_TF_X": "1",
+        "OMP_NUM_THREADS": "2",
+        "TF_DETERMINISTIC_OPS": "1",
+        "tf_lower": "keeps its own name",
+    }
     got = environment.allowed_env(env)
     assert got == {"OMP_NUM_THREADS": "2", "TF_DETERMINISTIC_OPS": "1", "tf_lower": "keeps its own name"}
     assert list(got) == sorted(got)
 
 
-NOT_KEYED = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_MIN_VLOG_LEVEL", "TF_CPP_VMODULE",
-             "TF_CPP_LOG_THREAD_ID", "TF_CPP_MAX_LOG_LEVEL", "AUTOGRAPH_VERBOSITY", "KMP_WARNINGS", "KMP_SETTINGS",
-             "OMP_DISPLAY_ENV", "OMP_DISPLAY_AFFINITY", "ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKLDNN_VERBOSE",
-             "MKL_VERBOSE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "KERAS_HOME", "CUDA_VISIBLE_DEVICES",
-             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "LD_LIBRARY_PATH", "LD_PRELOAD",
-             "PYTHONPATH")  # fmt: skip
+NOT_KEYED = (
+    "TF_CPP_MIN_LOG_LEVEL",
+    "TF_CPP_MAX_VLOG_LEVEL",
+    "TF_CPP_MIN_VLOG_LEVEL",
+    "TF_CPP_VMODULE",
+    "TF_CPP_LOG_THREAD_ID",
+    "TF_CPP_MAX_LOG_LEVEL",
+    "AUTOGRAPH_VERBOSITY",
+    "KMP_WARNINGS",
+    "KMP_SETTINGS",
+    "OMP_DISPLAY_ENV",
+    "OMP_DISPLAY_AFFINITY",
+    "ONEDNN_VERBOSE",
+    "DNNL_VERBOSE",
+    "MKLDNN_VERBOSE",
+    "MKL_VERBOSE",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+    "KERAS_HOME",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "PYTHONPATH",
+)
 
 
 def test_the_names_out_of_the_key_are_exactly_these_each_with_a_reason():

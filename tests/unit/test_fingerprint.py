@@ -22,8 +22,17 @@ def test_parse_cpuinfo_arm():
         "CPU implementer\t: 0x41\nCPU part\t: 0xd40\n"
     )
     cpu = probes.parse_cpuinfo(text + "CPU architecture: 8\nCPU variant\t: 0x1\nCPU revision\t: 1\n")
-    assert cpu == {"vendor": "0x41", "model": "0xd40", "isa": ["asimd", "bf16", "i8mm", "sve"], "family": "8",
-                   "model_number": "0x1", "stepping": "1", "cache_size": None, "microcode": None, "levels": []}
+    assert cpu == {
+        "vendor": "0x41",
+        "model": "0xd40",
+        "isa": ["asimd", "bf16", "i8mm", "sve"],
+        "family": "8",
+        "model_number": "0x1",
+        "stepping": "1",
+        "cache_size": None,
+        "microcode": None,
+        "levels": [],
+    }
 
 
 def test_parse_cpuinfo_names_the_generation_behind_the_model_name():
@@ -31,9 +40,9 @@ def test_parse_cpuinfo_names_the_generation_behind_the_model_name():
     cpu = probes.parse_cpuinfo(text)
     assert (cpu["model"], cpu["family"], cpu["model_number"], cpu["stepping"]) == ("AMD EPYC", "25", "17", "1")
     assert cpu["cache_size"] == "1024 KB" and cpu["microcode"] == "0x1000065"
-    assert probes.parse_cpu_caches([("1", "Data", "32K"), ("1", "Instruction", "32K"), ("2", "Unified", "1024K"),
-                                    ("3", "Unified", "32768K")]) == {"L1d": "32K", "L1i": "32K", "L2": "1024K",
-                                                                     "L3": "32768K"}  # fmt: skip
+    assert probes.parse_cpu_caches(
+        [("1", "Data", "32K"), ("1", "Instruction", "32K"), ("2", "Unified", "1024K"), ("3", "Unified", "32768K")]
+    ) == {"L1d": "32K", "L1i": "32K", "L2": "1024K", "L3": "32768K"}
 
 
 def test_cpu_generation_is_keyed_and_microcode_is_not():
@@ -44,13 +53,22 @@ def test_cpu_generation_is_keyed_and_microcode_is_not():
     for name in ("family", "model_number", "stepping", "cache_size", "caches"):
         del old["hardware"]["cpu"][name]
     diffs = key.key_differences(old, a)  # unknown on one side: a difference
-    assert [d[0] for d in diffs] == ["hardware.cpu.family", "hardware.cpu.model_number", "hardware.cpu.stepping",
-                                     "hardware.cpu.cache_size", "hardware.cpu.caches"]  # fmt: skip
+    assert [d[0] for d in diffs] == [
+        "hardware.cpu.family",
+        "hardware.cpu.model_number",
+        "hardware.cpu.stepping",
+        "hardware.cpu.cache_size",
+        "hardware.cpu.caches",
+    ]
     assert all(isinstance(d[1], key.Unknown) for d in diffs)
     assert key.key_differences(old, json.loads(json.dumps(old))) == []  # unknown on both: not a difference
-    assert key.unknown_on_both(old, old) == ["hardware.cpu.family", "hardware.cpu.model_number",
-                                             "hardware.cpu.stepping", "hardware.cpu.cache_size",
-                                             "hardware.cpu.caches"]  # fmt: skip
+    assert key.unknown_on_both(old, old) == [
+        "hardware.cpu.family",
+        "hardware.cpu.model_number",
+        "hardware.cpu.stepping",
+        "hardware.cpu.cache_size",
+        "hardware.cpu.caches",
+    ]
 
 
 def test_parse_meminfo():
@@ -62,17 +80,24 @@ def test_parse_meminfo():
 def test_parse_cpuinfo_reads_the_first_cpu_whatever_surrounds_it():
     """Blank lines before the first CPU are skipped (not the end of it); a value keeps its own colons;
     the second CPU's block is not read."""
-    text = ("\n\nprocessor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Virtual CPU: host passthrough\n"
-            "flags\t\t: fpu sse4_2 avx2\n\nprocessor\t: 1\nvendor_id\t: Other\nflags\t\t: avx512f\n")
+    text = (
+        "\n\nprocessor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Virtual CPU: host passthrough\n"
+        "flags\t\t: fpu sse4_2 avx2\n\nprocessor\t: 1\nvendor_id\t: Other\nflags\t\t: avx512f\n"
+    )
     cpu = probes.parse_cpuinfo(text)
-    assert (cpu["vendor"], cpu["model"], cpu["isa"]) == ("GenuineIntel", "Virtual CPU: host passthrough",
-                                                         ["avx2", "sse4_2"])  # fmt: skip
+    assert (cpu["vendor"], cpu["model"], cpu["isa"]) == (
+        "GenuineIntel",
+        "Virtual CPU: host passthrough",
+        ["avx2", "sse4_2"],
+    )
 
 
 def test_parse_nvidia_smi_query_skips_a_line_that_is_no_row_and_reads_on():
-    text = ("0, NVIDIA T4, 7.5, 550.54.15, [N/A], Disabled, GPU-aaaa\n"
-            "WARNING: infoROM is corrupted at gpu 0000:00:05.0\n"
-            "1, NVIDIA T4, 7.5, 550.54.15, 15360, Disabled, GPU-bbbb\n")
+    text = (
+        "0, NVIDIA T4, 7.5, 550.54.15, [N/A], Disabled, GPU-aaaa\n"
+        "WARNING: infoROM is corrupted at gpu 0000:00:05.0\n"
+        "1, NVIDIA T4, 7.5, 550.54.15, 15360, Disabled, GPU-bbbb\n"
+    )
     gpus = probes.parse_nvidia_smi_query(text)
     assert [(g["index"], g["memory_mib"]) for g in gpus] == [(0, None), (1, 15360)]  # [N/A]: no number
 
@@ -129,26 +154,52 @@ def test_environment_is_recorded_by_allowlist_only_and_never_secrets():
 def _fp():
     return {
         "schema": 4,
-        "hardware": {"cpu": {"vendor": "GenuineIntel", "model": "Xeon", "isa": ["avx2"], "logical_cores": 2,
-                             "family": "6", "model_number": "85", "stepping": "7", "cache_size": "36608 KB",
-                             "caches": {"L1d": "32K", "L2": "1024K"}, "microcode": "0x5003"},
-                     "memory_bytes": 1, "gpus": []},
-        "software": {"os": {"id": "debian", "version_id": "12"}, "libc": "glibc-2.36", "python": "3.11.7",
-                     "machine": "x86_64", "tensorflow": "2.21.0", "tf_build": {}, "keras": "3.15.1",
-                     "numpy": "2.4.6", "packages": ["keras==3.15.1", "rich==15.0.0"], "packages_sha256": "p",
-                     "kernel": "6.1", "container": None,
-                     "distributions": {"keras": {"version": "3.15.1", "files_sha256": "f1", "record_sha256": "r1"}},
-                     "libraries": {"/usr/lib/x86_64-linux-gnu/libm.so.6": "m1"}},
+        "hardware": {
+            "cpu": {
+                "vendor": "GenuineIntel",
+                "model": "Xeon",
+                "isa": ["avx2"],
+                "logical_cores": 2,
+                "family": "6",
+                "model_number": "85",
+                "stepping": "7",
+                "cache_size": "36608 KB",
+                "caches": {"L1d": "32K", "L2": "1024K"},
+                "microcode": "0x5003",
+            },
+            "memory_bytes": 1,
+            "gpus": [],
+        },
+        "software": {
+            "os": {"id": "debian", "version_id": "12"},
+            "libc": "glibc-2.36",
+            "python": "3.11.7",
+            "machine": "x86_64",
+            "tensorflow": "2.21.0",
+            "tf_build": {},
+            "keras": "3.15.1",
+            "numpy": "2.4.6",
+            "packages": ["keras==3.15.1", "rich==15.0.0"],
+            "packages_sha256": "p",
+            "kernel": "6.1",
+            "container": None,
+            "distributions": {"keras": {"version": "3.15.1", "files_sha256": "f1", "record_sha256": "r1"}},
+            "libraries": {"/usr/lib/x86_64-linux-gnu/libm.so.6": "m1"},
+        },
         "environment": {"TF_DETERMINISTIC_OPS": "1", "CUDA_VISIBLE_DEVICES": "0", "TF_CPP_MIN_LOG_LEVEL": "2"},
         "environment_read": {"LR": "0.01"},
         "determinism": {"level": "strict", "intra_op_threads": 1, "op_determinism": True},
         "config_sha256": "c",
-        "code": {"git_commit": "g", "diff_sha256": None, "launcher_version": "0.1.0+src.abc",
-                 "launcher_modules": {"launcher.job.bootstrap": "b1"},
-                 "modules": {"helper": {"path": "/w/helper.py", "sha256": "h1"}}},
+        "code": {
+            "git_commit": "g",
+            "diff_sha256": None,
+            "launcher_version": "0.1.0+src.abc",
+            "launcher_modules": {"launcher.job.bootstrap": "b1"},
+            "modules": {"helper": {"path": "/w/helper.py", "sha256": "h1"}},
+        },
         "data": {"data/mnist.npz": "d1"},
         "host": {"hostname": "a"},
-    }  # fmt: skip
+    }
 
 
 def test_key_ignores_what_cannot_change_bits():
@@ -173,11 +224,17 @@ def test_key_holds_what_the_job_ran_and_read_by_name():
         (lambda fp: fp["environment"].update(ONEDNN_MAX_CPU_ISA="AVX2"), "environment.ONEDNN_MAX_CPU_ISA", "AVX2"),
         (lambda fp: fp["code"]["modules"]["helper"].update(sha256="h2"), "code.modules.helper", "h2"),
         (lambda fp: fp["data"].update({"data/mnist.npz": "d2"}), "data.data/mnist.npz", "d2"),
-        (lambda fp: fp["software"]["distributions"]["keras"].update(version="3.16.0"),
-         "software.distributions.keras.version", "3.16.0"),
-        (lambda fp: fp["software"]["libraries"].update({"/usr/lib/x86_64-linux-gnu/libm.so.6": "m2"}),
-         "software.libraries./usr/lib/x86_64-linux-gnu/libm.so.6", "m2"),
-    ]:  # fmt: skip
+        (
+            lambda fp: fp["software"]["distributions"]["keras"].update(version="3.16.0"),
+            "software.distributions.keras.version",
+            "3.16.0",
+        ),
+        (
+            lambda fp: fp["software"]["libraries"].update({"/usr/lib/x86_64-linux-gnu/libm.so.6": "m2"}),
+            "software.libraries./usr/lib/x86_64-linux-gnu/libm.so.6",
+            "m2",
+        ),
+    ]:
         b = _fp()
         change(b)
         diffs = key.key_differences(a, b)
@@ -190,8 +247,12 @@ def test_schema_1_runs_lack_fields_that_are_unknown_to_both_and_different_from_k
         fp["schema"] = 1
         del fp["code"]["modules"], fp["software"]["distributions"], fp["software"]["libraries"]
     assert key.key_differences(old_a, old_b) == []  # nothing tells them apart ...
-    assert key.unknown_on_both(old_a, old_b) == ["software.distributions", "software.libraries", "code.modules",
-                                                 "data"]  # ... and nothing vouches for these  # fmt: skip
+    assert key.unknown_on_both(old_a, old_b) == [
+        "software.distributions",
+        "software.libraries",
+        "code.modules",
+        "data",
+    ]  # ... and nothing vouches for these
     fields = [d[0] for d in key.key_differences(old_a, _fp())]
     assert fields == ["software.distributions", "software.libraries", "code.modules", "data"]
     assert all(isinstance(d[1], key.Unknown) for d in key.key_differences(old_a, _fp()))
@@ -219,8 +280,14 @@ def test_probing_does_not_mutate_the_environment():
 
 
 def test_container_key_is_what_ran_not_the_image_id():
-    container = {"image_id": "sha256:aa", "content_tag": "t", "packages_sha256": "p", "uid": 1000,
-                 "network": "none", "base_digest": "b"}  # fmt: skip
+    container = {
+        "image_id": "sha256:aa",
+        "content_tag": "t",
+        "packages_sha256": "p",
+        "uid": 1000,
+        "network": "none",
+        "base_digest": "b",
+    }
     a, b, local = _fp(), _fp(), _fp()
     a["software"]["container"] = container
     b["software"]["container"] = {**container, "image_id": "sha256:bb"}  # a verified rebuild

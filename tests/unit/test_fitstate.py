@@ -52,7 +52,8 @@ def test_each_callbacks_changed_attributes_are_kept_and_restored():
     callbacks[1].log = open(os.devnull, "w")
     states, arrays, unkept = state.save()
     assert unkept == [] and [(s["index"], sorted(s["attrs"])) for s in states] == [
-        (1, ["best_weights", "count", "op", "seen"])]  # not patience: unchanged; not the file: a resource
+        (1, ["best_weights", "count", "op", "seen"])
+    ]  # not patience: unchanged; not the file: a resource
     fresh = [Counter(), Counter()]
     states = json.loads(json.dumps(states))
     assert fitstate.restore_callbacks(fresh, states, arrays) == []
@@ -66,7 +67,9 @@ def test_each_callbacks_changed_attributes_are_kept_and_restored():
 
 def test_history_includes_the_epoch_ending_now():
     assert fitstate.history_after({"loss": [1.0]}, [0], 1, {"loss": 0.5, "lr": 0.1}) == (
-        [0, 1], {"loss": [1.0, 0.5], "lr": [0.1]})
+        [0, 1],
+        {"loss": [1.0, 0.5], "lr": [0.1]},
+    )
 
 
 def test_each_resumed_epoch_uses_the_iterator_the_uninterrupted_run_used():
@@ -95,30 +98,40 @@ def test_what_feeds_a_fit_is_classified():
 def test_what_cannot_be_resumed_is_named():
     ok = {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "batches": 12}
     assert stored.why_not_resumable(ok) is None
-    for fast_forwarded in ({"input": "generator"}, {"input": "PyDataset"}, {"steps_per_epoch": 10}, {"built": False},
-                           {"input": "dict"}):
+    for fast_forwarded in (
+        {"input": "generator"},
+        {"input": "PyDataset"},
+        {"steps_per_epoch": 10},
+        {"built": False},
+        {"input": "dict"},
+    ):
         assert stored.why_not_resumable({**ok, **fast_forwarded}) is None  # read again, or built, before the restore
     assert "its validation_data is a generator" in stored.why_not_resumable({**ok, "validation": "generator"})
-    assert "its callback attribute Counter.op (a function) changed" in \
-        stored.why_not_resumable({**ok, "unkept": ["Counter.op (a function)"]})  # fmt: skip
+    assert "its callback attribute Counter.op (a function) changed" in stored.why_not_resumable(
+        {**ok, "unkept": ["Counter.op (a function)"]}
+    )
     old = {"fit": 1, "input": "tf.data", "steps_per_epoch": None}  # a checkpoint of a launcher from before
     assert "a Python generator cannot be rewound" in stored.why_not_resumable({**old, "input": "generator"})
     assert "PyDataset" in stored.why_not_resumable({**old, "input": "PyDataset"})
     assert "reads dict, not a tf.data.Dataset or arrays" in stored.why_not_resumable({**old, "input": "dict"})
     assert "steps_per_epoch" in stored.why_not_resumable({**old, "steps_per_epoch": 10})
     assert "its model had no variables when the fit began" in stored.why_not_resumable({**old, "built": False})
-    assert all(stored.why_not_resumable({**old, "input": kind}).endswith("; run it again with launch")
-               for kind in ("generator", "PyDataset", "dict"))  # fmt: skip
+    assert all(
+        stored.why_not_resumable({**old, "input": kind}).endswith("; run it again with launch")
+        for kind in ("generator", "PyDataset", "dict")
+    )
 
 
 def test_a_later_fit_is_resumed_when_every_earlier_one_can_be_fast_forwarded():
     first = {"fit": 1, "input": "arrays", "steps_per_epoch": None, "checkpoint": "epoch-000002"}
     second = {"fit": 2, "input": "tf.data", "steps_per_epoch": None, "before": [first]}
     assert stored.why_not_resumable(second) is None
-    assert "after call 1, which a resume must fast-forward and cannot: a Python generator" in \
-        stored.why_not_resumable({**second, "before": [{**first, "input": "generator"}]})  # fmt: skip
-    assert "after call 1, whose last epoch has no checkpoint" in \
-        stored.why_not_resumable({**second, "before": [{**first, "checkpoint": None}]})  # fmt: skip
+    assert "after call 1, which a resume must fast-forward and cannot: a Python generator" in stored.why_not_resumable(
+        {**second, "before": [{**first, "input": "generator"}]}
+    )
+    assert "after call 1, whose last epoch has no checkpoint" in stored.why_not_resumable(
+        {**second, "before": [{**first, "checkpoint": None}]}
+    )
     assert "does not keep the earlier fits' ends" in stored.why_not_resumable({**second, "before": None})
 
 
@@ -132,16 +145,23 @@ def test_a_fits_last_epoch_is_its_end_and_named_for_later_fits():
     assert [state.ends_at(e) for e in range(3)] == [False, False, True]
     model.stop_training = True  # EarlyStopping ended it
     assert state.ends_at(0)
-    assert state.ending() == {"fit": 1, "input": "tf.data", "steps_per_epoch": None, "built": None, "validation": None,
-                              "checkpoint": None}
+    assert state.ending() == {
+        "fit": 1,
+        "input": "tf.data",
+        "steps_per_epoch": None,
+        "built": None,
+        "validation": None,
+        "checkpoint": None,
+    }
 
 
 def _checkpoint(run_dir, epoch: int, extra: dict) -> None:
     path = run_dir / stored.DIRNAME / stored.name(epoch)
     path.mkdir(parents=True)
     runs.write_json(path / stored.EXTRA, extra)
-    runs.write_json(path / stored.MANIFEST, {"epoch": epoch, "files": {
-        stored.EXTRA: runs.file_sha256(path / stored.EXTRA)}})
+    runs.write_json(
+        path / stored.MANIFEST, {"epoch": epoch, "files": {stored.EXTRA: runs.file_sha256(path / stored.EXTRA)}}
+    )
 
 
 def test_resume_refuses_a_checkpoint_in_a_fit_after_a_generator_in_one_line(tmp_path):
@@ -150,9 +170,12 @@ def test_resume_refuses_a_checkpoint_in_a_fit_after_a_generator_in_one_line(tmp_
     first = {"fit": 1, "input": "generator", "steps_per_epoch": None, "checkpoint": "epoch-000002", "final": True}
     _checkpoint(run_dir, 2, first)
     _checkpoint(run_dir, 3, {"fit": 2, "fit_epoch": 1, "input": "tf.data", "steps_per_epoch": None, "before": [first]})
-    with pytest.raises(ResumeError, match=r"cannot be resumed: its checkpoint is in call 2 of Keras fit, after call 1, "
-                                          r"which a resume must fast-forward and cannot: a Python generator cannot be "
-                                          r"rewound.*; run it again with launch$"):  # fmt: skip
+    with pytest.raises(
+        ResumeError,
+        match=r"cannot be resumed: its checkpoint is in call 2 of Keras fit, after call 1, "
+        r"which a resume must fast-forward and cannot: a Python generator cannot be "
+        r"rewound.*; run it again with launch$",
+    ):
         resume.check_resumable(run_dir)
 
 
@@ -163,8 +186,10 @@ def test_a_later_fits_checkpoint_needs_the_earlier_fits_end(tmp_path):
     _checkpoint(run_dir, 3, {"fit": 2, "fit_epoch": 1, "input": "tf.data", "steps_per_epoch": None, "before": [first]})
     path, epoch, notes = stored.latest_complete(run_dir)
     assert (path.name, epoch) == ("epoch-000001", 1)  # not epoch 3: fit 1's end is gone
-    assert notes == ["checkpoint epoch-000003 is incomplete (it needs epoch-000002, the end of an earlier fit, and "
-                     "that one has no checkpoint.json); falling back to an earlier one"]  # fmt: skip
+    assert notes == [
+        "checkpoint epoch-000003 is incomplete (it needs epoch-000002, the end of an earlier fit, and "
+        "that one has no checkpoint.json); falling back to an earlier one"
+    ]
     _checkpoint(run_dir, 2, {**first, "final": True})
     assert stored.latest_complete(run_dir)[:2] == (run_dir / "checkpoints" / "epoch-000003", 3)
 
@@ -176,8 +201,12 @@ def test_pruning_keeps_the_newest_and_every_fits_end(tmp_path):
     checkpointer = object.__new__(checkpoints.Checkpointer)  # no model: pruning only
     checkpointer.root, checkpointer.keep = run_dir / stored.DIRNAME, 2
     checkpointer._prune()
-    assert sorted(p.name for p in checkpointer.root.iterdir()) == ["epoch-000002", "epoch-000004", "epoch-000005",
-                                                                    "epoch-000006"]  # fmt: skip
+    assert sorted(p.name for p in checkpointer.root.iterdir()) == [
+        "epoch-000002",
+        "epoch-000004",
+        "epoch-000005",
+        "epoch-000006",
+    ]
 
 
 def test_a_subclassed_model_has_variables_only_once_called():

@@ -167,6 +167,7 @@ def test_children_are_seen_running_and_once_reaped():
 
 def test_the_best_backend_is_used_and_a_directory_it_cannot_tell_apart_goes_to_the_next(tmp_path):
     """Two file systems may give two directories the same handle: the second goes to the next backend."""
+
     class Clashing:
         name, discarded, pipe = "clashing", [], os.pipe()  # a descriptor that never has events
 
@@ -221,8 +222,11 @@ def test_a_program_the_job_starts_is_recorded_with_the_files_its_arguments_name(
     reads.note_child(["sh", "-c", "cat a.csv | head"])  # a shell's command, split into words
     reads.note_child("tool --input=a.csv")  # os.system: one string
     reads.note_child(["zcat", "digits.csv.gz", "dir", "missing.gz"])  # the same command again: once
-    assert [c["argv"] for c in reads.children] == [["zcat", "digits.csv.gz", "dir", "missing.gz"],
-                                                   ["sh", "-c", "cat a.csv | head"], ["tool", "--input=a.csv"]]
+    assert [c["argv"] for c in reads.children] == [
+        ["zcat", "digits.csv.gz", "dir", "missing.gz"],
+        ["sh", "-c", "cat a.csv | head"],
+        ["tool", "--input=a.csv"],
+    ]
     assert set(reads.opened) == {str(tmp_path / "digits.csv.gz"), str(tmp_path / "a.csv")}
     assert all(info["relative"] and info["child"] and info["stat"] for info in reads.opened.values())
     gaps = reads.observation()["gaps"]
@@ -251,8 +255,10 @@ def test_the_observation_names_the_first_five_programs_each_cut_at_160_character
         reads.children.append({"argv": argv, "cwd": "/w"})
     five = reads.observation()
     assert five["children"] == [long, ["a"], ["b", "two words"], ["c"], ["d"]]
-    assert five["gaps"] == ["the job ran 5 program(s) whose reads are seen only for the files their arguments name "
-                            f"and in watched directories: {('tool ' + 'x' * 200)[:160]}; a; b 'two words'; c; d"]
+    assert five["gaps"] == [
+        "the job ran 5 program(s) whose reads are seen only for the files their arguments name "
+        f"and in watched directories: {('tool ' + 'x' * 200)[:160]}; a; b 'two words'; c; d"
+    ]
     reads.children.append({"argv": ["e"], "cwd": "/w"})
     assert reads.observation()["gaps"][0].endswith(": " + five["gaps"][0].split(": ", 1)[1] + "; ...")
     assert "6 program(s)" in reads.observation()["gaps"][0]
@@ -264,10 +270,20 @@ def test_the_observation_reports_the_watch_and_its_gaps(fresh_reads, monkeypatch
         opened, by_others = {"/data/a": None}, {"/data/b": None}
 
     monkeypatch.setattr(reads, "_watch", Watch())
-    assert reads.observation() == {"children": [], "watch": {"directories": 12, "truncated": True, "attributed": True,
-                                                             "opened_by_others": 1, "others_in_key": False},
-                                   "gaps": ["the fanotify event queue overflowed"]}  # fmt: skip
+    assert reads.observation() == {
+        "children": [],
+        "watch": {
+            "directories": 12,
+            "truncated": True,
+            "attributed": True,
+            "opened_by_others": 1,
+            "others_in_key": False,
+        },
+        "gaps": ["the fanotify event queue overflowed"],
+    }
     assert reads.natively_opened() == {"/data/a": None}
     reads.children.append({"argv": ["zcat", "a.gz"], "cwd": "/w"})  # its children may outlive it: all count
-    assert reads.observation()["watch"]["others_in_key"] and reads.natively_opened() == {"/data/a": None,
-                                                                                       "/data/b": None}
+    assert reads.observation()["watch"]["others_in_key"] and reads.natively_opened() == {
+        "/data/a": None,
+        "/data/b": None,
+    }

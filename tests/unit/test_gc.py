@@ -79,9 +79,10 @@ def test_dry_run_removes_nothing_and_says_what_it_would(store, capsys):
     _object(store, b"kept")
     assert cli.main(["gc", "--store", str(store), "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == [f"would remove {orphan} (6 B)",
-                   "launch gc: would remove 1 object(s), would free 6 B; 1 object(s) kept, the snapshots of 1 run(s) "
-                   "read"]  # fmt: skip
+    assert out == [
+        f"would remove {orphan} (6 B)",
+        "launch gc: would remove 1 object(s), would free 6 B; 1 object(s) kept, the snapshots of 1 run(s) read",
+    ]
     assert objects.object_path(store, orphan).is_file()
 
 
@@ -194,5 +195,10 @@ def test_the_pure_parts():
     now = time.time()
     objs = [gc.StoredObject(s, Path(s), 1, t) for s, t in ((sha, now - 10), (_sha(b"b"), now - 10), (_sha(b"c"), now))]
     assert [o.sha256 for o in gc.unreferenced(objs, {sha}, now)] == [_sha(b"b")]
-    assert [gc.human(n) for n in (0, 1023, 1536, 5 << 20, 3 << 40)] == ["0 B", "1023 B", "1.5 KiB", "5.0 MiB",
-                                                                        "3.0 TiB"]  # fmt: skip
+    assert [gc.human(n) for n in (0, 1023, 1536, 5 << 20, 3 << 40)] == [
+        "0 B",
+        "1023 B",
+        "1.5 KiB",
+        "5.0 MiB",
+        "3.0 TiB",
+    ]

@@ -92,7 +92,7 @@ def _gc_as_another_user(store: Path) -> tuple[int, str, str]:
             said = json.dumps([-1, "", str(exc) if isinstance(exc, SystemExit) else traceback.format_exc()])
         data = said.encode()
         while data:
-            data = data[os.write(write, data):]
+            data = data[os.write(write, data) :]
         os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as f:
@@ -100,7 +100,7 @@ def _gc_as_another_user(store: Path) -> tuple[int, str, str]:
     os.waitpid(pid, 0)
     code, out, err = json.loads(said)
     if err.startswith("SKIP "):
-        pytest.skip(err[len("SKIP "):])
+        pytest.skip(err[len("SKIP ") :])
     return code, out, err
 
 
@@ -210,8 +210,14 @@ def test_a_store_root_that_looks_like_a_run_is_refused(store, capsys, marker):
     _run(store, "complete", b"a")
     _run(store, "interrupted", b"b")
     (store / marker).write_text("seed: 0\n")
-    _refused(store, capsys, repr(str(store)), "looks like a run directory, not a store", marker,
-             "give the store (the directory holding the runs")  # fmt: skip
+    _refused(
+        store,
+        capsys,
+        repr(str(store)),
+        "looks like a run directory, not a store",
+        marker,
+        "give the store (the directory holding the runs",
+    )
     assert not (store / gc.LOCK).exists()
 
 
@@ -234,16 +240,35 @@ WRONG_SHAPES = {
     "empty object": "{}",
     "files not a mapping": json.dumps({"schema": 1, "launch_dir": "/w", "files": "damaged"}),
     "a list": json.dumps([{"/w/helper.py": {"sha256": SHA, "role": "module"}}]),
-    "another schema": json.dumps({"schema": 2, "launch_dir": "/w",
-                                  "files": [{"path": "/w/helper.py", "sha256": SHA, "role": "module"}]}),
-    "sha256 not 64 lowercase hex": json.dumps({"schema": 1, "launch_dir": "/w", "left_out": {},
-                                              "files": {"/w/helper.py": {"sha256": SHA.upper(), "role": "module"}}}),
-    "sha256 a path": json.dumps({"schema": 1, "launch_dir": "/w", "left_out": {},
-                                "files": {"/w/helper.py": {"sha256": f"../../{SHA}", "role": "module"}}}),
-    "an unhashable role": json.dumps({"schema": 1, "launch_dir": "/w", "left_out": {},
-                                      "files": {"/w/helper.py": {"sha256": SHA, "role": ["module"]}}}),
+    "another schema": json.dumps(
+        {"schema": 2, "launch_dir": "/w", "files": [{"path": "/w/helper.py", "sha256": SHA, "role": "module"}]}
+    ),
+    "sha256 not 64 lowercase hex": json.dumps(
+        {
+            "schema": 1,
+            "launch_dir": "/w",
+            "left_out": {},
+            "files": {"/w/helper.py": {"sha256": SHA.upper(), "role": "module"}},
+        }
+    ),
+    "sha256 a path": json.dumps(
+        {
+            "schema": 1,
+            "launch_dir": "/w",
+            "left_out": {},
+            "files": {"/w/helper.py": {"sha256": f"../../{SHA}", "role": "module"}},
+        }
+    ),
+    "an unhashable role": json.dumps(
+        {
+            "schema": 1,
+            "launch_dir": "/w",
+            "left_out": {},
+            "files": {"/w/helper.py": {"sha256": SHA, "role": ["module"]}},
+        }
+    ),
     "nested too deep": "[" * 200_000,
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("content", WRONG_SHAPES.values(), ids=WRONG_SHAPES.keys())
@@ -274,8 +299,16 @@ def test_a_snapshot_read_as_replay_reads_it_is_the_mark(store):
 def test_a_snapshot_json_that_is_a_link_stops_the_gc(store, tmp_path, capsys):
     """Its target (outside the store) is never read: the run cannot be told, so nothing goes."""
     elsewhere = tmp_path / "elsewhere.json"
-    elsewhere.write_text(json.dumps({"schema": 1, "launch_dir": "/w", "left_out": {},
-                                     "files": {"/w/a.py": {"sha256": _sha(b"a"), "role": "module"}}}))  # fmt: skip
+    elsewhere.write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "launch_dir": "/w",
+                "left_out": {},
+                "files": {"/w/a.py": {"sha256": _sha(b"a"), "role": "module"}},
+            }
+        )
+    )
     _object(store, b"a")
     _object(store, b"orphan")
     run_dir = _run(store, "interrupted")
@@ -285,8 +318,7 @@ def test_a_snapshot_json_that_is_a_link_stops_the_gc(store, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("where", ["outside the store", "in a hidden directory of the store"])
-def test_a_run_directory_that_is_a_link_to_a_run_the_mark_does_not_reach_stops_the_gc(store, tmp_path, capsys,
-                                                                                       where):
+def test_a_run_directory_that_is_a_link_to_a_run_the_mark_does_not_reach_stops_the_gc(store, tmp_path, capsys, where):
     """``<store>/far -> /elsewhere/run``: a replay of ``<store>/far`` reads this store's objects, but
     the gc does not follow the link to read the run's snapshot. Before, the link was skipped in
     silence and the run's objects went."""

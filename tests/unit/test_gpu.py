@@ -47,8 +47,10 @@ def test_a_daemon_without_the_nvidia_toolkit_cannot_give_gpus():
 def test_the_nvidia_runtime_a_cdi_gpu_or_the_hook_each_suffice():
     assert docker_gpus.evidence(info("nvidia-runtime"), None) == ["runtime nvidia"]
     assert docker_gpus.evidence(info("cdi"), None) == [
-        "CDI device nvidia.com/gpu=0", "CDI device nvidia.com/gpu=1", "CDI device nvidia.com/gpu=all",
-    ]  # fmt: skip
+        "CDI device nvidia.com/gpu=0",
+        "CDI device nvidia.com/gpu=1",
+        "CDI device nvidia.com/gpu=all",
+    ]
     hook = "/usr/bin/nvidia-container-runtime-hook"
     assert docker_gpus.evidence(info("runc"), hook) == [f"nvidia-container-runtime-hook at {hook}"]
     for name, found in (("nvidia-runtime", None), ("cdi", None), ("runc", hook)):
@@ -92,8 +94,10 @@ def test_docker_gpus_on_this_machine_are_refused_naming_what_is_missing_and_the_
 def test_docker_gpus_need_the_runtime_and_a_gpu():
     assert gpus.refusal(cfg(), None, facts("runc", A100S)) is not None  # GPUs, no toolkit
     no_gpu = gpus.refusal(cfg(), None, facts("nvidia-runtime", []))  # toolkit, no GPU
-    assert no_gpu == ("image.gpus=true asks Docker for GPUs, but nvidia-smi finds no GPU here: "
-                      "add image.gpus=false to run the image on the CPU")  # fmt: skip
+    assert no_gpu == (
+        "image.gpus=true asks Docker for GPUs, but nvidia-smi finds no GPU here: "
+        "add image.gpus=false to run the image on the CPU"
+    )
     assert gpus.refusal(cfg(), None, facts("nvidia-runtime", A100S)) is None
     assert gpus.refusal(cfg(), None, facts("cdi", A100S)) is None
     # A remote daemon's GPUs are not this machine's: only its runtime can be checked.
@@ -109,9 +113,17 @@ def test_no_gpu_request_is_never_refused():
 
 @pytest.mark.parametrize(
     ("value", "named"),
-    [(None, []), ("", []), ("-1", []), ("0", ["0"]), ("1,0", ["1", "0"]), ("0,-1,1", ["0"]),
-     (" 1 , GPU-6a3c ", ["1", "GPU-6a3c"]), ("MIG-abc", ["MIG-abc"])],
-)  # fmt: skip
+    [
+        (None, []),
+        ("", []),
+        ("-1", []),
+        ("0", ["0"]),
+        ("1,0", ["1", "0"]),
+        ("0,-1,1", ["0"]),
+        (" 1 , GPU-6a3c ", ["1", "GPU-6a3c"]),
+        ("MIG-abc", ["MIG-abc"]),
+    ],
+)
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, named):
     assert gpus.named_devices(value) == named
 
@@ -119,8 +131,10 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, named):
 def test_cuda_visible_devices_naming_a_missing_gpu_is_refused():
     local = cfg(runtime="local")
     reason = gpus.refusal(local, "0", gpus.Facts(gpus=[]))
-    assert reason == ("CUDA_VISIBLE_DEVICES=0 names GPU 0, but nvidia-smi finds no GPU here: "
-                      "unset CUDA_VISIBLE_DEVICES (or set it to -1) to run on the CPU")  # fmt: skip
+    assert reason == (
+        "CUDA_VISIBLE_DEVICES=0 names GPU 0, but nvidia-smi finds no GPU here: "
+        "unset CUDA_VISIBLE_DEVICES (or set it to -1) to run on the CPU"
+    )
     reason = gpus.refusal(local, "1,2", gpus.Facts(gpus=A100S))
     assert reason.startswith(f"CUDA_VISIBLE_DEVICES=1,2 names GPU 2, but nvidia-smi lists GPU 0 ({UUID0}), GPU 1")
     assert "name a listed GPU" in reason
@@ -189,6 +203,7 @@ def test_jobs_asking_for_gpus_get_gpu_slots_or_a_refusal():
 def test_an_unexpected_error_after_the_run_exists_marks_it_failed(tmp_path, monkeypatch):
     from launcher.record.store import runs
     from launcher.run import composition, pipeline
+
     def broken(*args, **kwargs):
         raise RuntimeError("500 Server Error: could not select device driver")
 
@@ -207,8 +222,10 @@ def test_the_refusal_names_the_source_that_listed_the_gpus(monkeypatch):
     assert by_nvml.startswith(f"CUDA_VISIBLE_DEVICES=2 names GPU 2, but NVML lists GPU 0 ({UUID0}), GPU 1")
     assert "NVML finds no GPU here" in gpus.refusal(local, "0", gpus.Facts(gpus=[], source="nvml"))
     neither = gpus.refusal(cfg(), None, gpus.Facts(gpus=[], source=None))
-    assert neither == ("image.gpus=true asks Docker for GPUs, but neither NVML nor nvidia-smi finds a GPU here: "
-                       "add image.gpus=false to run the image on the CPU")  # fmt: skip
+    assert neither == (
+        "image.gpus=true asks Docker for GPUs, but neither NVML nor nvidia-smi finds a GPU here: "
+        "add image.gpus=false to run the image on the CPU"
+    )
     # check() passes on the source it probed
     monkeypatch.setattr(probes, "gpu_facts", listed(A100S, "nvml"))
     with pytest.raises(GpuUnavailable, match="but NVML lists GPU 0"):

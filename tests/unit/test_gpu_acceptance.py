@@ -24,8 +24,10 @@ H100_DIR = Path(__file__).parent.parent / "data" / "nvidia-smi-h100"
 A100S = probes.parse_nvidia_smi_query((RECORDED / "nvidia-smi-query.csv").read_text())
 CPU_TF = json.loads((RECORDED / "tf-software-cpu.json").read_text())
 IMAGE_TF = json.loads((RECORDED / "tf-software-gpu-image.json").read_text())
-GPU_TF = {**IMAGE_TF, "tf_gpus": [{"device": "/physical_device:GPU:0", "name": "NVIDIA A100-SXM4-80GB",
-                                   "compute_capability": "8.0"}]}  # fmt: skip
+GPU_TF = {
+    **IMAGE_TF,
+    "tf_gpus": [{"device": "/physical_device:GPU:0", "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}],
+}
 IDENTICAL = "IDENTICAL: weights and every epoch's metrics are bitwise equal, and the 7 traced steps\n"
 SPLIT = """NOT COMPARABLE (forced: the comparability keys differ)
   first diverging step: 10 (epoch 1), equal at step 0: the bits split in steps 1-10; first differing layer in model order: conv2d (also dense)
@@ -38,21 +40,27 @@ SPLIT = """NOT COMPARABLE (forced: the comparability keys differ)
 # ---------------------------------------------------------------- fingerprint rows
 def h100_hardware(source: str = "nvidia-smi", note: str | None = "NVML not used: NVML Shared Library Not Found"):
     """``hardware``'s GPU part as the recorded H100's nvidia-smi outputs give it."""
-    return probes.gpu_record(source, probes.parse_nvidia_smi_query((H100_DIR / "query.txt").read_text()),
-                             probes.parse_cuda_driver_version((H100_DIR / "banner.txt").read_text()),
-                             probes.parse_nvidia_topology((H100_DIR / "topo-m.txt").read_text()), note)  # fmt: skip
+    return probes.gpu_record(
+        source,
+        probes.parse_nvidia_smi_query((H100_DIR / "query.txt").read_text()),
+        probes.parse_cuda_driver_version((H100_DIR / "banner.txt").read_text()),
+        probes.parse_nvidia_topology((H100_DIR / "topo-m.txt").read_text()),
+        note,
+    )
 
 
 def test_fingerprint_rows_from_the_recorded_h100_name_the_source_cuda_and_topology():
     rows = ga.gpu_rows(h100_hardware(), "recorded by run r1")
     assert rows == [
-        ga.Row("GPU facts from", "INFO",
-               "nvidia-smi (NVML not used: NVML Shared Library Not Found), recorded by run r1"),
-        ga.Row("GPU 0", "INFO", "NVIDIA H100 80GB HBM3, compute capability 9.0, driver 580.159.04, MIG Disabled, "
-                                "81559 MiB"),
+        ga.Row(
+            "GPU facts from", "INFO", "nvidia-smi (NVML not used: NVML Shared Library Not Found), recorded by run r1"
+        ),
+        ga.Row(
+            "GPU 0", "INFO", "NVIDIA H100 80GB HBM3, compute capability 9.0, driver 580.159.04, MIG Disabled, 81559 MiB"
+        ),
         ga.Row("CUDA driver API", "INFO", "13.0"),
         ga.Row("GPU topology", "PASS", '[["X"]]: one GPU'),
-    ]  # fmt: skip
+    ]
     assert ga.gpu_rows(h100_hardware("nvml", None), "probed now")[0].detail == "NVML, probed now"
 
 
@@ -138,8 +146,9 @@ def test_sweep_slots_from_recorded_nvidia_smi_are_one_gpu_each():
     planned, why_not = ga.sweep_slots(A100S, list(range(64)))
     assert why_not is None
     assert [(s.device, s.env["CUDA_VISIBLE_DEVICES"]) for s in planned] == [
-        ("gpu 0", A100S[0]["uuid"]), ("gpu 1", A100S[1]["uuid"]),
-    ]  # fmt: skip
+        ("gpu 0", A100S[0]["uuid"]),
+        ("gpu 1", A100S[1]["uuid"]),
+    ]
 
 
 def test_sweep_needs_two_whole_gpus():
@@ -150,14 +159,17 @@ def test_sweep_needs_two_whole_gpus():
 
 def _jobs(statuses=("complete",) * 4, gpus_seen=1):
     seen = GPU_TF["tf_gpus"] * gpus_seen
-    return [{"seed": s, "status": st, "slot": f"gpu {s % 2}", "tf_gpus": seen, "error": None}
-            for s, st in enumerate(statuses)]  # fmt: skip
+    return [
+        {"seed": s, "status": st, "slot": f"gpu {s % 2}", "tf_gpus": seen, "error": None}
+        for s, st in enumerate(statuses)
+    ]
 
 
 def test_sweep_passes_when_every_job_equals_its_seed_alone():
     row = ga.sweep_row(_jobs(), {s: (0, IDENTICAL) for s in range(4)})
-    assert row == ga.Row("+seed=range(4) in one-GPU slots", "PASS",
-                         "4 jobs in slots gpu 0, gpu 1: each IDENTICAL to its seed alone")  # fmt: skip
+    assert row == ga.Row(
+        "+seed=range(4) in one-GPU slots", "PASS", "4 jobs in slots gpu 0, gpu 1: each IDENTICAL to its seed alone"
+    )
 
 
 def test_sweep_fails_on_a_different_job_a_failed_job_or_a_job_on_two_gpus():
@@ -212,8 +224,10 @@ def test_bad_usage_exits_2(argv):
 
 # ---------------------------------------------------------------- nox -s gpu_image's verdicts
 def test_gpu_image_checks_the_build_the_refusal_and_the_bits():
-    refused = ("REFUSED: the runs differ in 2 field(s) ...\n  field  a  b\n"
-               "  software.tf_build.cuda_version  x  y\n  software.container.content_tag  p  q\n")
+    refused = (
+        "REFUSED: the runs differ in 2 field(s) ...\n  field  a  b\n"
+        "  software.tf_build.cuda_version  x  y\n  software.container.content_tag  p  q\n"
+    )
     digests = {"tf-gpu": "4b35", "tf-cpu": "4b35", "local": "4b35"}
     rows = gpu_image.verdict_rows(IMAGE_TF, digests, 3, refused)
     assert [r.verdict for r in rows] == ["PASS"] * 4

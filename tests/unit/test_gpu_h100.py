@@ -29,10 +29,17 @@ def test_the_recorded_outputs_are_the_escaped_ones():
 
 
 def test_the_recorded_h100_parses_into_its_gpu_cuda_version_and_topology():
-    assert probes.parse_nvidia_smi_query(text("query.txt")) == [{
-        "index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "driver_version": "580.159.04",
-        "memory_mib": 81559, "mig_mode": "Disabled", "uuid": "GPU-11111111-2222-3333-4444-555555555555",
-    }]  # fmt: skip
+    assert probes.parse_nvidia_smi_query(text("query.txt")) == [
+        {
+            "index": 0,
+            "name": "NVIDIA H100 80GB HBM3",
+            "compute_capability": "9.0",
+            "driver_version": "580.159.04",
+            "memory_mib": 81559,
+            "mig_mode": "Disabled",
+            "uuid": "GPU-11111111-2222-3333-4444-555555555555",
+        }
+    ]
     assert probes.parse_cuda_driver_version(text("banner.txt")) == "13.0"
     assert probes.parse_nvidia_topology(text("topo-m.txt")) == [["X"]]
 
@@ -62,14 +69,18 @@ A100_GPU = {**H100_GPU, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "
 
 
 def hw(*gpus: dict, source: str = "nvml") -> dict:
-    return {"gpus": [{**g, "index": i, "uuid": f"GPU-{i}{g['uuid'][5:]}"} for i, g in enumerate(gpus)],
-            "gpu_source": source}  # fmt: skip
+    return {
+        "gpus": [{**g, "index": i, "uuid": f"GPU-{i}{g['uuid'][5:]}"} for i, g in enumerate(gpus)],
+        "gpu_source": source,
+    }
 
 
 def seen(*gpus: dict) -> list[dict]:
     """``software.tf_gpus`` as ``probes.tensorflow_gpus`` records TensorFlow's device details."""
-    return [{"device": f"/physical_device:GPU:{k}", "name": g["name"], "compute_capability": g["compute_capability"]}
-            for k, g in enumerate(gpus)]  # fmt: skip
+    return [
+        {"device": f"/physical_device:GPU:{k}", "name": g["name"], "compute_capability": g["compute_capability"]}
+        for k, g in enumerate(gpus)
+    ]
 
 
 def notes(hardware, tf_gpus, **env):
@@ -88,7 +99,8 @@ def test_a_different_compute_capability_or_name_is_a_named_note():
     assert notes(hw(H100_GPU), seen(odd)) == ["TensorFlow sees GPU0 as compute capability 8.0, NVML says 9.0"]
     renamed = {**H100_GPU, "name": "NVIDIA H100 PCIe"}
     assert notes(hw(H100_GPU, source="nvidia-smi"), seen(renamed)) == [
-        "TensorFlow sees GPU0 as NVIDIA H100 PCIe, nvidia-smi says NVIDIA H100 80GB HBM3"]  # fmt: skip
+        "TensorFlow sees GPU0 as NVIDIA H100 PCIe, nvidia-smi says NVIDIA H100 80GB HBM3"
+    ]
 
 
 def test_tensorflows_gpu_k_is_the_kth_device_cuda_visible_devices_names():
@@ -100,8 +112,20 @@ def test_tensorflows_gpu_k_is_the_kth_device_cuda_visible_devices_names():
         "TensorFlow sees GPU0 (NVML's GPU 1) as NVIDIA H100 80GB HBM3, NVML says NVIDIA A100-SXM4-80GB",
         "TensorFlow sees GPU0 (NVML's GPU 1) as compute capability 9.0, NVML says 8.0",
     ]
-    assert notes(machine, [{"device": "/physical_device:GPU:0", "name": "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
-                            "compute_capability": "8.0"}], CUDA_VISIBLE_DEVICES="MIG-abcd") == []  # fmt: skip
+    assert (
+        notes(
+            machine,
+            [
+                {
+                    "device": "/physical_device:GPU:0",
+                    "name": "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+                    "compute_capability": "8.0",
+                }
+            ],
+            CUDA_VISIBLE_DEVICES="MIG-abcd",
+        )
+        == []
+    )
 
 
 def test_unlike_gpus_without_a_device_order_are_matched_by_kind_only():
@@ -109,7 +133,8 @@ def test_unlike_gpus_without_a_device_order_are_matched_by_kind_only():
     assert notes(machine, seen(A100_GPU, H100_GPU)) == []  # CUDA's fastest-first order
     odd = {**H100_GPU, "compute_capability": "8.0"}
     assert notes(machine, seen(A100_GPU, odd)) == [
-        "TensorFlow sees GPU1 as NVIDIA H100 80GB HBM3, compute capability 8.0; NVML lists no such GPU"]  # fmt: skip
+        "TensorFlow sees GPU1 as NVIDIA H100 80GB HBM3, compute capability 8.0; NVML lists no such GPU"
+    ]
     assert notes(machine, seen(A100_GPU, H100_GPU), CUDA_DEVICE_ORDER="PCI_BUS_ID") == [
         "TensorFlow sees GPU0 as NVIDIA A100-SXM4-80GB, NVML says NVIDIA H100 80GB HBM3",
         "TensorFlow sees GPU0 as compute capability 8.0, NVML says 9.0",
@@ -121,14 +146,22 @@ def test_unlike_gpus_without_a_device_order_are_matched_by_kind_only():
 def test_a_gpu_tensorflow_did_not_see_or_one_nvml_did_not_list_is_a_note():
     assert notes(hw(H100_GPU), []) == ["TensorFlow sees no GPU, NVML lists 1 GPU"]
     assert notes(hw(H100_GPU, H100_GPU), [], CUDA_VISIBLE_DEVICES="0") == [
-        "TensorFlow sees no GPU, NVML lists 2 GPUs (CUDA_VISIBLE_DEVICES=0 names 1)"]  # fmt: skip
+        "TensorFlow sees no GPU, NVML lists 2 GPUs (CUDA_VISIBLE_DEVICES=0 names 1)"
+    ]
     assert notes({"gpus": [], "gpu_source": None}, seen(H100_GPU)) == [
-        "TensorFlow sees 1 GPU, the launcher's probe lists no GPU"]  # fmt: skip
+        "TensorFlow sees 1 GPU, the launcher's probe lists no GPU"
+    ]
 
 
 def test_the_notes_are_recorded_in_the_fingerprint_and_out_of_the_key():
-    launcher_side = {"schema": 3, "hardware": {"cpu": {}, **hw(H100_GPU)}, "software": None, "code": {},
-                     "environment": {"CUDA_VISIBLE_DEVICES": "0"}, "config_sha256": "c"}  # fmt: skip
+    launcher_side = {
+        "schema": 3,
+        "hardware": {"cpu": {}, **hw(H100_GPU)},
+        "software": None,
+        "code": {},
+        "environment": {"CUDA_VISIBLE_DEVICES": "0"},
+        "config_sha256": "c",
+    }
     job = {"software": {"tf_gpus": seen(H100_GPU)}, "determinism": {}, "data": {}}
     agreeing = fingerprint.merge_job_facts(launcher_side, job)
     assert agreeing["hardware"]["gpu_notes"] == []

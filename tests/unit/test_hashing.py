@@ -84,8 +84,11 @@ WEIGHTS = [
 def test_weights_digest_is_one_stream_over_all_weights_and_one_per_layer():
     total, per_layer = hashing.weights_digest(WEIGHTS)
     bias = np.array([0.5, -0.0]).tobytes()
-    assert total == _spelled_out(("dense/kernel", "<f4", (2, 3), KERNEL.tobytes()), ("dense/bias", "<f8", (2,), bias),
-                                 ("out/kernel", "|i1", (1, 1), b"\x07"))  # fmt: skip
+    assert total == _spelled_out(
+        ("dense/kernel", "<f4", (2, 3), KERNEL.tobytes()),
+        ("dense/bias", "<f8", (2,), bias),
+        ("out/kernel", "|i1", (1, 1), b"\x07"),
+    )
     assert per_layer == {
         "dense": _spelled_out(("dense/kernel", "<f4", (2, 3), KERNEL.tobytes()), ("dense/bias", "<f8", (2,), bias)),
         "out": _spelled_out(("out/kernel", "|i1", (1, 1), b"\x07")),
@@ -117,9 +120,11 @@ def test_keras_weights_lists_every_layers_weights_by_path_in_order():
         def numpy(self):
             return self.value
 
-    layers = [type("L", (), {"name": "a", "weights": [W("a/kernel", [1.0]), W("a/bias", [2.0], with_path=False)]})(),
-              type("L", (), {"name": "b", "weights": []})(),
-              type("L", (), {"name": "c", "weights": [W("c/kernel", [[3]])]})()]  # fmt: skip
+    layers = [
+        type("L", (), {"name": "a", "weights": [W("a/kernel", [1.0]), W("a/bias", [2.0], with_path=False)]})(),
+        type("L", (), {"name": "b", "weights": []})(),
+        type("L", (), {"name": "c", "weights": [W("c/kernel", [[3]])]})(),
+    ]
     got = hashing.keras_weights(type("M", (), {"layers": layers})())
     assert [(layer, path) for layer, path, _ in got] == [("a", "a/kernel"), ("a", "bias"), ("c", "c/kernel")]
     assert all(isinstance(v, np.ndarray) for _, _, v in got) and got[2][2].shape == (1, 1)
@@ -137,16 +142,26 @@ def test_tree_digest_hashes_every_file_hidden_and_nested_by_relative_path(tmp_pa
 
 
 def test_source_files_and_version(tmp_path):
-    for name, data in {"a.py": b"A", "sub/b.py": b"B", "sub/__pycache__/b.cpython-311.pyc": b"c",
-                       "sub/__pycache__/stale.txt": b"s",
-                       "c.pyc": b"c", "d.pyo": b"d", "data/x.npz": b"X"}.items():  # fmt: skip
+    for name, data in {
+        "a.py": b"A",
+        "sub/b.py": b"B",
+        "sub/__pycache__/b.cpython-311.pyc": b"c",
+        "sub/__pycache__/stale.txt": b"s",
+        "c.pyc": b"c",
+        "d.pyo": b"d",
+        "data/x.npz": b"X",
+    }.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
     files = hashing.source_files(tmp_path)
-    assert files == [("a.py", tmp_path / "a.py"), ("data/x.npz", tmp_path / "data/x.npz"),
-                     ("sub/b.py", tmp_path / "sub/b.py")]  # fmt: skip
-    expected = hashlib.sha256(b"".join(f"{rel}\n{hashlib.sha256(p.read_bytes()).hexdigest()}\n".encode()
-                                       for rel, p in files)).hexdigest()[:16]  # fmt: skip
+    assert files == [
+        ("a.py", tmp_path / "a.py"),
+        ("data/x.npz", tmp_path / "data/x.npz"),
+        ("sub/b.py", tmp_path / "sub/b.py"),
+    ]
+    expected = hashlib.sha256(
+        b"".join(f"{rel}\n{hashlib.sha256(p.read_bytes()).hexdigest()}\n".encode() for rel, p in files)
+    ).hexdigest()[:16]
     assert hashing.source_version("0.1.0", files) == f"0.1.0+src.{expected}"
     (tmp_path / "a.py").write_bytes(b"A2")
     assert hashing.source_version("0.1.0", files) != f"0.1.0+src.{expected}"
@@ -155,8 +170,14 @@ def test_source_files_and_version(tmp_path):
 def _source_version_of(root: Path) -> str:
     """launcher_source_version() as the launcher package copied under ``root`` computes it."""
     code = "from launcher.record import hashing; print(hashing.launcher_source_version())"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -170,8 +191,9 @@ def test_the_launchers_source_version_is_its_version_and_its_package_directorys_
 
     package = Path(launcher.__file__).resolve().parent
     assert hashing.launcher_source_version() == hashing.source_version(__version__, hashing.source_files(package))
-    assert hashing.launcher_source_version() != hashing.source_version(__version__,
-                                                                      hashing.source_files(package / "record"))
+    assert hashing.launcher_source_version() != hashing.source_version(
+        __version__, hashing.source_files(package / "record")
+    )
 
 
 def test_the_launchers_source_version_follows_every_file_of_its_package_and_nothing_else(tmp_path):
@@ -199,6 +221,7 @@ def test_the_launchers_source_version_follows_every_file_of_its_package_and_noth
 @pytest.mark.parametrize("layer", ["dense", "out"])
 def test_trace_points_carry_the_same_digests(layer):
     from launcher.record import trace
+
     p = trace.point(3, 1, 0.25, WEIGHTS)
     total, per_layer = hashing.weights_digest(WEIGHTS)
     assert p["weights"] == "30c464de0b14cef7e9064101572ffe4e76116e70ab0988fb40e6133ab8333283" == total

@@ -123,8 +123,10 @@ def test_nested_user_files_are_named_and_launcher_options_are_never_replaced(con
 def test_a_misspelled_user_option_lists_it_with_the_launchers(conf):
     with pytest.raises(ConfigError) as info:
         composition.compose(["train=tinyy"], config_dir=str(conf))
-    assert str(info.value) == ("Could not find 'train/tinyy'. Available options in 'train': "
-                               "custom mnist notebook script tiny (did you mean train=tiny?)")  # fmt: skip
+    assert str(info.value) == (
+        "Could not find 'train/tinyy'. Available options in 'train': "
+        "custom mnist notebook script tiny (did you mean train=tiny?)"
+    )
 
 
 def test_the_config_dir_is_not_in_the_config_hash(conf, tmp_path):
@@ -167,12 +169,15 @@ def test_bash_completion_completes_groups_options_keys_and_the_users_options(tmp
         complete_line "launch determinism=s" 1
         complete_line "launch train.ep" 1
         complete_line "launch -cd {conf} train=" 3
-    """)  # fmt: skip
+    """)
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["determinism=seeded determinism=strict", "train.epochs=",
-                                        "train=custom train=mnist train=notebook train=script train=tiny"]  # fmt: skip
+    assert done.stdout.splitlines() == [
+        "determinism=seeded determinism=strict",
+        "train.epochs=",
+        "train=custom train=mnist train=notebook train=script train=tiny",
+    ]
 
 
 def test_completion_reads_the_config_dir_of_the_line_being_completed(conf):
@@ -228,14 +233,20 @@ def test_a_search_that_cannot_repeat_says_so(store, extra, note, capsys):
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["train.learning_rate=interval(-1,0.01)"],
-         r"the search space at \(train.learning_rate=-1.0\): train.learning_rate must be a positive number"),
-        (["train.learning_rate=interval(0.001,0.01)", "train.batch_size=choice(32,0)"],
-         r"\(train.learning_rate=0.001 train.batch_size=0\): train.batch_size must be a positive integer"),
-        (["train.learning_rate=interval(0.001,0.01)", "sweep.objective=val_los"],
-         "sweep.objective='val_los' is not a metric of train=mnist"),
+        (
+            ["train.learning_rate=interval(-1,0.01)"],
+            r"the search space at \(train.learning_rate=-1.0\): train.learning_rate must be a positive number",
+        ),
+        (
+            ["train.learning_rate=interval(0.001,0.01)", "train.batch_size=choice(32,0)"],
+            r"\(train.learning_rate=0.001 train.batch_size=0\): train.batch_size must be a positive integer",
+        ),
+        (
+            ["train.learning_rate=interval(0.001,0.01)", "sweep.objective=val_los"],
+            "sweep.objective='val_los' is not a metric of train=mnist",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_search_space_fails_before_any_trial(store, overrides, message):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     with pytest.raises(ConfigError, match=message):
@@ -246,7 +257,8 @@ def test_a_bad_search_space_fails_before_any_trial(store, overrides, message):
 def test_search_space_from_the_sweepers_params_is_checked_too(store, conf):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     (conf / "experiment").mkdir()
-    (conf / "experiment" / "search.yaml").write_text(textwrap.dedent("""\
+    (conf / "experiment" / "search.yaml").write_text(
+        textwrap.dedent("""\
         # @package _global_
         defaults:
           - override /hydra/sweeper: optuna
@@ -255,11 +267,13 @@ def test_search_space_from_the_sweepers_params_is_checked_too(store, conf):
             n_trials: 2
             params:
               train.epochs: range(0,3)
-    """))
+    """)
+    )
     with pytest.raises(ConfigError, match=r"train.epochs=0\): train.epochs must be a positive integer"):
         _prepare(store, "+experiment=search", config_dir=str(conf))
-    (conf / "experiment" / "search.yaml").write_text((conf / "experiment" / "search.yaml").read_text()
-                                                      .replace("range(0,3)", "range(1,3)"))  # fmt: skip
+    (conf / "experiment" / "search.yaml").write_text(
+        (conf / "experiment" / "search.yaml").read_text().replace("range(0,3)", "range(1,3)")
+    )
     plan = _prepare(store, "+experiment=search", config_dir=str(conf))
     assert plan.search.sweeper == "optuna" and plan.swept == ["train.epochs"] and plan.search.trials == 2
 
@@ -279,8 +293,12 @@ def test_representatives_stand_for_every_kind_of_sweep():
     assert search.representatives(parse("a=range(1,3)")) == ["1", "2"]
     assert search.representatives(parse("a=3")) == ["3"]
     space = [parse("a=choice(1,2)"), parse("b=interval(0,1)")]
-    assert search.check_jobs(["c=0"], space) == [["c=0", "a=1", "b=0.0"], ["c=0", "a=2", "b=0.0"],
-                                                 ["c=0", "a=1", "b=0.0"], ["c=0", "a=1", "b=1.0"]]  # fmt: skip
+    assert search.check_jobs(["c=0"], space) == [
+        ["c=0", "a=1", "b=0.0"],
+        ["c=0", "a=2", "b=0.0"],
+        ["c=0", "a=1", "b=0.0"],
+        ["c=0", "a=1", "b=1.0"],
+    ]
 
 
 def test_a_trial_reports_its_objective_or_none_when_it_did_not_complete():
@@ -297,9 +315,12 @@ def test_a_trial_reports_its_objective_or_none_when_it_did_not_complete():
 def test_the_summary_shows_each_trials_values_the_best_and_if_it_repeats():
     rec = sweep.pending_record(0, ["train.learning_rate=0.005533253688880516", "train=mnist"], 0)
     rec.update(status="complete", final_metrics={"val_loss": 2.0}, weights_sha256="a" * 64)
-    summary = {**sweep_report.summarize([rec]), "sweep_dir": "/s", "swept": ["train.learning_rate"],
-               "search": {"reproducible": False, "note": "why not", "best": {"num": 0, "objective": "val_loss",
-                                                                             "value": 2.0}}}  # fmt: skip
+    summary = {
+        **sweep_report.summarize([rec]),
+        "sweep_dir": "/s",
+        "swept": ["train.learning_rate"],
+        "search": {"reproducible": False, "note": "why not", "best": {"num": 0, "objective": "val_loss", "value": 2.0}},
+    }
     lines = sweep_report.render(summary).splitlines()
     assert lines[0].split() == ["job", "seed", "train.learning_rate", "status", "val_loss", "weights_sha256"]
     assert lines[1].split() == ["000", "0", "0.005533253688880516", "complete", "2.0000", "a" * 16]
@@ -307,14 +328,17 @@ def test_the_summary_shows_each_trials_values_the_best_and_if_it_repeats():
 
 
 def test_a_missing_sweeper_plugin_names_the_extra_that_installs_it(tmp_path):
-    hide = ("import sys\n"
-            "for name in ('', '.optuna_sweeper', '.config'):\n"
-            "    sys.modules['hydra_plugins.hydra_optuna_sweeper' + name] = None  # not installed\n"
-            "from launcher.cli.main import main\n"
-            "sys.exit(main(['-m', 'hydra/sweeper=optuna', 'train.learning_rate=interval(0.001,0.01)']))\n")  # fmt: skip
+    hide = (
+        "import sys\n"
+        "for name in ('', '.optuna_sweeper', '.config'):\n"
+        "    sys.modules['hydra_plugins.hydra_optuna_sweeper' + name] = None  # not installed\n"
+        "from launcher.cli.main import main\n"
+        "sys.exit(main(['-m', 'hydra/sweeper=optuna', 'train.learning_rate=interval(0.001,0.01)']))\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-W", "ignore", "-c", hide], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", hide], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         "launch: error: Could not find 'hydra/sweeper/optuna'. Available options in 'hydra/sweeper': basic "

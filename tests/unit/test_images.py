@@ -37,9 +37,7 @@ def check_golden(name: str, actual: str) -> None:
     expected = path.read_text() if path.exists() else ""
     if actual != expected:
         diff = "".join(
-            difflib.unified_diff(
-                expected.splitlines(True), actual.splitlines(True), f"golden/{name}", "rendered"
-            )
+            difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), f"golden/{name}", "rendered")
         )
         pytest.fail(f"{name} differs from its golden file (LAUNCH_UPDATE_GOLDEN=1 to accept):\n{diff}")
 
@@ -72,18 +70,14 @@ def test_image_config_resolves_to_existing_files(name):
 def test_rendered_dockerfile_matches_golden(name):
     spec = spec_of(name, base="local")
     base_ref, _ = images.parse_base(spec.base)
-    rendered = images.render_dockerfile(
-        spec.template.read_text(), images.dockerfile_values(spec, base_ref)
-    )
+    rendered = images.render_dockerfile(spec.template.read_text(), images.dockerfile_values(spec, base_ref))
     assert "{{" not in rendered
     check_golden(f"{name}.Dockerfile", rendered)
 
 
 def test_rendered_dockerfile_properties():
     """The security and reproducibility properties the docs promise, checked in the text."""
-    text = images.render_dockerfile(
-        spec_of("tf-cpu").template.read_text(), {"base": "B", "name": "tf-cpu"}
-    )
+    text = images.render_dockerfile(spec_of("tf-cpu").template.read_text(), {"base": "B", "name": "tf-cpu"})
     final = text.split("\nFROM B\n", 1)[1]
     assert "--require-hashes" in text and "--no-deps" in text and "--no-index" in text
     assert "--no-compile" in text and "unchecked-hash" in text and "PYTHONDONTWRITEBYTECODE=1" in text
@@ -173,9 +167,7 @@ def test_bad_lockfiles_are_refused(text, match):
 
 
 def test_installer_requirements_keep_hashes_and_need_pip():
-    entries = images.parse_lockfile(
-        f"wheel==1 --hash={HASH_A}\nnumpy==2 --hash={HASH_A}\npip==26 --hash={HASH_B}\n"
-    )
+    entries = images.parse_lockfile(f"wheel==1 --hash={HASH_A}\nnumpy==2 --hash={HASH_A}\npip==26 --hash={HASH_B}\n")
     tools = images.installer_requirements(entries)
     assert tools == f"pip==26 \\\n    --hash={HASH_B}\nwheel==1 \\\n    --hash={HASH_A}\n"
     assert [e.name for e in images.parse_lockfile(tools)] == ["pip", "wheel"]
@@ -218,9 +210,7 @@ def test_source_version_ignores_caches(tmp_path):
 
 
 def test_pip_download_argv_targets_the_image_not_the_host():
-    argv = images.pip_download_argv(
-        "/usr/bin/python3", Path("/l dir/lock.txt"), Path("/w h"), "/etc/ca b.pem", None
-    )
+    argv = images.pip_download_argv("/usr/bin/python3", Path("/l dir/lock.txt"), Path("/w h"), "/etc/ca b.pem", None)
     check_golden("pip-download.argv.json", json.dumps(argv, indent=1) + "\n")
     assert argv[argv.index("--python-version") + 1] == "3.11"
     assert "--require-hashes" in argv and "--no-deps" in argv
@@ -259,25 +249,47 @@ def test_build_context_is_deterministic_and_minimal(tmp_path):
 # ---------------------------------------------------------------- container arguments
 def test_run_args_golden_with_hostile_paths():
     run_dir = "/store/run store 'x'/20260101-000000-abcdef"
-    cwd = "/home/u/my \"proj\"\n$x"
+    cwd = '/home/u/my "proj"\n$x'
     mounts = container_spec.job_mounts(run_dir, cwd, ["data/mnist.npz", "/data/sets/mnist dir"])
     env = container_spec.container_env(
-        {"PYTHONHASHSEED": "1", "TF_DETERMINISTIC_OPS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-         "AWS_SECRET_ACCESS_KEY": "s", "TF_VAR_db_password": "p", "HOME": "/root",
-         "PATH": "/usr/bin", "PYTHONPATH": "/work/main", "LAUNCH_EXTRA": "1", "GITHUB_TOKEN": "t"}
-    )  # fmt: skip
+        {
+            "PYTHONHASHSEED": "1",
+            "TF_DETERMINISTIC_OPS": "1",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "TF_VAR_db_password": "p",
+            "HOME": "/root",
+            "PATH": "/usr/bin",
+            "PYTHONPATH": "/work/main",
+            "LAUNCH_EXTRA": "1",
+            "GITHUB_TOKEN": "t",
+        }
+    )
     args = container_spec.run_args(
-        "sha256:" + "d" * 64, run_dir, cwd, (1000, 1000), env, mounts,
-        container_spec.job_labels(run_dir, 4242, "host-1"), cpus={3, 1},
-    )  # fmt: skip
+        "sha256:" + "d" * 64,
+        run_dir,
+        cwd,
+        (1000, 1000),
+        env,
+        mounts,
+        container_spec.job_labels(run_dir, 4242, "host-1"),
+        cpus={3, 1},
+    )
     check_golden("run-args.json", json.dumps(args, indent=1, sort_keys=True) + "\n")
 
 
 def test_container_env_is_an_allowlist():
     env = container_spec.container_env(
-        {"TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONHASHSEED": "3", "LAUNCH_X": "y",
-         "OPENAI_API_KEY": "k", "TF_TOKEN_app": "t", "HOME": "/root", "SSH_AUTH_SOCK": "/s"}
-    )  # fmt: skip
+        {
+            "TF_ENABLE_ONEDNN_OPTS": "0",
+            "PYTHONHASHSEED": "3",
+            "LAUNCH_X": "y",
+            "OPENAI_API_KEY": "k",
+            "TF_TOKEN_app": "t",
+            "HOME": "/root",
+            "SSH_AUTH_SOCK": "/s",
+        }
+    )
     assert env == {"LAUNCH_X": "y", "PYTHONHASHSEED": "3", "TF_ENABLE_ONEDNN_OPTS": "0"}
 
 
@@ -292,9 +304,7 @@ def test_network_is_none_and_only_run_dir_writable():
 
 def test_mounts_skip_paths_inside_mounted_dirs_and_order_parents_first():
     mounts = container_spec.job_mounts("/p/runs/r1", "/p", ["data/x.npz", "/p/runs/r1/in", "/d"])
-    assert [(m.target, m.read_only) for m in mounts] == [
-        ("/d", True), ("/p", True), ("/p/runs/r1", False)
-    ]  # fmt: skip
+    assert [(m.target, m.read_only) for m in mounts] == [("/d", True), ("/p", True), ("/p/runs/r1", False)]
 
 
 @pytest.mark.parametrize("cwd", ["/", "/usr", "/opt/launch"])
@@ -367,9 +377,7 @@ def test_no_daemon_is_one_line_with_next_step(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", url)
     with pytest.raises(DockerUnavailable) as info:
         containers.client(timeout=5)
-    assert str(info.value) == (
-        f"no Docker daemon answers at {url}: start one (dockerd) or use runtime=local"
-    )
+    assert str(info.value) == (f"no Docker daemon answers at {url}: start one (dockerd) or use runtime=local")
 
 
 def test_subcommands_register():

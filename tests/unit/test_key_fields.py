@@ -29,53 +29,76 @@ def _set(path: str, value):
 
 
 IN_KEY = {  # key field -> (change, the differences it must produce as (field, a's value, b's value))
-    "hardware.cpu.vendor": (_set("hardware/cpu/vendor", "AuthenticAMD"),
-                            [("hardware.cpu.vendor", "GenuineIntel", "AuthenticAMD")]),
+    "hardware.cpu.vendor": (
+        _set("hardware/cpu/vendor", "AuthenticAMD"),
+        [("hardware.cpu.vendor", "GenuineIntel", "AuthenticAMD")],
+    ),
     "hardware.cpu.model": (_set("hardware/cpu/model", "EPYC"), [("hardware.cpu.model", "Xeon", "EPYC")]),
-    "hardware.cpu.isa": (_set("hardware/cpu/isa", ["avx2", "amx"]),
-                         [("hardware.cpu.isa", ["avx2"], ["avx2", "amx"])]),
+    "hardware.cpu.isa": (_set("hardware/cpu/isa", ["avx2", "amx"]), [("hardware.cpu.isa", ["avx2"], ["avx2", "amx"])]),
     "hardware.cpu.family": (_set("hardware/cpu/family", "25"), [("hardware.cpu.family", "6", "25")]),
-    "hardware.cpu.model_number": (_set("hardware/cpu/model_number", "143"),
-                                  [("hardware.cpu.model_number", "85", "143")]),
+    "hardware.cpu.model_number": (
+        _set("hardware/cpu/model_number", "143"),
+        [("hardware.cpu.model_number", "85", "143")],
+    ),
     "hardware.cpu.stepping": (_set("hardware/cpu/stepping", "8"), [("hardware.cpu.stepping", "7", "8")]),
-    "hardware.cpu.cache_size": (_set("hardware/cpu/cache_size", "1024 KB"),
-                                [("hardware.cpu.cache_size", "36608 KB", "1024 KB")]),
+    "hardware.cpu.cache_size": (
+        _set("hardware/cpu/cache_size", "1024 KB"),
+        [("hardware.cpu.cache_size", "36608 KB", "1024 KB")],
+    ),
     "hardware.cpu.caches": (_set("hardware/cpu/caches/L3", "32768K"), [("hardware.cpu.caches.L3", None, "32768K")]),
-    "hardware.gpus": (_set("hardware/gpus", [{"name": "A100", "compute_capability": "8.0", "driver_version": "550",
-                                              "index": 0, "uuid": "GPU-1"}]),
-                      [("hardware.gpus", [], [("A100", "8.0", "550")])]),
-    "software.os": (_set("software/os", {"id": "debian", "version_id": "13"}),
-                    [("software.os", ["debian", "12"], ["debian", "13"])]),
+    "hardware.gpus": (
+        _set(
+            "hardware/gpus",
+            [{"name": "A100", "compute_capability": "8.0", "driver_version": "550", "index": 0, "uuid": "GPU-1"}],
+        ),
+        [("hardware.gpus", [], [("A100", "8.0", "550")])],
+    ),
+    "software.os": (
+        _set("software/os", {"id": "debian", "version_id": "13"}),
+        [("software.os", ["debian", "12"], ["debian", "13"])],
+    ),
     "software.libc": (_set("software/libc", "glibc-2.41"), [("software.libc", "glibc-2.36", "glibc-2.41")]),
     "software.python": (_set("software/python", "3.12.1"), [("software.python", "3.11.7", "3.12.1")]),
     "software.machine": (_set("software/machine", "aarch64"), [("software.machine", "x86_64", "aarch64")]),
     "software.tensorflow": (_set("software/tensorflow", "2.20.0"), [("software.tensorflow", "2.21.0", "2.20.0")]),
-    "software.tf_build": (_set("software/tf_build", {"is_cuda_build": True}),
-                          [("software.tf_build.is_cuda_build", None, True)]),
+    "software.tf_build": (
+        _set("software/tf_build", {"is_cuda_build": True}),
+        [("software.tf_build.is_cuda_build", None, True)],
+    ),
     "software.keras": (_set("software/keras", "3.16.0"), [("software.keras", "3.15.1", "3.16.0")]),
     "software.numpy": (_set("software/numpy", "2.5.0"), [("software.numpy", "2.4.6", "2.5.0")]),
-    "software.distributions": (_set("software/distributions/keras", {"version": "3.15.1", "files_sha256": "f2",
-                                                                     "record_sha256": "r2"}),
-                               [("software.distributions.keras.files_sha256", "f1", "f2")]),
-    "software.libraries": (_set("software/libraries/libgomp.so.1", "g1"),
-                           [("software.libraries.libgomp.so.1", None, "g1")]),
-    "software.container": (_set("software/container", {"content_tag": "t", "packages_sha256": "p", "uid": 1000,
-                                                       "image_id": "sha256:x"}),
-                           [("software.container", None, {"content_tag": "t", "packages_sha256": "p", "uid": 1000})]),
+    "software.distributions": (
+        _set("software/distributions/keras", {"version": "3.15.1", "files_sha256": "f2", "record_sha256": "r2"}),
+        [("software.distributions.keras.files_sha256", "f1", "f2")],
+    ),
+    "software.libraries": (
+        _set("software/libraries/libgomp.so.1", "g1"),
+        [("software.libraries.libgomp.so.1", None, "g1")],
+    ),
+    "software.container": (
+        _set("software/container", {"content_tag": "t", "packages_sha256": "p", "uid": 1000, "image_id": "sha256:x"}),
+        [("software.container", None, {"content_tag": "t", "packages_sha256": "p", "uid": 1000})],
+    ),
     "environment": (_set("environment/TF_ENABLE_ONEDNN_OPTS", "1"), [("environment.TF_ENABLE_ONEDNN_OPTS", None, "1")]),
     "environment_read": (_set("environment_read/LR", "0.001"), [("environment_read.LR", "0.01", "0.001")]),
     "determinism": (_set("determinism/intra_op_threads", 2), [("determinism.intra_op_threads", 1, 2)]),
     "config_sha256": (_set("config_sha256", "c2"), [("config_sha256", "c", "c2")]),
     "config_files": (_set("config_files", {"conf/train.yaml": "f1"}), [("config_files.conf/train.yaml", None, "f1")]),
-    "code.launcher": (_set("code/launcher_modules/launcher.job.bootstrap", "b2"),
-                      [("code.launcher.launcher.job.bootstrap", "b1", "b2")]),
+    "code.launcher": (
+        _set("code/launcher_modules/launcher.job.bootstrap", "b2"),
+        [("code.launcher.launcher.job.bootstrap", "b1", "b2")],
+    ),
     "code.script_sha256": (_set("code/script_sha256", "s1"), [("code.script_sha256", None, "s1")]),
-    "code.notebook_cells": (_set("code/notebook_cells", {"code cell 1": "lr = 0.1  [sha256 ab]"}),
-                            [("code.notebook_cells", None, {"code cell 1": "lr = 0.1  [sha256 ab]"})]),
-    "code.modules": (_set("code/modules/helper", {"path": "/w/helper.py", "sha256": "h2"}),
-                     [("code.modules.helper", "h1", "h2")]),
+    "code.notebook_cells": (
+        _set("code/notebook_cells", {"code cell 1": "lr = 0.1  [sha256 ab]"}),
+        [("code.notebook_cells", None, {"code cell 1": "lr = 0.1  [sha256 ab]"})],
+    ),
+    "code.modules": (
+        _set("code/modules/helper", {"path": "/w/helper.py", "sha256": "h2"}),
+        [("code.modules.helper", "h1", "h2")],
+    ),
     "data": (_set("data", {"data/mnist.npz": "d2"}), [("data.data/mnist.npz", "d1", "d2")]),
-}  # fmt: skip
+}
 
 
 def test_every_key_field_has_a_case_here():
@@ -139,8 +162,11 @@ def test_the_key_is_canonical_json_of_its_fields_in_order():
     fp = _fp()
     assert list(key.comparability_key(fp)) == list(key.KEY)
     # the launcher's code by its contents alone (key.LauncherCode), every other value as JSON or its str
-    canonical = json.dumps(key.comparability_key(fp), sort_keys=True,
-                           default=lambda o: sorted(o.modules.values()) if isinstance(o, key.LauncherCode) else str(o))
+    canonical = json.dumps(
+        key.comparability_key(fp),
+        sort_keys=True,
+        default=lambda o: sorted(o.modules.values()) if isinstance(o, key.LauncherCode) else str(o),
+    )
     assert key.key_sha256(fp) == hashlib.sha256(canonical.encode()).hexdigest()
     assert key.key_sha256(copy.deepcopy(fp)) == key.key_sha256(fp)
 
@@ -214,8 +240,12 @@ def test_a_field_is_unknown_on_both_only_when_neither_run_recorded_it():
     old = _fp()
     old["schema"] = 1
     assert key.unknown_on_both(old, _fp()) == [] and key.unknown_on_both(_fp(), old) == []
-    assert key.unknown_on_both(old, copy.deepcopy(old)) == ["software.distributions", "software.libraries",
-                                                            "code.modules", "data"]  # fmt: skip
+    assert key.unknown_on_both(old, copy.deepcopy(old)) == [
+        "software.distributions",
+        "software.libraries",
+        "code.modules",
+        "data",
+    ]
 
 
 def test_the_launchers_code_is_compared_by_content_and_a_change_named_by_module():
@@ -226,10 +256,12 @@ def test_the_launchers_code_is_compared_by_content_and_a_change_named_by_module(
     assert a == moved and key.launcher_differences("code.launcher", a, moved) == []
     assert a != changed
     assert key.launcher_differences("code.launcher", a, changed) == [
-        ("code.launcher.launcher.job.bootstrap", "b1", "b2")]
+        ("code.launcher.launcher.job.bootstrap", "b1", "b2")
+    ]
     added = key.LauncherCode({**a.modules, "launcher.record.probe.places": "p1"})
     assert key.launcher_differences("code.launcher", a, added) == [
-        ("code.launcher.launcher.record.probe.places", "not imported", "p1")]
+        ("code.launcher.launcher.record.probe.places", "not imported", "p1")
+    ]
 
 
 def test_a_schema_3_fingerprint_names_the_launchers_files_as_todays_modules():

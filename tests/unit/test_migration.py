@@ -51,6 +51,11 @@ def test_a_mapping_pairs_by_name(tmp_path):
 
 
 def test_only_code_may_differ():
-    diffs = [("code.script_sha256", "a", "b"), ("config.train.script", "x", "y"), ("determinism.seed", 0, 1),
-             ("determinism.sessions", [], [{}]), ("data.x.npz", "h1", "h2")]  # fmt: skip
+    diffs = [
+        ("code.script_sha256", "a", "b"),
+        ("config.train.script", "x", "y"),
+        ("determinism.seed", 0, 1),
+        ("determinism.sessions", [], [{}]),
+        ("data.x.npz", "h1", "h2"),
+    ]
     assert [d[0] for d in migration.blocking(diffs)] == ["determinism.seed", "data.x.npz"]

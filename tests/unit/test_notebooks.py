@@ -17,15 +17,27 @@ from launcher.run import composition, config
 
 def _nb() -> dict:
     return {
-        "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3"}},
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": "# Title"},
-            {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": 1, "outputs": [],
-             "source": ["lr = 0.001\n", "epochs = 2"]},
-            {"cell_type": "code", "metadata": {}, "execution_count": 2, "outputs": [],
-             "source": "\n\nmodel = build(lr)\n"},
+            {
+                "cell_type": "code",
+                "metadata": {"tags": ["parameters"]},
+                "execution_count": 1,
+                "outputs": [],
+                "source": ["lr = 0.001\n", "epochs = 2"],
+            },
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "execution_count": 2,
+                "outputs": [],
+                "source": "\n\nmodel = build(lr)\n",
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 def test_the_key_holds_code_cells_by_number_and_first_line_only():
@@ -46,7 +58,7 @@ def test_the_key_holds_code_cells_by_number_and_first_line_only():
 def test_parameters_are_injected_after_the_tagged_cell_as_papermill_does():
     nb, at = notebooks.inject(_nb(), {"lr": 0.01, "name": "it's"})
     assert at == 2 and nb["cells"][2]["metadata"]["tags"] == ["injected-parameters"]
-    assert "lr = 0.01\nname = \"it's\"\n" in nb["cells"][2]["source"]
+    assert 'lr = 0.01\nname = "it\'s"\n' in nb["cells"][2]["source"]
     again, at2 = notebooks.inject(nb, {"lr": 0.1})  # an earlier injected cell is replaced, not kept
     assert at2 == 2 and len(again["cells"]) == 4 and "lr = 0.1" in again["cells"][2]["source"]
     assert notebooks.cells_key(nb) == notebooks.cells_key(_nb())  # the injected values are the config's
@@ -62,10 +74,18 @@ def test_an_executed_notebook_is_compared_by_meaning(tmp_path):
     def executed(count: int, address: str, printed: str) -> dict:
         nb = copy.deepcopy(_nb())
         nb["metadata"]["launch"] = {"started": count}
-        nb["cells"][2].update(execution_count=count, outputs=[
-            {"output_type": "stream", "name": "stdout", "text": printed},
-            {"output_type": "execute_result", "execution_count": count, "metadata": {},
-             "data": {"text/plain": f"<History at {address}>"}}])  # fmt: skip
+        nb["cells"][2].update(
+            execution_count=count,
+            outputs=[
+                {"output_type": "stream", "name": "stdout", "text": printed},
+                {
+                    "output_type": "execute_result",
+                    "execution_count": count,
+                    "metadata": {},
+                    "data": {"text/plain": f"<History at {address}>"},
+                },
+            ],
+        )
         return nb
 
     a = notebooks.output_parts(executed(2, "0x7f00aa", "6/6 - 2s - 269ms/step"))
@@ -79,7 +99,8 @@ def test_an_executed_notebook_is_compared_by_meaning(tmp_path):
     digests = outputs.digests(tmp_path)
     assert digests["nb.ipynb"]["kind"] == "notebook"
     assert outputs.differences({"x.ipynb": digests["nb.ipynb"]}, {"x.ipynb": digests["other.ipynb"]}) == [
-        "outputs/x.ipynb (notebook: code cell 2)"]
+        "outputs/x.ipynb (notebook: code cell 2)"
+    ]
 
 
 def test_what_is_not_a_notebook_is_refused_in_one_line(tmp_path):
@@ -97,19 +118,23 @@ NOTEBOOK = Path(__file__).parents[1] / "integration" / "notebooks" / "train.ipyn
 
 def test_train_params_are_in_the_config_and_its_hash():
     base = config.resolve(composition.compose(["train=notebook", f"train.notebook={NOTEBOOK}"]))
-    lr = config.resolve(composition.compose(["train=notebook", f"train.notebook={NOTEBOOK}",
-                                             "train.params={lr: 0.01}"]))
+    lr = config.resolve(
+        composition.compose(["train=notebook", f"train.notebook={NOTEBOOK}", "train.params={lr: 0.01}"])
+    )
     assert base.train.params is None and lr.train.params.lr == 0.01
     assert base.train.notebook == str(NOTEBOOK.resolve())
     assert config.config_hash(base) != config.config_hash(lr)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["train=notebook"], "train=notebook needs train.notebook=path/to/NB.ipynb"),
-    (["train=notebook", "train.notebook=/nonexistent.ipynb"], "is not a file"),
-    (["train=notebook", f"train.notebook={NOTEBOOK}", "train.params=[1,2]"], "train.params must be a mapping"),
-    (["train=notebook", f"train.notebook={NOTEBOOK}", "train.params={2lr: 1}"], "is not a Python variable name"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["train=notebook"], "train=notebook needs train.notebook=path/to/NB.ipynb"),
+        (["train=notebook", "train.notebook=/nonexistent.ipynb"], "is not a file"),
+        (["train=notebook", f"train.notebook={NOTEBOOK}", "train.params=[1,2]"], "train.params must be a mapping"),
+        (["train=notebook", f"train.notebook={NOTEBOOK}", "train.params={2lr: 1}"], "is not a Python variable name"),
+    ],
+)
 def test_a_bad_notebook_config_is_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message):
         config.validate(composition.compose(overrides))
@@ -127,10 +152,12 @@ def _execute(tmp_path, monkeypatch, *sources: str, params: dict | None = None) -
     """Run a notebook of ``sources`` with the real executor, in this process (no bootstrap):
     the executed copy, and the one-line error (None when it ran through)."""
     from launcher.job import notebook
+
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setattr(sys, "path", list(sys.path))
-    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": s}
-             for s in sources]  # fmt: skip
+    cells = [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": s} for s in sources
+    ]
     path, executed = tmp_path / "nb.ipynb", tmp_path / "out.ipynb"
     path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}))
     try:
@@ -142,9 +169,14 @@ def _execute(tmp_path, monkeypatch, *sources: str, params: dict | None = None) -
 
 
 def test_cells_run_as_in_jupyter_and_their_outputs_are_kept(tmp_path, monkeypatch):
-    nb, error = _execute(tmp_path, monkeypatch, "x = 6 * 7\nprint('printed')\nx",
-                         "from IPython.display import HTML, display\ndisplay(HTML('<b>b</b>'))",
-                         "!echo from the shell\n%time y = x + 1", params={"x": 1})  # fmt: skip
+    nb, error = _execute(
+        tmp_path,
+        monkeypatch,
+        "x = 6 * 7\nprint('printed')\nx",
+        "from IPython.display import HTML, display\ndisplay(HTML('<b>b</b>'))",
+        "!echo from the shell\n%time y = x + 1",
+        params={"x": 1},
+    )
     assert error is None
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert "".join(code[0]["source"]).endswith("x = 1\n")  # the injected parameters, first: no cell is tagged
@@ -158,8 +190,10 @@ def test_cells_run_as_in_jupyter_and_their_outputs_are_kept(tmp_path, monkeypatc
 
 def test_a_failing_cell_is_named_with_its_line_and_the_copy_ends_there(tmp_path, monkeypatch):
     nb, error = _execute(tmp_path, monkeypatch, "a = 1", "%time b = 2\nc = 1 / 0\n", "d = 4")
-    assert error == ("code cell 2 raised ZeroDivisionError: division by zero (line 2: c = 1 / 0); "
-                     "the executed notebook up to it is in outputs/out.ipynb")  # fmt: skip
+    assert error == (
+        "code cell 2 raised ZeroDivisionError: division by zero (line 2: c = 1 / 0); "
+        "the executed notebook up to it is in outputs/out.ipynb"
+    )
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert code[1]["outputs"][-1]["output_type"] == "error" and code[2]["execution_count"] is None
 

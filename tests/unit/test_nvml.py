@@ -132,8 +132,12 @@ def machine(count: int, links: str = "none", ancestor: int | None = None) -> dic
     m["device_count"] = count
     m["devices"] = []
     for i in range(count):
-        d = {**copy.deepcopy(gpu), "index": i, "uuid": f"GPU-{i}1111111-2222-3333-4444-555555555555",
-             "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0"}  # fmt: skip
+        d = {
+            **copy.deepcopy(gpu),
+            "index": i,
+            "uuid": f"GPU-{i}1111111-2222-3333-4444-555555555555",
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+        }
         if links == "peer":
             # NVML's remote PCI info in the legacy spelling (4-digit domain, lower case).
             peer = f"0000:{0x18 + 0x10 * (1 - i):02x}:00.0"
@@ -154,16 +158,28 @@ def test_the_recorded_h100_through_nvml_is_what_nvidia_smi_printed():
     lib = FakeNvml(RECORDED)
     facts, why_not = nvml.probe(lib)
     assert why_not is None and lib.shut_down
-    assert facts["gpus"] == probes.parse_nvidia_smi_query((H100 / "query.txt").read_text()) == [{
-        "index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "driver_version": "580.159.04",
-        "memory_mib": 81559, "mig_mode": "Disabled", "uuid": "GPU-11111111-2222-3333-4444-555555555555",
-    }]  # fmt: skip
+    assert (
+        facts["gpus"]
+        == probes.parse_nvidia_smi_query((H100 / "query.txt").read_text())
+        == [
+            {
+                "index": 0,
+                "name": "NVIDIA H100 80GB HBM3",
+                "compute_capability": "9.0",
+                "driver_version": "580.159.04",
+                "memory_mib": 81559,
+                "mig_mode": "Disabled",
+                "uuid": "GPU-11111111-2222-3333-4444-555555555555",
+            }
+        ]
+    )
     assert facts["cuda_driver_version"] == "13.0" == probes.parse_cuda_driver_version((H100 / "banner.txt").read_text())
     assert facts["gpu_topology"] == [["X"]] == topo("topo-m.txt")
 
 
-@pytest.mark.parametrize(("count", "links", "topo_file"),
-                         [(2, "peer", "topo-m-2gpu.txt"), (8, "switch", "topo-m-8gpu.txt")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("count", "links", "topo_file"), [(2, "peer", "topo-m-2gpu.txt"), (8, "switch", "topo-m-8gpu.txt")]
+)
 def test_nvlinks_through_nvml_give_nvidia_smis_matrix(count, links, topo_file):
     facts, why_not = nvml.probe(FakeNvml(machine(count, links)))
     assert why_not is None
@@ -205,22 +221,46 @@ def test_mig_enabled_and_pynvml_bytes():
     m["driver_version"] = b"580.159.04"
     (gpu,) = nvml.probe(FakeNvml(m))[0]["gpus"]
     assert (gpu["mig_mode"], gpu["name"], gpu["uuid"], gpu["driver_version"]) == (
-        "Enabled", "NVIDIA H100 80GB HBM3", "GPU-0abc", "580.159.04")  # fmt: skip
+        "Enabled",
+        "NVIDIA H100 80GB HBM3",
+        "GPU-0abc",
+        "580.159.04",
+    )
 
 
 def test_conversions_are_nvidia_smis_spelling():
     assert [nvml.cuda_version(v) for v in (13000, 12040, 11080, 0, None)] == ["13.0", "12.4", "11.8", None, None]
     assert [nvml.mig_mode(v) for v in (0, 1, None, 7)] == ["Disabled", "Enabled", "[N/A]", "[N/A]"]
     assert nvml.link_matrix(3, {(0, 1): 4, (1, 0): 4}, [0, 0, 0], {(0, 2): 50, (2, 0): 50, (1, 2): 10, (2, 1): 10}) == [
-        ["X", "NV4", "SYS"], ["NV4", "X", "PIX"], ["SYS", "PIX", "X"]]  # fmt: skip
+        ["X", "NV4", "SYS"],
+        ["NV4", "X", "PIX"],
+        ["SYS", "PIX", "X"],
+    ]
 
 
 # ---------------------------------------------------------------- the source is recorded, not keyed
 def _fp(hardware: dict) -> dict:
-    cpu = {"vendor": "GenuineIntel", "model": "Xeon", "isa": ["avx2"], "family": "6", "model_number": "143",
-           "stepping": "8", "cache_size": "x", "caches": {}}  # fmt: skip
-    return {"schema": 3, "hardware": {"cpu": cpu, **hardware}, "software": {}, "environment": {},
-            "environment_read": {}, "determinism": {}, "config_sha256": "c", "code": {}, "data": {}}  # fmt: skip
+    cpu = {
+        "vendor": "GenuineIntel",
+        "model": "Xeon",
+        "isa": ["avx2"],
+        "family": "6",
+        "model_number": "143",
+        "stepping": "8",
+        "cache_size": "x",
+        "caches": {},
+    }
+    return {
+        "schema": 3,
+        "hardware": {"cpu": cpu, **hardware},
+        "software": {},
+        "environment": {},
+        "environment_read": {},
+        "determinism": {},
+        "config_sha256": "c",
+        "code": {},
+        "data": {},
+    }
 
 
 def recorded_outputs(argv, *args, **kwargs):
@@ -267,8 +307,11 @@ def test_without_pynvml_or_nvidia_smi_no_gpu_is_listed_and_the_record_says_why(m
     monkeypatch.setattr(proc, "capture", lambda argv, *a, **k: None)
     assert nvml.probe() == (None, "NVML not used: no pynvml module (pip install nvidia-ml-py)")
     facts = probes.gpu_facts()
-    assert facts == {"gpus": [], "gpu_source": None, "gpu_source_note":
-                     "NVML not used: no pynvml module (pip install nvidia-ml-py); nvidia-smi not found, or it failed"}
+    assert facts == {
+        "gpus": [],
+        "gpu_source": None,
+        "gpu_source_note": "NVML not used: no pynvml module (pip install nvidia-ml-py); nvidia-smi not found, or it failed",  # noqa: E501
+    }
 
 
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has libnvidia-ml.so")

@@ -20,8 +20,10 @@ def _h5(path: Path, value: float, **attrs) -> None:
 
 def _keras(path: Path, date: str, object_id: int, value: float) -> None:
     _h5(path.with_suffix(".tmp.h5"), value)
-    config = {"class_name": "Sequential", "config": {"layers": [{"shared_object_id": object_id},
-                                                                {"inner": {"shared_object_id": object_id}}]}}
+    config = {
+        "class_name": "Sequential",
+        "config": {"layers": [{"shared_object_id": object_id}, {"inner": {"shared_object_id": object_id}}]},
+    }
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1", "date_saved": date}))
         z.writestr("config.json", json.dumps(config))
@@ -51,9 +53,11 @@ def test_what_differs_is_named_where_it_lies(tmp_path):
         (tmp_path / run / "pid.txt").write_text(run)
     (tmp_path / "b" / "extra.txt").write_text("x")
     diffs = outputs.differences(outputs.digests(tmp_path / "a"), outputs.digests(tmp_path / "b"))
-    assert diffs == ["outputs/extra.txt: only in run B",
-                     "outputs/model.keras (keras archive: model.weights.h5:layers/dense/vars/0)",
-                     "outputs/pid.txt"]  # fmt: skip
+    assert diffs == [
+        "outputs/extra.txt: only in run B",
+        "outputs/model.keras (keras archive: model.weights.h5:layers/dense/vars/0)",
+        "outputs/pid.txt",
+    ]
 
 
 def test_a_file_unreadable_as_its_kind_is_taken_by_bytes(tmp_path):

@@ -21,16 +21,25 @@ LAYERS = (("conv1", "a"), ("conv2", "b"), ("dense", "c"))
 
 
 def point(step: int, loss: float | None, weights: str = "w", layers=LAYERS, epoch=1):
-    return {"step": step, "epoch": epoch, "loss": loss, "weights": f"{weights}{step}",
-            "layers": [list(x) for x in layers]}  # fmt: skip
+    return {
+        "step": step,
+        "epoch": epoch,
+        "loss": loss,
+        "weights": f"{weights}{step}",
+        "layers": [list(x) for x in layers],
+    }
 
 
 def split_traces() -> tuple[list[dict], list[dict]]:
     """Equal through step 10; at step 20 conv2 and dense differ (and, later, the loss)."""
     split = (("conv1", "a"), ("conv2", "X"), ("dense", "Y"))
     a = [point(0, None), point(10, 2.0), point(20, 1.5), point(30, 1.25)]
-    b = [point(0, None), point(10, 2.0), point(20, 1.5, layers=split, weights="v"),
-         point(30, 1.0, layers=split, weights="v")]  # fmt: skip
+    b = [
+        point(0, None),
+        point(10, 2.0),
+        point(20, 1.5, layers=split, weights="v"),
+        point(30, 1.0, layers=split, weights="v"),
+    ]
     return a, b
 
 
@@ -64,9 +73,11 @@ def test_comparison_of_equal_and_of_unrelated_traces():
 
 
 def test_spread_per_metric_over_jobs_and_epochs():
-    jobs = [("000 +seed=1", [{"epoch": 1, "loss": 2.0, "acc": 0.5}, {"epoch": 2, "loss": 1.0, "acc": 0.7}]),
-            ("001 +seed=2", [{"epoch": 1, "loss": 4.0, "acc": 0.3}, {"epoch": 2, "loss": 3.0, "acc": 0.9}]),
-            ("002 +seed=3", [{"epoch": 1, "loss": 3.0, "flag": True}])]  # fmt: skip
+    jobs = [
+        ("000 +seed=1", [{"epoch": 1, "loss": 2.0, "acc": 0.5}, {"epoch": 2, "loss": 1.0, "acc": 0.7}]),
+        ("001 +seed=2", [{"epoch": 1, "loss": 4.0, "acc": 0.3}, {"epoch": 2, "loss": 3.0, "acc": 0.9}]),
+        ("002 +seed=3", [{"epoch": 1, "loss": 3.0, "flag": True}]),
+    ]
     acc, loss = plots.spread(jobs)
     assert acc.name == "acc" and [s.label for s in acc.jobs] == ["000 +seed=1", "001 +seed=2"]
     assert loss.epochs == [1] and loss.mean == [3.0]  # epoch 2: not every job has it
@@ -82,8 +93,10 @@ def test_the_comparison_and_the_sweep_are_drawn_as_pngs(tmp_path):
     a, b = split_traces()
     plots.draw_comparison(plots.comparison(a, b), tmp_path / "split.png")
     plots.draw_comparison(plots.comparison(a, a), tmp_path / "same.png")
-    jobs = [(f"00{i} +seed={i}", [{"epoch": e, "loss": 2.0 / e + i / 10, "acc": 0.5 + e / 10} for e in (1, 2, 3)])
-            for i in range(3)]  # fmt: skip
+    jobs = [
+        (f"00{i} +seed={i}", [{"epoch": e, "loss": 2.0 / e + i / 10, "acc": 0.5 + e / 10} for e in (1, 2, 3)])
+        for i in range(3)
+    ]
     plots.draw_spread(plots.spread(jobs), "sweep x", tmp_path / "sweep.png")
     for name in ("split.png", "same.png", "sweep.png"):
         width, height = png_size(tmp_path / name)

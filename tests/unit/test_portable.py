@@ -34,9 +34,12 @@ def test_portable_is_strict_plus_the_isa_caps_of_its_baseline():
     assert portable.isa_baseline == "x86-64-v3" and strict.isa_baseline is None
     assert {k: v for k, v in portable.env.items() if k in strict.env} == strict.env
     assert {k: v for k, v in portable.env.items() if k not in strict.env} == {
-        "ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell", "MKL_CBWR": "AVX2",
-        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
-    }  # fmt: skip
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "MKL_CBWR": "AVX2",
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+        "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
+    }
     for name in ("op_determinism", "intra_op_threads", "inter_op_threads", "deterministic_data", "jit_compile"):
         assert getattr(portable, name) == getattr(strict, name)
     assert determinism.Plan.from_dict(portable.to_dict()) == portable
@@ -60,13 +63,23 @@ def test_portable_needs_pinned_threads_like_strict():
 
 def test_verify_names_each_cap_that_did_not_take_effect():
     p = determinism.plan("portable", 0, 1, 1, True, numpy_version="2.4.6")
-    isa = {"name": "x86-64-v3", "numpy_dispatch": {"X86_V3": True, "X86_V4": True},
-           "openblas_cores": {"libopenblas.so": "SkylakeX"}, "supported_by_cpu": False}  # fmt: skip
+    isa = {
+        "name": "x86-64-v3",
+        "numpy_dispatch": {"X86_V3": True, "X86_V4": True},
+        "openblas_cores": {"libopenblas.so": "SkylakeX"},
+        "supported_by_cpu": False,
+    }
     problems = determinism.isa_problems(p, isa)
-    assert problems == ["this CPU does not support x86-64-v3", "NumPy still dispatches X86_V4 above x86-64-v3",
-                        "libopenblas.so runs OpenBLAS core SkylakeX (planned Haswell)"]  # fmt: skip
-    ok = {"numpy_dispatch": {"X86_V3": True, "X86_V4": False}, "openblas_cores": {"a.so": "HASWELL"},
-          "supported_by_cpu": True}  # fmt: skip
+    assert problems == [
+        "this CPU does not support x86-64-v3",
+        "NumPy still dispatches X86_V4 above x86-64-v3",
+        "libopenblas.so runs OpenBLAS core SkylakeX (planned Haswell)",
+    ]
+    ok = {
+        "numpy_dispatch": {"X86_V3": True, "X86_V4": False},
+        "openblas_cores": {"a.so": "HASWELL"},
+        "supported_by_cpu": True,
+    }
     assert determinism.isa_problems(p, ok) == []
 
 
@@ -83,9 +96,15 @@ def test_every_numpy_target_above_the_baseline_still_on_is_named(target):
 
 def test_verify_fails_a_portable_run_whose_caps_did_not_take():
     p = determinism.plan("portable", 0, 1, 1, True, numpy_version="2.4.6")
-    took = {"env": dict(p.env), "op_determinism": True, "intra_op_threads": 1, "inter_op_threads": 1,
-            "deterministic_data": True, "jit_compile": False,
-            "isa_baseline": {"numpy_dispatch": {"X86_V4": False}, "openblas_cores": {}, "supported_by_cpu": True}}
+    took = {
+        "env": dict(p.env),
+        "op_determinism": True,
+        "intra_op_threads": 1,
+        "inter_op_threads": 1,
+        "deterministic_data": True,
+        "jit_compile": False,
+        "isa_baseline": {"numpy_dispatch": {"X86_V4": False}, "openblas_cores": {}, "supported_by_cpu": True},
+    }
     determinism.verify(p, took)
     not_taken = {**took, "isa_baseline": {**took["isa_baseline"], "numpy_dispatch": {"X86_V4": True}}}
     with pytest.raises(DeterminismError, match="NumPy still dispatches X86_V4 above x86-64-v3"):
@@ -111,7 +130,11 @@ def test_the_readback_of_numpy_and_openblas_is_this_process_own(monkeypatch):
 def test_cpuid_of_qemu_haswell_reads_as_an_intel_haswell_at_x86_64_v3():
     cpu = cpuid.parse(_registers("cpuid-qemu-haswell.json"))
     assert (cpu["vendor"], cpu["model"], cpu["family"], cpu["model_number"]) == (
-        "GenuineIntel", "Intel Core Processor (Haswell)", "6", "60")  # fmt: skip
+        "GenuineIntel",
+        "Intel Core Processor (Haswell)",
+        "6",
+        "60",
+    )
     assert {"avx2", "fma", "bmi2", "movbe"} <= set(cpu["flags"]) and "avx512f" not in cpu["flags"]
     assert cpuid.levels(cpu["flags"]) == ["x86-64-v2", "x86-64-v3"]
 
@@ -132,7 +155,10 @@ def test_cpuid_read_natively_agrees_with_proc_cpuinfo():
     flags = next(line for line in text.splitlines() if line.startswith("flags")).split(":", 1)[1].split()
     assert seen is not None and seen["vendor"] == listed["vendor"]
     assert (seen["family"], seen["model_number"], seen["stepping"]) == (
-        listed["family"], listed["model_number"], listed["stepping"])  # fmt: skip
+        listed["family"],
+        listed["model_number"],
+        listed["stepping"],
+    )
     assert set(seen["flags"]) <= set(flags)  # the kernel lists what CPUID says (and more)
     assert cpuid.levels(seen["flags"]) == listed["levels"]
 
@@ -149,9 +175,16 @@ def _portable(fp: dict, supported: bool = True) -> dict:
 
 def _haswell(fp: dict) -> dict:
     fp = copy.deepcopy(fp)
-    fp["hardware"]["cpu"].update(vendor="GenuineIntel", model="Intel Core Processor (Haswell)", family="6",
-                                 model_number="60", stepping="4", isa=["avx", "avx2", "fma"],
-                                 cache_size="unknown (emulated)", caches="unknown (emulated)")  # fmt: skip
+    fp["hardware"]["cpu"].update(
+        vendor="GenuineIntel",
+        model="Intel Core Processor (Haswell)",
+        family="6",
+        model_number="60",
+        stepping="4",
+        isa=["avx", "avx2", "fma"],
+        cache_size="unknown (emulated)",
+        caches="unknown (emulated)",
+    )
     return fp
 
 
@@ -167,13 +200,20 @@ def test_portable_runs_on_different_cpus_have_one_key():
 
 def test_strict_runs_on_different_cpus_are_still_refused_on_every_cpu_field():
     fields = {d[0] for d in key.key_differences(_fp(), _haswell(_fp()))}
-    assert fields == {"hardware.cpu.model", "hardware.cpu.isa", "hardware.cpu.model_number",
-                      "hardware.cpu.stepping", "hardware.cpu.cache_size", "hardware.cpu.caches"}  # fmt: skip
+    assert fields == {
+        "hardware.cpu.model",
+        "hardware.cpu.isa",
+        "hardware.cpu.model_number",
+        "hardware.cpu.stepping",
+        "hardware.cpu.cache_size",
+        "hardware.cpu.caches",
+    }
 
 
 def test_a_cpu_below_the_baseline_and_a_strict_run_differ_from_a_portable_one():
     assert [d[0] for d in key.key_differences(_portable(_fp()), _portable(_fp(), supported=False))] == [
-        "hardware.cpu.isa.supports_baseline"]  # fmt: skip
+        "hardware.cpu.isa.supports_baseline"
+    ]
     fields = {d[0] for d in key.key_differences(_fp(), _portable(_fp()))}
     assert "determinism.level" in fields and "hardware.cpu.model" in fields
 
@@ -201,7 +241,8 @@ def test_replay_cpu_without_qemu_refuses_in_one_line_with_the_install_command(tm
     done = launch("replay", str(tmp_path / "any-run"), "--cpu", "Haswell", env=_without_qemu(tmp_path))
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "launch: error: --cpu needs qemu-user's qemu-x86_64, which is not installed here: apt-get install qemu-user"]
+        "launch: error: --cpu needs qemu-user's qemu-x86_64, which is not installed here: apt-get install qemu-user"
+    ]
     assert "Traceback" not in done.stderr
 
 
@@ -212,24 +253,30 @@ def test_audit_cpu_knob_without_qemu_refuses_before_anything_runs(tmp_path, laun
     assert not any(store.glob("2*"))  # no run was made
 
 
-@pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
-                    reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
+@pytest.mark.skipif(
+    not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
+    reason="qemu-x86_64 is not installed (apt-get install qemu-user)",
+)
 def test_an_unknown_cpu_model_is_refused_by_name(tmp_path, launch):
     done = launch("replay", str(tmp_path / "any-run"), "--cpu", "Pentium9000")
     assert done.returncode == 2
     assert "--cpu 'Pentium9000': qemu-x86_64 knows no such CPU model" in done.stderr
 
 
-@pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
-                    reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
+@pytest.mark.skipif(
+    not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
+    reason="qemu-x86_64 is not installed (apt-get install qemu-user)",
+)
 def test_a_cpu_below_the_baseline_is_refused_in_one_line_before_a_run_exists():
     from launcher.run import composition, config, pipeline
+
     resolved = config.resolve(composition.compose(["determinism=portable"]))
     pipeline.check_baseline(resolved, "Haswell")  # x86-64-v3: accepted
     with pytest.raises(DeterminismError) as refused:
         pipeline.check_baseline(resolved, "Nehalem")
-    assert str(refused.value) == ("determinism=portable needs a CPU with x86-64-v3; "
-                                  "Intel Core i7 9xx (Nehalem Class Core i7) has x86-64-v2")  # fmt: skip
+    assert str(refused.value) == (
+        "determinism=portable needs a CPU with x86-64-v3; Intel Core i7 9xx (Nehalem Class Core i7) has x86-64-v2"
+    )
     pipeline.check_baseline(config.resolve(composition.compose([])), "Nehalem")  # strict: no baseline to check
 
 
@@ -248,14 +295,18 @@ def test_the_audit_cpu_knob_is_opt_in_and_runs_each_model_emulated():
 
 def test_isa_baseline_is_validated_with_the_config():
     from launcher.run import composition, config
+
     with pytest.raises(ConfigError, match="determinism.isa_baseline must be one of x86-64-v3, got 'x86-64-v9'"):
         config.resolve(composition.compose(["determinism=portable", "determinism.isa_baseline=x86-64-v9"]))
 
 
-@pytest.mark.skipif(not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
-                    reason="qemu-x86_64 is not installed (apt-get install qemu-user)")  # fmt: skip
+@pytest.mark.skipif(
+    not emulation.shutil.which("qemu-x86_64") and not os.environ.get("LAUNCH_REQUIRE_QEMU"),
+    reason="qemu-x86_64 is not installed (apt-get install qemu-user)",
+)
 def test_the_emulated_job_process_itself_runs_under_qemu(tmp_path):
     from launcher.run import runtime
+
     argv = runtime.bootstrap_argv("/venv/bin/python", tmp_path, "Haswell")
     assert argv[1:3] == ["-cpu", "Haswell"] and os.path.basename(argv[0]) == "qemu-x86_64"
     assert argv[3:] == runtime.bootstrap_argv("/venv/bin/python", tmp_path)  # the same job command, wrapped

@@ -54,8 +54,11 @@ class Here:
         fp["data"] = {"data/mnist.npz": _sha(self.cwd / "data" / "mnist.npz")}
         self.stored = fp
         self.identities = {"keras": KERAS}
-        self.software = {k: v for k, v in copy.deepcopy(fp["software"]).items()
-                         if k not in ("tf_build", "distributions", "libraries")}  # what probes.software() reports
+        self.software = {
+            k: v
+            for k, v in copy.deepcopy(fp["software"]).items()
+            if k not in ("tf_build", "distributions", "libraries")
+        }  # what probes.software() reports
         self.launched: list = []
         monkeypatch.setattr(pipeline, "launch_fingerprint", self._launch_fingerprint)
         monkeypatch.setattr(probes, "software", lambda: copy.deepcopy(self.software))
@@ -64,8 +67,9 @@ class Here:
 
     def _launch_fingerprint(self, resolved, cwd, extra_env=None, root=None, cpu=None, python=None):
         """The launcher side of a fingerprint taken now: what the job fills in is None."""
-        self.launched.append({"seed": resolved.seed, "cwd": cwd, "extra_env": extra_env, "root": root, "cpu": cpu,
-                              "python": python})  # fmt: skip
+        self.launched.append(
+            {"seed": resolved.seed, "cwd": cwd, "extra_env": extra_env, "root": root, "cpu": cpu, "python": python}
+        )
         fp = copy.deepcopy(self.stored)
         fp.update(software=None, determinism=None, data=None)
         fp.pop("environment_read")
@@ -85,8 +89,9 @@ def here(tmp_path, monkeypatch) -> Here:
 
 def test_a_run_made_here_is_not_refused_here(here):
     assert here.differences() == []
-    assert here.launched == [{"seed": 1, "cwd": str(here.cwd), "extra_env": None, "root": None, "cpu": None,
-                              "python": None}]  # fmt: skip
+    assert here.launched == [
+        {"seed": 1, "cwd": str(here.cwd), "extra_env": None, "root": None, "cpu": None, "python": None}
+    ]
 
 
 def test_precheck_reads_the_stored_fingerprint_and_passes_the_rerun_on(here):
@@ -130,8 +135,11 @@ def test_same_release_keeps_the_recorded_spelling_only_for_the_same_release():
 
 def test_what_changed_here_since_the_run_refuses_by_name(here, monkeypatch):
     data = here.cwd / "data" / "mnist.npz"
-    before = {"data": here.stored["data"]["data/mnist.npz"], "lib": here.stored["software"]["libraries"][str(here.lib)],
-              "helper": here.stored["code"]["modules"]["helper"]["sha256"]}  # fmt: skip
+    before = {
+        "data": here.stored["data"]["data/mnist.npz"],
+        "lib": here.stored["software"]["libraries"][str(here.lib)],
+        "helper": here.stored["code"]["modules"]["helper"]["sha256"],
+    }
     data.write_bytes(b"other digits")
     here.lib.write_bytes(b"\x7fELF another build")
     (here.cwd / "helper.py").write_text("X = 2\n")
@@ -154,8 +162,12 @@ def test_what_is_gone_here_is_missing(here):
     here.lib.unlink()
     here.identities.clear()
     diffs = {name: now for name, _, now in here.differences()}
-    assert diffs == {"data.data/mnist.npz": "missing", "code.modules.helper": "missing",
-                     f"software.libraries.{here.lib}": "missing", "software.distributions.keras": None}  # fmt: skip
+    assert diffs == {
+        "data.data/mnist.npz": "missing",
+        "code.modules.helper": "missing",
+        f"software.libraries.{here.lib}": "missing",
+        "software.distributions.keras": None,
+    }
 
 
 def test_a_secret_the_job_read_is_compared_by_its_hash_never_its_value(here, monkeypatch):
@@ -191,8 +203,10 @@ def test_a_launcher_module_moved_unchanged_refuses_nothing(here):
 def test_a_schema_3_run_named_the_launchers_files_and_is_held_to_the_same_modules(here):
     modules = here.stored["code"]["launcher_modules"]
     here.stored["schema"] = 3
-    here.stored["code"]["launcher_modules"] = {"__init__.py": modules["launcher"],
-                                               "run/precheck.py": modules["launcher.run.precheck"]}
+    here.stored["code"]["launcher_modules"] = {
+        "__init__.py": modules["launcher"],
+        "run/precheck.py": modules["launcher.run.precheck"],
+    }
     assert here.differences() == []
     here.stored["code"]["launcher_modules"]["run/precheck.py"] = "0" * 64
     assert [d[0] for d in here.differences()] == ["code.launcher.launcher.run.precheck"]
@@ -203,8 +217,9 @@ def test_a_run_without_the_launcher_files_is_held_to_the_whole_package(here):
     here.stored["code"]["launcher_version"] = hashing.launcher_source_version()
     assert here.differences() == []
     here.stored["code"]["launcher_version"] = "0.0.1+src.0000000000000000"
-    assert here.differences() == [("code.launcher.(the whole package)", "0.0.1+src.0000000000000000",
-                                   hashing.launcher_source_version())]  # fmt: skip
+    assert here.differences() == [
+        ("code.launcher.(the whole package)", "0.0.1+src.0000000000000000", hashing.launcher_source_version())
+    ]
 
 
 def test_a_containers_software_is_the_images_not_this_hosts(here):
@@ -233,12 +248,18 @@ def test_an_unreadable_schema_is_refused_before_anything_is_measured(here):
 def test_the_interpreter_a_rerun_will_use_is_asked_not_this_one(here, monkeypatch):
     """replay --rebuild: the software and distributions of the rebuilt interpreter (probed)."""
     monkeypatch.setattr(probes, "software", lambda: pytest.fail("this interpreter's software asked"))
-    monkeypatch.setattr(distributions, "distribution_identity",
-                        lambda name: pytest.fail("this interpreter's identity asked"))
-    probed = {"software": {**here.software, "python": "3.11.9"},
-              "distributions": {"keras": {**KERAS, "files_sha256": "f9"}}, "python": "/venv/bin/python"}  # fmt: skip
-    assert here.differences(probed=probed) == [("software.python", "3.11.7", "3.11.9"),
-                                               ("software.distributions.keras.files_sha256", "f1", "f9")]  # fmt: skip
+    monkeypatch.setattr(
+        distributions, "distribution_identity", lambda name: pytest.fail("this interpreter's identity asked")
+    )
+    probed = {
+        "software": {**here.software, "python": "3.11.9"},
+        "distributions": {"keras": {**KERAS, "files_sha256": "f9"}},
+        "python": "/venv/bin/python",
+    }
+    assert here.differences(probed=probed) == [
+        ("software.python", "3.11.7", "3.11.9"),
+        ("software.distributions.keras.files_sha256", "f1", "f9"),
+    ]
 
 
 def test_a_rerun_from_a_laid_out_snapshot_is_checked_against_the_snapshot(tmp_path, here):
@@ -256,7 +277,6 @@ def test_a_rerun_from_a_laid_out_snapshot_is_checked_against_the_snapshot(tmp_pa
     runs.write_json(here.run_dir / pipeline.FINGERPRINT, here.stored)
     assert precheck.precheck(here.run_dir, cwd, None, str(root)) == []
     assert [d[0] for d in here.differences()] == ["code.modules.helper", "data.data/mnist.npz"]  # the originals'
-
 
 
 def test_data_is_looked_for_in_the_laid_out_snapshot_first(tmp_path, here):

@@ -8,17 +8,38 @@ from launcher.record.probe import distributions, usage
 
 # keras requires rich, and rich requires pygments; IPython, when installed, is imported by keras'
 # probe and imports pygments and traitlets itself.
-REQUIRES = {"tensorflow": ["keras", "numpy"], "keras": ["numpy", "rich"], "rich": ["pygments", "markdown-it-py"],
-            "markdown-it-py": [], "ipython": ["pygments", "traitlets"], "traitlets": []}  # fmt: skip
-TOPS = {"tensorflow": {"tensorflow"}, "keras": {"keras"}, "numpy": {"numpy"}, "rich": {"rich"},
-        "markdown-it-py": {"markdown_it"}, "ipython": {"IPython"}, "pygments": {"pygments"},
-        "traitlets": {"traitlets"}}  # fmt: skip
+REQUIRES = {
+    "tensorflow": ["keras", "numpy"],
+    "keras": ["numpy", "rich"],
+    "rich": ["pygments", "markdown-it-py"],
+    "markdown-it-py": [],
+    "ipython": ["pygments", "traitlets"],
+    "traitlets": [],
+}
+TOPS = {
+    "tensorflow": {"tensorflow"},
+    "keras": {"keras"},
+    "numpy": {"numpy"},
+    "rich": {"rich"},
+    "markdown-it-py": {"markdown_it"},
+    "ipython": {"IPython"},
+    "pygments": {"pygments"},
+    "traitlets": {"traitlets"},
+}
 FILES = {f"/site/{top}/x.py": dist for dist, tops in TOPS.items() for top in tops}
-BEFORE = {"tensorflow": {"/site/tensorflow/x.py"}, "keras": {"/site/tensorflow/x.py"},
-          "numpy": {"/site/tensorflow/x.py", "/site/keras/x.py"}, "rich": {"/site/keras/x.py"},
-          "markdown_it": {"/site/rich/x.py"}}  # fmt: skip
-AFTER = {**BEFORE, "IPython": {"/site/keras/x.py", "/site/IPython/x.py"},
-         "pygments": {"/site/IPython/x.py", "/site/pygments/x.py"}, "traitlets": {"/site/IPython/x.py"}}  # fmt: skip
+BEFORE = {
+    "tensorflow": {"/site/tensorflow/x.py"},
+    "keras": {"/site/tensorflow/x.py"},
+    "numpy": {"/site/tensorflow/x.py", "/site/keras/x.py"},
+    "rich": {"/site/keras/x.py"},
+    "markdown_it": {"/site/rich/x.py"},
+}
+AFTER = {
+    **BEFORE,
+    "IPython": {"/site/keras/x.py", "/site/IPython/x.py"},
+    "pygments": {"/site/IPython/x.py", "/site/pygments/x.py"},
+    "traitlets": {"/site/IPython/x.py"},
+}
 
 
 def _keyed(importers: dict, direct: set[str]) -> set[str]:

@@ -10,11 +10,16 @@ from launcher.run import config
 
 
 def _cfg(project: str) -> dict:
-    return {"train": {"name": "script", "script": f"{project}/advanced.py",
-                      "args": [f"{project}/digits.npz", f"--cache={project}/cache", "/root/.keras/datasets/mnist.npz",
-                               "3"],
-                      "params": {"data": f"{project}/sub/../data.npz"}},
-            "runtime": {"name": "local"}, "store": {"root": f"{project}/runs"}}  # fmt: skip
+    return {
+        "train": {
+            "name": "script",
+            "script": f"{project}/advanced.py",
+            "args": [f"{project}/digits.npz", f"--cache={project}/cache", "/root/.keras/datasets/mnist.npz", "3"],
+            "params": {"data": f"{project}/sub/../data.npz"},
+        },
+        "runtime": {"name": "local"},
+        "store": {"root": f"{project}/runs"},
+    }
 
 
 def test_the_config_is_hashed_with_project_paths_relative_and_others_absolute():
@@ -41,9 +46,12 @@ def test_the_config_is_hashed_with_project_paths_relative_and_others_absolute():
 
 def _fp(project: str | None, schema: int = 5) -> dict:
     root = project or "/home/a/proj"
-    fp = {"schema": schema, "config_sha256": "c",
-          "data": {f"{root}/digits.npz": "d1", "labels.csv": "d2", "/root/.keras/datasets/mnist.npz": "d3"},
-          "software": {"libraries": {f"{root}/ops/custom_op.so": "l1", "/usr/lib/libm.so.6": "l2"}}}
+    fp = {
+        "schema": schema,
+        "config_sha256": "c",
+        "data": {f"{root}/digits.npz": "d1", "labels.csv": "d2", "/root/.keras/datasets/mnist.npz": "d3"},
+        "software": {"libraries": {f"{root}/ops/custom_op.so": "l1", "/usr/lib/libm.so.6": "l2"}},
+    }
     if project is not None:
         fp["launch_dir"] = project
     return fp

@@ -36,9 +36,29 @@ def fresh(monkeypatch, tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("path", [3, None, "", b"", "gs://bucket/a.csv", "s3://b/x", "/data/a\0b", "/proc/cpuinfo",
-                                  "/sys/devices/x", "/dev/null", "/dev/urandom", "m.py", "m.pyc", "m.pyo", "lib.so",
-                                  "site.pth", "m.pyi", "/w/helper.py"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [
+        3,
+        None,
+        "",
+        b"",
+        "gs://bucket/a.csv",
+        "s3://b/x",
+        "/data/a\0b",
+        "/proc/cpuinfo",
+        "/sys/devices/x",
+        "/dev/null",
+        "/dev/urandom",
+        "m.py",
+        "m.pyc",
+        "m.pyo",
+        "lib.so",
+        "site.pth",
+        "m.pyi",
+        "/w/helper.py",
+    ],
+)
 def test_what_is_never_data_is_not_recorded(fresh, path):
     reads.note(path)
     reads.note(path, writing=True)
@@ -55,18 +75,26 @@ def test_a_relative_name_is_kept_as_relative_and_bytes_are_decoded(fresh):
     reads.note("a.csv")
     reads.note(os.fsencode(fresh / "b.csv"))
     assert reads.opened == {
-        str(fresh / "a.csv"): {"read": True, "written_first": False, "stat": stat_key(str(fresh / "a.csv")),
-                               "relative": True},
+        str(fresh / "a.csv"): {
+            "read": True,
+            "written_first": False,
+            "stat": stat_key(str(fresh / "a.csv")),
+            "relative": True,
+        },
         str(fresh / "b.csv"): {"read": True, "written_first": False, "stat": None, "relative": False},
-    }  # fmt: skip
+    }
 
 
 def test_a_file_written_and_never_read_is_the_jobs_output(fresh):
     reads.note(str(fresh / "out.csv"), writing=True)
     (fresh / "out.csv").write_text("x")
     reads.note(str(fresh / "out.csv"), writing=True)
-    assert reads.opened[str(fresh / "out.csv")] == {"read": False, "written_first": True, "stat": None,
-                                                    "relative": False}  # fmt: skip
+    assert reads.opened[str(fresh / "out.csv")] == {
+        "read": False,
+        "written_first": True,
+        "stat": None,
+        "relative": False,
+    }
 
 
 def test_a_file_written_first_then_read_stays_the_jobs_output(fresh):
@@ -114,14 +142,30 @@ def test_the_directory_of_each_data_file_read_is_watched_once_found(fresh, monke
     assert watch.added == [(os.path.realpath(fresh / "d"), True), (os.path.realpath(fresh / "broad"), False)]
 
 
-@pytest.mark.parametrize(("mode", "flags", "writes"), [
-    ("r", None, False), ("rb", None, False), ("w", None, True), ("ab", None, True), ("x", None, True),
-    ("r+", None, False), ("r+b", None, False), ("w+", None, True), ("a+", None, True),
-    (None, os.O_RDONLY, False), (None, os.O_WRONLY, True), (None, os.O_RDWR, False),
-    (None, os.O_RDWR | os.O_CREAT, True),
-    (None, os.O_RDONLY | os.O_CREAT, True), (None, os.O_RDONLY | os.O_TRUNC, True),
-    (None, os.O_RDONLY | os.O_APPEND, True), (None, None, False), (None, "w", False), ("rX", None, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("mode", "flags", "writes"),
+    [
+        ("r", None, False),
+        ("rb", None, False),
+        ("w", None, True),
+        ("ab", None, True),
+        ("x", None, True),
+        ("r+", None, False),
+        ("r+b", None, False),
+        ("w+", None, True),
+        ("a+", None, True),
+        (None, os.O_RDONLY, False),
+        (None, os.O_WRONLY, True),
+        (None, os.O_RDWR, False),
+        (None, os.O_RDWR | os.O_CREAT, True),
+        (None, os.O_RDONLY | os.O_CREAT, True),
+        (None, os.O_RDONLY | os.O_TRUNC, True),
+        (None, os.O_RDONLY | os.O_APPEND, True),
+        (None, None, False),
+        (None, "w", False),
+        ("rX", None, False),
+    ],
+)
 def test_an_open_writes_by_its_mode_or_its_flags(mode, flags, writes):
     """``r+`` and a bare ``O_RDWR`` read what was there (``np.memmap(mode="r+")`` over a data
     file was taken for the job's output, so a changed file was a false "determinism bug")."""
@@ -174,21 +218,28 @@ def test_a_programs_arguments_are_recorded_as_text_with_where_it_ran(fresh, no_c
     reads.note_child(["ls"], cwd=str(fresh / "sub"))
     reads.note_child(["ls"], cwd=os.fsencode(fresh / "sub" / ".."))
     reads.note_child(["ls"], cwd=fresh / "sub")
-    assert reads.children == [{"argv": ["zcat", "x.gz", "3"], "cwd": str(fresh)},
-                              {"argv": ["ls"], "cwd": str(fresh / "sub")},
-                              {"argv": ["ls"], "cwd": str(fresh / "sub" / "..")}]  # fmt: skip
+    assert reads.children == [
+        {"argv": ["zcat", "x.gz", "3"], "cwd": str(fresh)},
+        {"argv": ["ls"], "cwd": str(fresh / "sub")},
+        {"argv": ["ls"], "cwd": str(fresh / "sub" / "..")},
+    ]
     reads.note_child(["x"], cwd=3)  # not a directory name: the job's
     assert reads.children[-1] == {"argv": ["x"], "cwd": str(fresh)}
     reads.note_child([])
     assert reads.children[-1] == {"argv": [], "cwd": str(fresh)}
 
 
-@pytest.mark.parametrize(("argv", "read"), [
-    (["sh", "-c", "cat a.csv"], True), (["/bin/bash", "-x", "-c", "zcat a.csv | head"], True),
-    (["python", "-c", "cat a.csv"], False),  # not a shell: its -c is no command line of files
-    (["sh", "-C", "cat a.csv"], False), (["sh", "cat a.csv", "-c"], False),  # -c with no command after it
-    (["sh", "-c"], False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "read"),
+    [
+        (["sh", "-c", "cat a.csv"], True),
+        (["/bin/bash", "-x", "-c", "zcat a.csv | head"], True),
+        (["python", "-c", "cat a.csv"], False),  # not a shell: its -c is no command line of files
+        (["sh", "-C", "cat a.csv"], False),
+        (["sh", "cat a.csv", "-c"], False),  # -c with no command after it
+        (["sh", "-c"], False),
+    ],
+)
 def test_a_shells_command_is_split_into_the_files_it_names(fresh, no_children, argv, read):
     (fresh / "a.csv").write_text("x")
     reads.note_child(argv)
@@ -212,9 +263,13 @@ def test_a_program_run_elsewhere_names_files_relative_to_where_it_runs(fresh, no
     assert reads.opened[str(fresh / "sub" / "in.csv")]["child"] is True
     assert reads.opened[str(fresh / "sub" / "in.csv")]["relative"] is False  # a replay finds it where it was
     reads.note_child(["cat", "in.csv"])  # in the job's own directory: as the job named it
-    assert reads.opened[str(fresh / "in.csv")] == {"read": True, "written_first": False,
-                                                   "stat": stat_key(str(fresh / "in.csv")), "relative": True,
-                                                   "child": True}  # fmt: skip
+    assert reads.opened[str(fresh / "in.csv")] == {
+        "read": True,
+        "written_first": False,
+        "stat": stat_key(str(fresh / "in.csv")),
+        "relative": True,
+        "child": True,
+    }
 
 
 def test_a_command_line_that_does_not_split_is_split_at_spaces(fresh, no_children):
@@ -320,8 +375,11 @@ def test_a_checkpoint_restored_from_anywhere_is_read(tf_readers, fresh):
     assert set(reads.opened) == {prefix + ".index", prefix + ".data-00000-of-00001"}
     reads.opened.clear()
     assert tf.train.load_checkpoint(str(shared / "managed")).get_tensor("v/.ATTRIBUTES/VARIABLE_VALUE") == 2.0
-    assert set(reads.opened) == {str(shared / "managed" / "checkpoint"), latest + ".index",
-                                 latest + ".data-00000-of-00001"}  # fmt: skip
+    assert set(reads.opened) == {
+        str(shared / "managed" / "checkpoint"),
+        latest + ".index",
+        latest + ".data-00000-of-00001",
+    }
     assert reads.listed == {}  # the launcher's own globbing is no listing of the job's
 
 
@@ -350,5 +408,7 @@ def test_a_read_the_hook_failed_to_note_is_a_gap_never_nothing(fresh, no_childre
     (fresh / "data.csv").write_text("1\n")
     reads._hook("open", (str(fresh / "data.csv"), "r", 0))  # the job's open goes on: nothing raised
     gaps = reads.observation()["gaps"]
-    assert gaps == ["the launcher failed to note the job's 'open' event (RuntimeError: a bug in note): "
-                    "what the job read then is not in the key"]
+    assert gaps == [
+        "the launcher failed to note the job's 'open' event (RuntimeError: a bug in note): "
+        "what the job read then is not in the key"
+    ]

@@ -23,11 +23,18 @@ TF = {"version": "2.21.0", "files_sha256": "tf", "record_sha256": "r"}
 
 
 def _fp(**software) -> dict:
-    base = {"python": "3.11.7", "container": None,
-            "packages": ["tensorflow-cpu==2.21.0", "termcolor==3.2.0", "six==1.17.0", "tf-repro-launcher==0.1.0",
-                         "Typing_Extensions==4.12.0"],
-            "distributions": {"tensorflow-cpu": TF,
-                              "termcolor": {"version": "3.2.0", "files_sha256": "t32"}}}  # fmt: skip
+    base = {
+        "python": "3.11.7",
+        "container": None,
+        "packages": [
+            "tensorflow-cpu==2.21.0",
+            "termcolor==3.2.0",
+            "six==1.17.0",
+            "tf-repro-launcher==0.1.0",
+            "Typing_Extensions==4.12.0",
+        ],
+        "distributions": {"tensorflow-cpu": TF, "termcolor": {"version": "3.2.0", "files_sha256": "t32"}},
+    }
     return {"schema": 2, "software": {**base, **software}}
 
 
@@ -69,17 +76,31 @@ def test_the_cache_key_is_the_distribution_set_the_interpreter_and_what_is_share
     p = rebuild.plan(_fp(), HERE, HERE_USED, "3.11.7")
     key = rebuild.cache_key(p, "/py/bin/python3.11 3.11.7", ["/py/site-packages"])
     shuffled = _fp(packages=list(reversed(_fp()["software"]["packages"])))
-    assert rebuild.cache_key(rebuild.plan(shuffled, HERE, HERE_USED, "3.11.7"), "/py/bin/python3.11 3.11.7",
-                             ["/py/site-packages"]) == key  # fmt: skip
+    assert (
+        rebuild.cache_key(
+            rebuild.plan(shuffled, HERE, HERE_USED, "3.11.7"), "/py/bin/python3.11 3.11.7", ["/py/site-packages"]
+        )
+        == key
+    )
     others = [
         rebuild.cache_key(p, "/other/bin/python3.11 3.11.7", ["/py/site-packages"]),
         rebuild.cache_key(p, "/py/bin/python3.11 3.11.7", ["/venv/site-packages", "/py/site-packages"]),
-        rebuild.cache_key(rebuild.plan(_fp(), {**HERE, "termcolor": "3.2.0"}, {**HERE_USED, "termcolor": {
-            "version": "3.2.0", "files_sha256": "t32"}}, "3.11.7"), "/py/bin/python3.11 3.11.7",
-            ["/py/site-packages"]),  # here now as recorded: not installed
-        rebuild.cache_key(rebuild.plan(_fp(packages=["six==1.16.0"], distributions={}), HERE, HERE_USED, "3.11.7"),
-                          "/py/bin/python3.11 3.11.7", ["/py/site-packages"]),
-    ]  # fmt: skip
+        rebuild.cache_key(
+            rebuild.plan(
+                _fp(),
+                {**HERE, "termcolor": "3.2.0"},
+                {**HERE_USED, "termcolor": {"version": "3.2.0", "files_sha256": "t32"}},
+                "3.11.7",
+            ),
+            "/py/bin/python3.11 3.11.7",
+            ["/py/site-packages"],
+        ),  # here now as recorded: not installed
+        rebuild.cache_key(
+            rebuild.plan(_fp(packages=["six==1.16.0"], distributions={}), HERE, HERE_USED, "3.11.7"),
+            "/py/bin/python3.11 3.11.7",
+            ["/py/site-packages"],
+        ),
+    ]
     assert len({key, *others}) == 5 and all(len(k) == 20 for k in others)
 
 
@@ -97,11 +118,12 @@ def test_the_commands_pin_and_install_offline_without_dependencies():
     assert inst[inst.index("--python") + 1] == "/v/bin/python"
     assert rebuild.wheel_name("Typing_Extensions-4.12.0-py3-none-any.whl") == ("typing-extensions", "4.12.0")
     assert rebuild.requirements({"six": ("1.16.0", "b" * 64), "a-b": ("1", "a" * 64)}) == (
-        f"a-b==1 --hash=sha256:{'a' * 64}\nsix==1.16.0 --hash=sha256:{'b' * 64}\n")  # fmt: skip
+        f"a-b==1 --hash=sha256:{'a' * 64}\nsix==1.16.0 --hash=sha256:{'b' * 64}\n"
+    )
 
 
 def test_the_pth_adds_each_site_directory_even_a_hostile_one(tmp_path):
-    dirs = ["/py/site-packages", str(tmp_path / "it's \"odd\"\nnew line")]
+    dirs = ["/py/site-packages", str(tmp_path / 'it\'s "odd"\nnew line')]
     lines = rebuild.pth_text(dirs).splitlines()
     assert len(lines) == 2 and all(line.startswith("import site, sys; ") for line in lines)  # .pth runs "import" lines
     assert [ast.literal_eval(ast.parse(line).body[-1].value.args[0]) for line in lines] == dirs
@@ -124,7 +146,7 @@ class FakeProc:
                 (lib / "site-packages").mkdir(parents=True)
                 return 0
             if argv[3] == "download":
-                dest, wanted = Path(argv[argv.index("--dest") + 1]), argv[argv.index("--dest") + 2:]
+                dest, wanted = Path(argv[argv.index("--dest") + 1]), argv[argv.index("--dest") + 2 :]
                 if not set(wanted) <= self.download:
                     log.write("ERROR: No matching distribution found\n")
                     return 1
@@ -192,15 +214,18 @@ def test_a_built_environment_is_verified_every_time_and_a_mismatch_names_the_dis
 
 def test_the_probe_sees_what_this_interpreter_sees():
     probed = rebuild.probe(Path(sys.executable), ["termcolor", "no-such-distribution"])
-    assert probed["distributions"] == {"termcolor": distributions.distribution_identity("termcolor"),
-                                       "no-such-distribution": None}  # fmt: skip
+    assert probed["distributions"] == {
+        "termcolor": distributions.distribution_identity("termcolor"),
+        "no-such-distribution": None,
+    }
     assert probed["software"]["python"] == rebuild.platform.python_version()
     assert Path(probed["launcher"]).parent == Path(rebuild.LAUNCHER_ROOT) / "launcher"
 
 
 def test_a_launcher_the_environment_cannot_import_is_refused(monkeypatch):
-    monkeypatch.setattr(rebuild, "_capture", lambda argv, env: json.dumps(
-        {"error": "ModuleNotFoundError: No module named 'omegaconf'"}))  # fmt: skip
+    monkeypatch.setattr(
+        rebuild, "_capture", lambda argv, env: json.dumps({"error": "ModuleNotFoundError: No module named 'omegaconf'"})
+    )
     with pytest.raises(RebuildError, match="the launcher cannot be imported by .* No module named 'omegaconf'"):
         rebuild.probe(Path("/v/bin/python"), [])
     monkeypatch.setattr(rebuild, "_capture", lambda argv, env: None)
@@ -210,8 +235,10 @@ def test_a_launcher_the_environment_cannot_import_is_refused(monkeypatch):
 
 def test_precheck_compares_the_identities_the_rebuilt_interpreter_probed(monkeypatch):
     from launcher.run import precheck
-    monkeypatch.setattr(distributions, "distribution_identity",
-                        lambda name: pytest.fail("this interpreter's identity used"))
+
+    monkeypatch.setattr(
+        distributions, "distribution_identity", lambda name: pytest.fail("this interpreter's identity used")
+    )
     stored = {**_fp(), "code": {"modules": {}}}
     probed = {"software": {}, "distributions": {"termcolor": {"version": "3.2.0", "files_sha256": "t32"}}}
     _, used, _ = precheck.current_usage(stored, probed=probed)

@@ -24,8 +24,11 @@ def _digest(data: bytes) -> str:
 def installed(site: Path, name: str, version: str, files: dict[str, bytes]) -> str:
     """``files`` installed in ``site`` as pip would (a dist-info with METADATA and RECORD); the files' identity."""
     info = f"{name}-{version}.dist-info"
-    files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-             f"{info}/INSTALLER": b"pip\n"}
+    files = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/INSTALLER": b"pip\n",
+    }
     for rel, content in files.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_bytes(content)

@@ -24,8 +24,10 @@ from launcher.errors import RebuildError
 from launcher.record.probe import distributions
 from launcher.run import rebuild
 
-SEEN = ("import importlib.metadata as m, json, sys, tinydist, extramod; "
-        "print(json.dumps([tinydist.__file__, m.version('tinydist'), sys.path]))")  # fmt: skip
+SEEN = (
+    "import importlib.metadata as m, json, sys, tinydist, extramod; "
+    "print(json.dumps([tinydist.__file__, m.version('tinydist'), sys.path]))"
+)
 
 
 def _dist(site: Path, version: str, metadata: bool = True) -> str:
@@ -105,8 +107,10 @@ def test_the_probe_and_verify_see_the_overlay_first_with_the_launcher_on_the_job
     monkeypatch.delenv("PYTHONPATH", raising=False)
     probed = rebuild.verify(python, _plan(identity))
     assert probed["distributions"]["tinydist"]["version"] == "2.0"
-    assert probed["where"]["tinydist"] == {"site": os.path.realpath(rebuild.overlay_site(python.parent.parent)),
-                                           "shadowed": []}  # fmt: skip
+    assert probed["where"]["tinydist"] == {
+        "site": os.path.realpath(rebuild.overlay_site(python.parent.parent)),
+        "shadowed": [],
+    }
 
 
 def test_a_copy_found_first_is_refused_as_that_not_blamed_on_the_index(overlay, monkeypatch, tmp_path):
@@ -116,8 +120,10 @@ def test_a_copy_found_first_is_refused_as_that_not_blamed_on_the_index(overlay, 
     with pytest.raises(RebuildError) as err:
         rebuild.verify(python, _plan(identity))
     says = str(err.value)
-    assert f"the rebuilt environment's tinydist is 1.5 (files {_files(tmp_path / 'with metadata')[:12]}) from " \
-           f"{tmp_path / 'with metadata'}, not from the overlay holding the run's 2.0" in says  # fmt: skip
+    assert (
+        f"the rebuilt environment's tinydist is 1.5 (files {_files(tmp_path / 'with metadata')[:12]}) from "
+        f"{tmp_path / 'with metadata'}, not from the overlay holding the run's 2.0" in says
+    )
     assert "take it off PYTHONPATH" in says
     assert "index" not in says and err.value.distribution == "tinydist"
 
@@ -140,8 +146,15 @@ def test_only_the_overlays_own_copy_that_differs_blames_the_index(overlay, monke
 def test_explain_names_the_launchers_directory_when_it_holds_the_copy_found_first():
     want = {"version": "26.4", "files_sha256": "b" * 64}
     got = {"version": "26.3", "files_sha256": "2" * 64}
-    says = rebuild.explain("packaging", want, got, {"site": "/venv/site-packages", "shadowed": []}, "/o/site",
-                           True, launcher_root="/venv/site-packages")  # fmt: skip
+    says = rebuild.explain(
+        "packaging",
+        want,
+        got,
+        {"site": "/venv/site-packages", "shadowed": []},
+        "/o/site",
+        True,
+        launcher_root="/venv/site-packages",
+    )
     assert says.startswith("the rebuilt environment's packaging is 26.3 (files 222222222222) from /venv/site-packages")
     assert "that is the launcher's own directory, which the job's path puts first" in says
     assert "index" not in says and "\n" not in says
@@ -149,9 +162,11 @@ def test_explain_names_the_launchers_directory_when_it_holds_the_copy_found_firs
 
 
 # ---------------------------------------------------------------- the build lock
-HOLD = ("import sys; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
-        "open(sys.argv[1], 'w').write('{\"host\": \"node7\", \"pid\": 4242, \"since\": \"then\"}'); "
-        "print('held', flush=True); sys.stdin.read()")  # fmt: skip
+HOLD = (
+    "import sys; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
+    'open(sys.argv[1], \'w\').write(\'{"host": "node7", "pid": 4242, "since": "then"}\'); '
+    "print('held', flush=True); sys.stdin.read()"
+)
 
 
 @pytest.fixture
@@ -159,8 +174,12 @@ def held_elsewhere(tmp_path):
     """The build lock of ``tmp_path / "abc"``, held by another process (as another node's launch)
     until the test closes its stdin."""
     final = tmp_path / "abc"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(rebuild.lock_path(final))], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(rebuild.lock_path(final))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline() == "held\n"
     yield final, holder
     if holder.poll() is None:
@@ -193,9 +212,18 @@ def test_the_lock_names_this_host_and_pid_while_building_and_guards_its_director
     with rebuild.build_lock(final, echo=False):
         owner = json.loads(rebuild.lock_path(final).read_text())
         assert (owner["host"], owner["pid"]) == (socket.gethostname(), os.getpid())
-        other = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                                "from launcher.run import rebuild; print(rebuild.remove_abandoned(Path(sys.argv[1])))",
-                                str(final)], capture_output=True, text=True, check=True)  # fmt: skip
+        other = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from pathlib import Path; "
+                "from launcher.run import rebuild; print(rebuild.remove_abandoned(Path(sys.argv[1])))",
+                str(final),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert other.stdout.strip() == "[]" and building.is_dir()
     assert rebuild.remove_abandoned(final) == [building]
 

@@ -42,9 +42,21 @@ def test_the_placing_command_wraps_the_job_and_nothing_when_nothing_is_placed():
     job = ["/venv/bin/python", "-P", "-m", "launcher.bootstrap", "/store/run"]
     assert proc.place_argv("/usr/bin/python3", {}, job) == job
     wrapped = proc.place_argv("/usr/bin/python3", {"/data/b.npz": "/w/data/b.npz", "/data/a.npz": "/w/data/a.npz"}, job)
-    assert wrapped == ["/usr/bin/python3", "-P", "-m", "launcher.proc", "place",
-                       "--bind", "/w/data/a.npz", "/data/a.npz", "--bind", "/w/data/b.npz", "/data/b.npz",
-                       "--", *job]  # fmt: skip
+    assert wrapped == [
+        "/usr/bin/python3",
+        "-P",
+        "-m",
+        "launcher.proc",
+        "place",
+        "--bind",
+        "/w/data/a.npz",
+        "/data/a.npz",
+        "--bind",
+        "/w/data/b.npz",
+        "/data/b.npz",
+        "--",
+        *job,
+    ]
     assert proc._parse_place(wrapped[5:]) == ([("/w/data/a.npz", "/data/a.npz"), ("/w/data/b.npz", "/data/b.npz")], job)
     with pytest.raises(ValueError, match="usage"):
         proc._parse_place(["--bind", "/w/a"])
@@ -86,8 +98,11 @@ def test_a_file_that_cannot_be_placed_stops_the_job_before_it_runs(tmp_path):
     if proc.placing_refused() is not None:
         pytest.skip(f"no file can be placed here: {proc.placing_refused()}")
     marker = tmp_path / "ran"
-    argv = proc.place_argv(sys.executable, {str(tmp_path / "gone.npz"): str(tmp_path / "kept.npz")},
-                           [sys.executable, "-c", f"open({str(marker)!r}, 'w')"])  # fmt: skip
+    argv = proc.place_argv(
+        sys.executable,
+        {str(tmp_path / "gone.npz"): str(tmp_path / "kept.npz")},
+        [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+    )
     done = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == proc.PLACE_FAILED and "the job did not run" in done.stderr
     assert not marker.exists()
@@ -114,8 +129,11 @@ def test_an_unprivileged_user_places_files_in_a_user_namespace_of_its_own():
         there.write_text("there")
         for path in [home, *home.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
-        runnable = [p for p in ("/usr/bin/python3", sys.executable)
-                    if subprocess.run([*nobody, p, "-c", ""], capture_output=True).returncode == 0]  # fmt: skip
+        runnable = [
+            p
+            for p in ("/usr/bin/python3", sys.executable)
+            if subprocess.run([*nobody, p, "-c", ""], capture_output=True).returncode == 0
+        ]
         if not runnable:
             pytest.skip("no Python the unprivileged user may run")
         python = runnable[0]
@@ -148,10 +166,18 @@ def test_with_placing_refused_every_file_read_by_path_is_checked_where_it_is(tmp
 
 
 def test_which_kept_files_the_job_reads_by_their_absolute_path():
-    fp = {"data": {"/home/u/.keras/datasets/mnist.npz": "1", "digits.npz": "2", "/data/big.npz": "3",
-                   "/shared/mnist.npz": "4"}}  # fmt: skip
-    stored = {"launch_dir": "/home/u/project", "files": {
-        "/home/u/.keras/datasets/mnist.npz": {}, "/home/u/project/digits.npz": {}, "/shared/mnist.npz": {}}}
+    fp = {
+        "data": {
+            "/home/u/.keras/datasets/mnist.npz": "1",
+            "digits.npz": "2",
+            "/data/big.npz": "3",
+            "/shared/mnist.npz": "4",
+        }
+    }
+    stored = {
+        "launch_dir": "/home/u/project",
+        "files": {"/home/u/.keras/datasets/mnist.npz": {}, "/home/u/project/digits.npz": {}, "/shared/mnist.npz": {}},
+    }
     script = OmegaConf.create({"train": {"name": "script"}})
     mnist = OmegaConf.create({"train": {"name": "mnist", "data": "/shared/mnist.npz"}})
     # relative names are found in the layout; /data/big.npz was not kept
@@ -164,13 +190,16 @@ def test_a_changed_file_that_cannot_be_placed_is_refused_by_name_with_both_hashe
     run = tmp_path / "store" / "20261126-000000-abcdef"
     then, now = _sha(b"what the run read"), _sha(b"replaced since")
     diffs = [("data./home/u/.keras/datasets/mnist.npz", then, now)]
-    text = replay.refusal(run, diffs, [], at_own_path=["/home/u/.keras/datasets/mnist.npz"],
-                          placing="unshare: Operation not permitted")  # fmt: skip
-    assert text.endswith(f"; /home/u/.keras/datasets/mnist.npz is read by its absolute path and is not what the run "
-                         f"read (recorded {then[:12]}…, now {now[:12]}…), and the run's copy of it cannot be put there "
-                         f"for the job here (unshare: Operation not permitted): put the file back (cp "
-                         f"{tmp_path}/store/objects/{then[:2]}/{then} /home/u/.keras/datasets/mnist.npz), or replay "
-                         "where user namespaces are allowed")  # fmt: skip
+    text = replay.refusal(
+        run, diffs, [], at_own_path=["/home/u/.keras/datasets/mnist.npz"], placing="unshare: Operation not permitted"
+    )
+    assert text.endswith(
+        f"; /home/u/.keras/datasets/mnist.npz is read by its absolute path and is not what the run "
+        f"read (recorded {then[:12]}…, now {now[:12]}…), and the run's copy of it cannot be put there "
+        f"for the job here (unshare: Operation not permitted): put the file back (cp "
+        f"{tmp_path}/store/objects/{then[:2]}/{then} /home/u/.keras/datasets/mnist.npz), or replay "
+        "where user namespaces are allowed"
+    )
     # one too large to keep: --data places a copy where files can be placed; elsewhere, put it back
     diffs = [("data./data/big.npz", then, now)]
     assert "--data /data/big.npz=PATH" in replay.refusal(run, diffs, ["/data/big.npz"])
@@ -189,7 +218,8 @@ def test_a_file_read_at_its_own_path_is_hashed_there_not_in_the_layout(tmp_path)
     stored = {str(there): _sha(b"what the run read")}
     assert precheck.current_data_hashes(stored, "/cwd", str(root)) == stored  # placed there: the kept copy
     assert precheck.current_data_hashes(stored, "/cwd", str(root), at_own_path=[str(there)]) == {
-        str(there): _sha(b"replaced since")}
+        str(there): _sha(b"replaced since")
+    }
 
 
 def test_why_no_file_can_be_placed_is_said_in_a_few_words(monkeypatch):
@@ -197,7 +227,12 @@ def test_why_no_file_can_be_placed_is_said_in_a_few_words(monkeypatch):
     if proc.placing_refused() is not None:
         pytest.skip(f"no file can be placed here: {proc.placing_refused()}")
     real = proc.place_argv
-    monkeypatch.setattr(proc, "place_argv", lambda python, placed, argv: real(
-        python, {target: source + ".gone" for target, source in placed.items()}, argv))
+    monkeypatch.setattr(
+        proc,
+        "place_argv",
+        lambda python, placed, argv: real(
+            python, {target: source + ".gone" for target, source in placed.items()}, argv
+        ),
+    )
     reason = proc.placing_refused()
     assert reason.startswith("mount ") and reason.endswith(": No such file or directory")

@@ -26,8 +26,9 @@ def _interrupted(store: Path, fit: dict | None = None, state: str = "interrupted
         ckpt = run_dir / checkpoints.DIRNAME / checkpoints.name(1)
         ckpt.mkdir(parents=True)
         runs.write_json(ckpt / checkpoints.EXTRA, fit)
-        runs.write_json(ckpt / checkpoints.MANIFEST,
-                        {"files": {checkpoints.EXTRA: runs.file_sha256(ckpt / checkpoints.EXTRA)}})
+        runs.write_json(
+            ckpt / checkpoints.MANIFEST, {"files": {checkpoints.EXTRA: runs.file_sha256(ckpt / checkpoints.EXTRA)}}
+        )
     return run_dir
 
 
@@ -40,8 +41,11 @@ def _sealed(store: Path) -> Path:
 
 CASES = [
     (None, "launch resume would refuse it: it has no checkpoints", "a custom loop: use"),  # no fit, no checkpoint
-    ({"fit": 1, "input": "tf.data", "steps_per_epoch": 20}, "launch resume would refuse it: its fit",
-     "steps_per_epoch"),
+    (
+        {"fit": 1, "input": "tf.data", "steps_per_epoch": 20},
+        "launch resume would refuse it: its fit",
+        "steps_per_epoch",
+    ),
     ({"fit": 1, "input": "tf.data", "steps_per_epoch": None}, "continue it with: launch resume", ""),
 ]
 

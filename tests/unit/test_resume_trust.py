@@ -36,16 +36,20 @@ def _interrupted(store: Path, signing_key: str | None = CRAFTED_KEY) -> Path:
     checkpoint = run / "checkpoints" / "epoch-000001"
     checkpoint.mkdir(parents=True)
     (checkpoint / "state.index").write_bytes(b"variables")
-    runs.write_json(checkpoint / "checkpoint.json", {"epoch": 1, "files": {
-        "state.index": runs.file_sha256(checkpoint / "state.index")}})  # fmt: skip
+    runs.write_json(
+        checkpoint / "checkpoint.json",
+        {"epoch": 1, "files": {"state.index": runs.file_sha256(checkpoint / "state.index")}},
+    )
     runs.set_status(run, "interrupted", error="SIGTERM", returncode=130)
     return run
 
 
 def _tree(root: Path) -> dict:
     """Every path below ``root`` with its mode and content: what "nothing was written" compares."""
-    return {p.relative_to(root).as_posix(): (p.stat().st_mode, p.read_bytes() if p.is_file() else None)
-            for p in sorted([root, *root.rglob("*")])}  # fmt: skip
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_mode, p.read_bytes() if p.is_file() else None)
+        for p in sorted([root, *root.rglob("*")])
+    }
 
 
 @pytest.fixture
@@ -110,7 +114,7 @@ def test_a_damaged_or_forged_ledger_line_is_passed_over(tmp_path):
     ledger = tmp_path / "store" / runs.CREATED
     good = ledger.read_text()
     forged = json.dumps({"run": run.name, "inode": os.stat(run).st_ino + 1, "user": "mallory", "host": "x"})
-    ledger.write_text(f"{run.name} {'[' * 200_000}\n{forged}\n{{\"run\": \"{run.name}\"\n[]\n")
+    ledger.write_text(f'{run.name} {"[" * 200_000}\n{forged}\n{{"run": "{run.name}"\n[]\n')
     assert runs.creation(run) is None
     ledger.write_text(f"{forged}\n{'[' * 200_000}{run.name}\n{good}")
     assert runs.creation(run)["user"] != "mallory"

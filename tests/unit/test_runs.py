@@ -98,7 +98,8 @@ def test_an_unsealed_run_says_its_state_and_whether_resume_continues_it(tmp_path
     with pytest.raises(SealError) as info:
         runs.verify_seal(run_dir)
     assert str(info.value) == f"run {run_dir.name} is not complete (state: {state}; no manifest.json)" + hint.format(
-        run_dir=run_dir)  # fmt: skip
+        run_dir=run_dir
+    )
 
 
 def test_not_a_run(tmp_path):
@@ -136,16 +137,24 @@ def test_the_seal_lists_hidden_files_and_leftovers_and_drops_the_reserve(tmp_pat
     assert (run_dir / runs.RESERVE).exists()  # every unsealed run has one (disk-full handling)
     manifest = runs.seal(run_dir)
     assert set(manifest["files"]) == {
-        "config.yaml", "result.json", "status.json", "outputs/model.bin", "outputs/.state",
-        "outputs/manifest.json", "checkpoints/.tmp-epoch-000002/state.index", ".config.yaml.k3j2.tmp",
-    }  # fmt: skip
+        "config.yaml",
+        "result.json",
+        "status.json",
+        "outputs/model.bin",
+        "outputs/.state",
+        "outputs/manifest.json",
+        "checkpoints/.tmp-epoch-000002/state.index",
+        ".config.yaml.k3j2.tmp",
+    }
     assert not (run_dir / runs.RESERVE).exists()  # deleted before the listing: a sealed run has none
     assert manifest["files"]["outputs/.state"] == runs.file_sha256(run_dir / "outputs" / ".state")
     assert runs.verify_seal(run_dir) == run_dir
 
 
-@pytest.mark.parametrize("name", ["outputs/.state", "outputs/manifest.json", ".config.yaml.k3j2.tmp",
-                                  "checkpoints/.tmp-epoch-000002/state.index"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    ["outputs/.state", "outputs/manifest.json", ".config.yaml.k3j2.tmp", "checkpoints/.tmp-epoch-000002/state.index"],
+)
 def test_a_changed_hidden_file_is_refused(tmp_path, name):
     run_dir = _make_run_with_hidden_files(tmp_path)
     runs.seal(run_dir)
@@ -155,8 +164,17 @@ def test_a_changed_hidden_file_is_refused(tmp_path, name):
     assert info.value.path == name and info.value.exit_code == 4
 
 
-@pytest.mark.parametrize("name", [".added", "outputs/.added", runs.RESERVE, ".status.json.x1y2.tmp",
-                                  "checkpoints/.tmp-epoch-000003/state.index", "outputs/sub/.deep"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".added",
+        "outputs/.added",
+        runs.RESERVE,
+        ".status.json.x1y2.tmp",
+        "checkpoints/.tmp-epoch-000003/state.index",
+        "outputs/sub/.deep",
+    ],
+)
 def test_an_added_hidden_file_is_refused(tmp_path, name):
     run_dir = _make_run_with_hidden_files(tmp_path)
     runs.seal(run_dir)
@@ -202,7 +220,9 @@ def test_the_manifest_format_is_schema_1_stored_runs_keep_verifying(tmp_path):
     manifest = runs.seal(run_dir)
     assert manifest["schema"] == 1 and set(manifest) == {"schema", "run", "files"} and manifest["run"] == run_dir.name
     assert json.loads((run_dir / "manifest.json").read_text()) == manifest
-    files = {name: runs.file_sha256(run_dir / name) for name in ("config.yaml", "outputs/model.bin", "result.json",
-                                                                  "status.json")}  # fmt: skip
+    files = {
+        name: runs.file_sha256(run_dir / name)
+        for name in ("config.yaml", "outputs/model.bin", "result.json", "status.json")
+    }
     _tamper(run_dir / "manifest.json", json.dumps({"schema": 1, "files": files}).encode())  # as a stored run has it
     assert runs.verify_seal(run_dir) == run_dir

@@ -35,8 +35,16 @@ except KeyboardInterrupt:
 """
 
 
-def _run(tmp_path: Path, *, signals: list[int], wait_for: str = "ready", before: float = 0, then: str = "pass",
-         grace_s: float = 20.0, gap_s: float = 0.3) -> tuple[proc.Ended, str]:
+def _run(
+    tmp_path: Path,
+    *,
+    signals: list[int],
+    wait_for: str = "ready",
+    before: float = 0,
+    then: str = "pass",
+    grace_s: float = 20.0,
+    gap_s: float = 0.3,
+) -> tuple[proc.Ended, str]:
     """Run a job with run_job; once its log says ``wait_for``, signal this process as a terminal would."""
     log = tmp_path / "log.txt"
     log.touch()
@@ -96,8 +104,12 @@ def test_our_handlers_are_restored_and_an_ignored_signal_stays_ignored(tmp_path)
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # `launch &` in a script
     try:
         log = tmp_path / "log.txt"
-        ended = proc.run_job([sys.executable, "-c", "import os, signal; os.kill(os.getppid(), signal.SIGTERM)"],
-                             os.environ, log, echo=False)  # fmt: skip
+        ended = proc.run_job(
+            [sys.executable, "-c", "import os, signal; os.kill(os.getppid(), signal.SIGTERM)"],
+            os.environ,
+            log,
+            echo=False,
+        )
         assert ended == proc.Ended(0, None, None)  # the launcher ignored it, so the job was not stopped
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     finally:
@@ -117,16 +129,21 @@ def test_a_handler_installed_before_hears_each_signal_too(tmp_path):
 
 def test_the_job_runs_in_a_session_of_its_own(tmp_path):
     log = tmp_path / "log.txt"
-    proc.run_job([sys.executable, "-c", "import os; print(os.getsid(0), os.getpgid(0), os.getpid())"], os.environ,
-                 log, echo=False)  # fmt: skip
+    proc.run_job(
+        [sys.executable, "-c", "import os; print(os.getsid(0), os.getpgid(0), os.getpid())"],
+        os.environ,
+        log,
+        echo=False,
+    )
     sid, pgid, pid = map(int, log.read_text().split())
     assert sid == pgid == pid != os.getsid(0)
 
 
 # ---------------------------------------------------------------- the job's side, in this process
 def test_no_stop_is_raised_inside_an_import_or_a_finalizer(tmp_path, monkeypatch):
-    (tmp_path / "importing_now.py").write_text("import sys\nfrom launcher.job import interrupts\n"
-                                               "SEEN = interrupts.unsafe(sys._getframe())\n")  # fmt: skip
+    (tmp_path / "importing_now.py").write_text(
+        "import sys\nfrom launcher.job import interrupts\nSEEN = interrupts.unsafe(sys._getframe())\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     import importing_now  # noqa: F401 (its import records what it saw)
 

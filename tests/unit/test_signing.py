@@ -116,11 +116,16 @@ def test_a_signed_runs_archive_keeps_its_signer_and_a_reseal_inside_one_is_refus
     run = signed_run(tmp_path / "src", keys["alice"])
     packed = packing.pack(run, tmp_path / "run.tar.gz")
     assert packed.manifest["signed"] and f"run/{run.name}/{signing.SIGNATURE}" in archive_manifest.expected_members(
-        packed.manifest)  # fmt: skip
+        packed.manifest
+    )
     assert main(["verify", str(packed.path), f"store.allowed_signers={keys['allowed']}"]) == 0
     assert "signature: sealed by alice@lab (trusted)" in capsys.readouterr().out
-    assert main(["unpack", str(packed.path), "--store", str(tmp_path / "dest"),
-                 f"store.allowed_signers={keys['allowed']}"]) == 0  # fmt: skip
+    assert (
+        main(
+            ["unpack", str(packed.path), "--store", str(tmp_path / "dest"), f"store.allowed_signers={keys['allowed']}"]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip().endswith("sealed by alice@lab (trusted)")
 
     reseal_without_the_key(run)
@@ -138,16 +143,18 @@ def test_an_archive_holding_a_forged_signed_run_is_refused_before_it_is_imported
     run = signed_run(tmp_path / "src", keys["alice"])
     good = packing.pack(run, tmp_path / "good.tar", compression="plain").path
     reseal_without_the_key(run)
-    replaced = {f"run/{run.name}/{p.relative_to(run).as_posix()}": p.read_bytes() for p in run.rglob("*")
-                if p.is_file()}  # fmt: skip
+    replaced = {
+        f"run/{run.name}/{p.relative_to(run).as_posix()}": p.read_bytes() for p in run.rglob("*") if p.is_file()
+    }
     with tarfile.open(good) as tar, tarfile.open(tmp_path / "forged.tar", "w") as out:
         for member in tar.getmembers():
             data = tar.extractfile(member).read() if member.isreg() else None
             if member.name == archive_manifest.NAME:
                 manifest = json.loads(data)
-                manifest["run_files"] = {name.split("/", 2)[2]: {"sha256": hashlib.sha256(content).hexdigest(),
-                                                                 "size": len(content)}
-                                         for name, content in replaced.items()}  # fmt: skip
+                manifest["run_files"] = {
+                    name.split("/", 2)[2]: {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
+                    for name, content in replaced.items()
+                }
                 data = json.dumps(manifest).encode()
             elif member.name in replaced:
                 data = replaced[member.name]

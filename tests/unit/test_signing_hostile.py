@@ -40,8 +40,13 @@ def keys(tmp_path_factory) -> dict:
         path.write_text(f"# who may seal runs\nalice@lab {options} {public}\n".replace("  ", " "))
         return path
 
-    return {"alice": root / "alice", "victim": root / "victim", "public": public, "listed": listed,
-            "allowed": listed('namespaces="launch-run"', "trusted")}  # fmt: skip
+    return {
+        "alice": root / "alice",
+        "victim": root / "victim",
+        "public": public,
+        "listed": listed,
+        "allowed": listed('namespaces="launch-run"', "trusted"),
+    }
 
 
 def _writable(run: Path) -> None:
@@ -110,8 +115,9 @@ def test_a_signed_seal_without_its_id_is_read_as_before_but_refused_under_requir
     (run / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n")
     (run / signing.SIGNATURE).write_bytes(signing.sign(run, str(keys["alice"])))
     runs.verify_seal(run)
-    with pytest.raises(SignatureError, match=f"run {run.name} is sealed by alice@lab .trusted., but its id is not "
-                                             "under the signature"):  # fmt: skip
+    with pytest.raises(
+        SignatureError, match=f"run {run.name} is sealed by alice@lab .trusted., but its id is not under the signature"
+    ):
         signing.check(run, signing.Trust(str(keys["allowed"]), require_signed=True))
     seal = signing.check(run, signing.Trust(str(keys["allowed"])))
     assert seal.state == "trusted" and seal.run is None
@@ -129,13 +135,16 @@ def test_stored_runs_from_before_seals_named_their_run_keep_verifying(store):
 
 
 # ---------------------------------------------------------------- 4: a listed key refused, and why
-@pytest.mark.parametrize("options, why", [
-    ('valid-before="20200101"', "as expired on 2020-01-01 (valid-before)"),
-    ('namespaces="launch-run",valid-after="20990101Z"', "as not yet valid (valid-after 2099-01-01 UTC)"),
-    ('namespaces="git,file"', "for namespaces git,file, not launch-run"),
-    ("cert-authority", "as a certificate authority: a plain key signature is not trusted"),
-    ('expiry-time="20990101"', "with an option ssh-keygen does not know (expiry-time;"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "options, why",
+    [
+        ('valid-before="20200101"', "as expired on 2020-01-01 (valid-before)"),
+        ('namespaces="launch-run",valid-after="20990101Z"', "as not yet valid (valid-after 2099-01-01 UTC)"),
+        ('namespaces="git,file"', "for namespaces git,file, not launch-run"),
+        ("cert-authority", "as a certificate authority: a plain key signature is not trusted"),
+        ('expiry-time="20990101"', "with an option ssh-keygen does not know (expiry-time;"),
+    ],
+)
 def test_a_key_allowed_signers_lists_but_does_not_trust_says_why(tmp_path, keys, options, why, capsys):
     run = signed_run(tmp_path / "runs", keys["alice"])
     allowed = keys["listed"](options, f"allowed-{abs(hash(options))}")
@@ -157,8 +166,10 @@ def test_a_key_allowed_signers_does_not_list_is_still_an_unknown_key(tmp_path, k
 
 def test_allowed_signers_lines_are_read_as_ssh_keygen_reads_them(keys):
     kind, data = keys["public"].split()
-    text = (f'# a comment\n\n"alice@lab,alice@home" namespaces="git, launch-*",valid-before="202601011230" '
-            f"{kind} {data} alice's laptop\nbob@lab {kind} not-base64\ncarol@lab CERT-AUTHORITY {kind} {data}\n")
+    text = (
+        f'# a comment\n\n"alice@lab,alice@home" namespaces="git, launch-*",valid-before="202601011230" '
+        f"{kind} {data} alice's laptop\nbob@lab {kind} not-base64\ncarol@lab CERT-AUTHORITY {kind} {data}\n"
+    )
     first, second = signing.parse_allowed_signers(text)
     assert first.principals == "alice@lab,alice@home" and first.line == 3
     assert first.options == {"namespaces": "git, launch-*", "valid-before": "202601011230"}

@@ -17,20 +17,36 @@ def _sha(data: bytes) -> str:
 
 def _fp(**code) -> dict:
     return {
-        "code": {"script_sha256": _sha(b"script"), **code,
-                 "modules": {"helper": {"path": "/w/helper.py", "sha256": _sha(b"helper")}}},
+        "code": {
+            "script_sha256": _sha(b"script"),
+            **code,
+            "modules": {"helper": {"path": "/w/helper.py", "sha256": _sha(b"helper")}},
+        },
         "config_files": {"conf/train/mine.yaml": _sha(b"conf")},
-        "data": {"digits.npz": _sha(b"small"), "/big/all.npz": _sha(b"big"),
-                 "launcher/data/mnist-sample.npz": _sha(b"sample"), "moving.csv": "changed while the job ran (r)"},
-    }  # fmt: skip
+        "data": {
+            "digits.npz": _sha(b"small"),
+            "/big/all.npz": _sha(b"big"),
+            "launcher/data/mnist-sample.npz": _sha(b"sample"),
+            "moving.csv": "changed while the job ran (r)",
+        },
+    }
 
 
 def test_plan_keeps_code_config_and_small_data_and_says_why_not_the_rest():
-    kept, left_out = snapshot.plan(_fp(), "/w", "/w/train.py", "/w/conf",
-                                   {"/w/digits.npz": 5, "/big/all.npz": 100, "/w/moving.csv": 1}, max_bytes=10)
+    kept, left_out = snapshot.plan(
+        _fp(),
+        "/w",
+        "/w/train.py",
+        "/w/conf",
+        {"/w/digits.npz": 5, "/big/all.npz": 100, "/w/moving.csv": 1},
+        max_bytes=10,
+    )
     assert {p: e["role"] for p, e in kept.items()} == {
-        "/w/train.py": "script", "/w/helper.py": "module", "/w/conf/conf/train/mine.yaml": "config",
-        "/w/digits.npz": "data"}  # fmt: skip
+        "/w/train.py": "script",
+        "/w/helper.py": "module",
+        "/w/conf/conf/train/mine.yaml": "config",
+        "/w/digits.npz": "data",
+    }
     assert kept["/w/digits.npz"]["sha256"] == _sha(b"small")
     assert "over store.snapshot_max_mb" in left_out["/big/all.npz"]
     assert "changed while the job ran" in left_out["/w/moving.csv"]  # never a copy of something else
@@ -63,9 +79,15 @@ def test_objects_are_stored_once_checked_and_laid_out(tmp_path):
     assert objects.put(store, str(src / "train.py"), digest)  # already there: nothing written twice
     assert not objects.put(store, str(src / "train.py"), _sha(b"what ran"))  # changed since: not kept
     assert len([p for p in store.rglob("*") if p.is_file()]) == 1
-    taken = snapshot.take(store, {str(src / "train.py"): {"sha256": digest, "role": "script"},
-                                  str(src / "gone.py"): {"sha256": _sha(b"gone"), "role": "module"}},
-                          {}, str(src))  # fmt: skip
+    taken = snapshot.take(
+        store,
+        {
+            str(src / "train.py"): {"sha256": digest, "role": "script"},
+            str(src / "gone.py"): {"sha256": _sha(b"gone"), "role": "module"},
+        },
+        {},
+        str(src),
+    )
     assert list(taken["files"]) == [str(src / "train.py")] and str(src / "gone.py") in taken["left_out"]
     snapshot.materialize(store, taken, work)
     assert (work / str(src / "train.py").lstrip("/")).read_bytes() == b"print(1)\n"
@@ -144,22 +166,30 @@ def test_an_unfinished_run_keeps_its_code_only_when_the_job_named_its_modules(tm
     from omegaconf import OmegaConf
 
     from launcher.record.store import keep
+
     work, store = tmp_path / "w", tmp_path / "store"
     work.mkdir()
     (work / "train.py").write_bytes(b"script")
     (work / "helper.py").write_bytes(b"helper")
     run_dir = store / "20261125-000000-abcdef"
     run_dir.mkdir(parents=True)
-    resolved = OmegaConf.create({"train": {"name": "script", "script": str(work / "train.py")},
-                                 "store": {"snapshot_max_mb": 64}})  # fmt: skip
+    resolved = OmegaConf.create(
+        {"train": {"name": "script", "script": str(work / "train.py")}, "store": {"snapshot_max_mb": 64}}
+    )
     fp = {"code": {"script_sha256": _sha(b"script")}, "data": {}, "hardware": {}}
-    facts = {"software": {}, "determinism": {}, "data": {},
-             "modules": {"helper": {"path": str(work / "helper.py"), "sha256": _sha(b"helper")}}}  # fmt: skip
+    facts = {
+        "software": {},
+        "determinism": {},
+        "data": {},
+        "modules": {"helper": {"path": str(work / "helper.py"), "sha256": _sha(b"helper")}},
+    }
     assert keep.keep_so_far(run_dir, resolved, fp, {**facts, "modules": None}, str(work)) is None
     assert not (run_dir / snapshot.SNAPSHOT).exists()
     taken = keep.keep_so_far(run_dir, resolved, fp, facts, str(work))
-    assert {p: e["role"] for p, e in taken["files"].items()} == {str(work / "train.py"): "script",
-                                                                  str(work / "helper.py"): "module"}  # fmt: skip
+    assert {p: e["role"] for p, e in taken["files"].items()} == {
+        str(work / "train.py"): "script",
+        str(work / "helper.py"): "module",
+    }
     assert snapshot.read(run_dir) == taken
     (run_dir / snapshot.SNAPSHOT).unlink()
     snapshot.remove(store / objects.OBJECTS)

@@ -30,8 +30,14 @@ def _entry(role: str, n: int = 0) -> dict:
 
 
 def test_fit_keeps_code_first_then_data_by_path_under_the_file_cap():
-    kept = {"/w/data/b.bin": _entry("data", 1), "/w/z_helper.py": _entry("module"), "/w/data/a.bin": _entry("data"),
-            "/w/train.py": _entry("script"), "/w/conf/x.yaml": _entry("config"), "/w/data/c.bin": _entry("data", 2)}
+    kept = {
+        "/w/data/b.bin": _entry("data", 1),
+        "/w/z_helper.py": _entry("module"),
+        "/w/data/a.bin": _entry("data"),
+        "/w/train.py": _entry("script"),
+        "/w/conf/x.yaml": _entry("config"),
+        "/w/data/c.bin": _entry("data", 2),
+    }
     sizes = dict.fromkeys(kept, 10)
     chosen, left_out = snapshot.fit(kept, sizes, max_files=5, max_bytes=None)
     assert list(chosen) == ["/w/train.py", "/w/conf/x.yaml", "/w/z_helper.py", "/w/data/a.bin", "/w/data/b.bin"]
@@ -46,19 +52,27 @@ def test_fit_keeps_code_first_then_data_by_path_under_the_file_cap():
 
 
 def test_fit_leaves_out_what_would_take_the_total_past_its_cap_and_still_tries_smaller_files():
-    kept = {"/w/train.py": _entry("script"), "/d/a.bin": _entry("data"), "/d/b.bin": _entry("data", 1),
-            "/d/c.bin": _entry("data", 2), "/d/gone.bin": _entry("data", 3)}
+    kept = {
+        "/w/train.py": _entry("script"),
+        "/d/a.bin": _entry("data"),
+        "/d/b.bin": _entry("data", 1),
+        "/d/c.bin": _entry("data", 2),
+        "/d/gone.bin": _entry("data", 3),
+    }
     sizes = {"/w/train.py": MB, "/d/a.bin": 2 * MB, "/d/b.bin": 2 * MB, "/d/c.bin": MB // 2}  # gone.bin: no size
     chosen, left_out = snapshot.fit(kept, sizes, max_files=None, max_bytes=4 * MB)
     assert list(chosen) == ["/w/train.py", "/d/a.bin", "/d/c.bin", "/d/gone.bin"]
-    assert left_out == {"/d/b.bin": f"{2 * MB} bytes, over store.snapshot_max_total_mb (4 MiB per run, {MB} bytes "
-                                    "left)"}  # fmt: skip
+    assert left_out == {
+        "/d/b.bin": f"{2 * MB} bytes, over store.snapshot_max_total_mb (4 MiB per run, {MB} bytes left)"
+    }
     # both caps: a.bin and b.bin do not fit the bytes, c.bin does and is the second file, gone.bin the third
     chosen, left_out = snapshot.fit(kept, sizes, max_files=2, max_bytes=3 * MB // 2)
     assert list(chosen) == ["/w/train.py", "/d/c.bin"]
     assert {p: why.split(" (")[0].split(", ")[-1] for p, why in left_out.items()} == {
-        "/d/a.bin": "over store.snapshot_max_total_mb", "/d/b.bin": "over store.snapshot_max_total_mb",
-        "/d/gone.bin": "over store.snapshot_max_files"}  # fmt: skip
+        "/d/a.bin": "over store.snapshot_max_total_mb",
+        "/d/b.bin": "over store.snapshot_max_total_mb",
+        "/d/gone.bin": "over store.snapshot_max_files",
+    }
 
 
 @pytest.fixture
@@ -77,25 +91,33 @@ def project(tmp_path: Path) -> dict:
     run_dir = store / "20261126-000000-abcdef"
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text("seed: 0\n")
-    fp = {"code": {"script_sha256": _sha(b"script"),
-                   "modules": {"helper": {"path": str(work / "helper.py"), "sha256": _sha(b"helper")}}},
-          "data": data, "hardware": {}}  # fmt: skip
+    fp = {
+        "code": {
+            "script_sha256": _sha(b"script"),
+            "modules": {"helper": {"path": str(work / "helper.py"), "sha256": _sha(b"helper")}},
+        },
+        "data": data,
+        "hardware": {},
+    }
     return {"work": work, "store": store, "run_dir": run_dir, "fp": fp}
 
 
 def _resolved(work: Path, **store) -> OmegaConf:
-    return OmegaConf.create({"train": {"name": "script", "script": str(work / "train.py")},
-                             "store": {"snapshot_max_mb": 64, **store}})  # fmt: skip
+    return OmegaConf.create(
+        {"train": {"name": "script", "script": str(work / "train.py")}, "store": {"snapshot_max_mb": 64, **store}}
+    )
 
 
 def test_a_run_keeps_at_most_its_caps_and_records_the_rest_as_left_out(project):
     work, run_dir = project["work"], project["run_dir"]
     taken = keep.keep_snapshot(run_dir, _resolved(work, snapshot_max_files=5), project["fp"], str(work))
     assert snapshot.read(run_dir) == taken
-    assert set(taken["files"]) == {str(work / p) for p in ("train.py", "helper.py", "data/f00.bin",
-                                                             "data/f01.bin", "data/f02.bin")}  # fmt: skip
-    assert taken["left_out"] == {str(work / f"data/f{n:02d}.bin"): "over store.snapshot_max_files (5 files kept "
-                                 "per run)" for n in range(3, 12)}  # fmt: skip
+    assert set(taken["files"]) == {
+        str(work / p) for p in ("train.py", "helper.py", "data/f00.bin", "data/f01.bin", "data/f02.bin")
+    }
+    assert taken["left_out"] == {
+        str(work / f"data/f{n:02d}.bin"): "over store.snapshot_max_files (5 files kept per run)" for n in range(3, 12)
+    }
     stored = [p for p in (project["store"] / objects.OBJECTS).rglob("*") if p.is_file()]
     assert len(stored) == 5  # nothing left out was stored
     # a cap of 0 MiB: nothing fits, not even the script
@@ -103,23 +125,36 @@ def test_a_run_keeps_at_most_its_caps_and_records_the_rest_as_left_out(project):
     assert taken["files"] == {} and len(taken["left_out"]) == 14
     assert "over store.snapshot_max_total_mb (0 MiB per run, 0 bytes left)" in taken["left_out"][str(work / "train.py")]
     # a run from before the caps existed: the defaults, which keep all 14 files
-    taken = keep.keep_snapshot(run_dir, OmegaConf.create({"train": {"name": "script", "script": str(work / "train.py")},
-                                                          "store": {}}), project["fp"], str(work))  # fmt: skip
+    taken = keep.keep_snapshot(
+        run_dir,
+        OmegaConf.create({"train": {"name": "script", "script": str(work / "train.py")}, "store": {}}),
+        project["fp"],
+        str(work),
+    )
     assert len(taken["files"]) == 14 and taken["left_out"] == {}
     assert keep.caps(OmegaConf.create({"store": {"snapshot_max_files": None, "snapshot_max_total_mb": None}})) == (
-        64 * MB, None, None)  # fmt: skip
+        64 * MB,
+        None,
+        None,
+    )
 
 
 def test_the_jobs_checkpoints_keep_code_only(project):
     """What the job keeps before a checkpoint (code_only): its script and modules, never its data, which
     the launcher keeps after the job (a checkpoint does not wait for a dataset's copy)."""
     work, run_dir = project["work"], project["run_dir"]
-    facts = {"software": {}, "determinism": {}, "data": project["fp"]["data"],
-             "modules": project["fp"]["code"]["modules"]}  # fmt: skip
+    facts = {
+        "software": {},
+        "determinism": {},
+        "data": project["fp"]["data"],
+        "modules": project["fp"]["code"]["modules"],
+    }
     fp = {**project["fp"], "data": {}}
     taken = keep.keep_so_far(run_dir, _resolved(work), fp, facts, str(work), code_only=True, wait_s=0)
-    assert {p: e["role"] for p, e in taken["files"].items()} == {str(work / "train.py"): "script",
-                                                                  str(work / "helper.py"): "module"}  # fmt: skip
+    assert {p: e["role"] for p, e in taken["files"].items()} == {
+        str(work / "train.py"): "script",
+        str(work / "helper.py"): "module",
+    }
     assert taken["left_out"] == {}
     assert len([p for p in (project["store"] / objects.OBJECTS).rglob("*") if p.is_file()]) == 2
     taken = keep.keep_so_far(run_dir, _resolved(work), fp, facts, str(work))  # the launcher, after the job
@@ -136,8 +171,9 @@ def test_the_job_never_waits_for_a_gc_and_the_launcher_waits_for_it_to_end(proje
         assert time.monotonic() - started < 1
         assert not (run_dir / snapshot.SNAPSHOT).exists() and not (store / objects.OBJECTS).exists()
         taken: list[dict] = []
-        launcher = threading.Thread(target=lambda: taken.append(
-            keep.keep_snapshot(run_dir, _resolved(work), project["fp"], str(work))))
+        launcher = threading.Thread(
+            target=lambda: taken.append(keep.keep_snapshot(run_dir, _resolved(work), project["fp"], str(work)))
+        )
         launcher.start()
         launcher.join(timeout=0.5)
         assert launcher.is_alive() and not (run_dir / snapshot.SNAPSHOT).exists()  # waiting for the gc
@@ -184,13 +220,18 @@ def test_a_refused_replay_names_the_cap_a_differing_unkept_file_was_over():
     from launcher.verdict import replay
 
     diffs = [("data.data/f1.bin", "a" * 64, "b" * 64), ("data.big.npz", "c" * 64, "d" * 64)]
-    why = {"data/f1.bin": "over store.snapshot_max_files (1000 files kept per run)",
-           "big.npz": "70000000 bytes, over store.snapshot_max_mb (64 MiB)"}  # fmt: skip
+    why = {
+        "data/f1.bin": "over store.snapshot_max_files (1000 files kept per run)",
+        "big.npz": "70000000 bytes, over store.snapshot_max_mb (64 MiB)",
+    }
     text = replay.refusal(Path("/s/run"), diffs[:1], ["data/f1.bin"], left_out=why)
-    assert text.endswith("; data/f1.bin was not kept in the run (over store.snapshot_max_files): point the replay at "
-                         "a copy with --data data/f1.bin=PATH")  # fmt: skip
+    assert text.endswith(
+        "; data/f1.bin was not kept in the run (over store.snapshot_max_files): point the replay at "
+        "a copy with --data data/f1.bin=PATH"
+    )
     text = replay.refusal(Path("/s/run"), diffs, ["data/f1.bin", "big.npz"], left_out=why)
     assert "(over store.snapshot_max_files, store.snapshot_max_mb)" in text
     assert "(over store.snapshot_max_mb)" in replay.refusal(Path("/s/run"), diffs[1:], ["big.npz"])  # as before
     assert snapshot.cap_named("12 bytes, over store.snapshot_max_total_mb (0 MiB per run, 0 bytes left)") == (
-        "store.snapshot_max_total_mb")  # fmt: skip
+        "store.snapshot_max_total_mb"
+    )

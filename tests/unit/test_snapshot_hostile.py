@@ -85,14 +85,17 @@ def test_launch_replay_refuses_a_traversal_path_in_one_line_with_exit_2_and_writ
     assert _tree(tmp_path) == before  # nothing written anywhere: not even the replay's working directory
 
 
-@pytest.mark.parametrize("path, why", [
-    ("w/relative.py", "not an absolute path"),
-    ("/w/./train.py", "not a normalised path"),
-    ("//w/train.py", "not a normalised path"),
-    ("/w/train.py/", "not a normalised path"),
-    ("/w/nul\x00.py", "control character"),
-    ("/w/new\nline.py", "control character"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "path, why",
+    [
+        ("w/relative.py", "not an absolute path"),
+        ("/w/./train.py", "not a normalised path"),
+        ("//w/train.py", "not a normalised path"),
+        ("/w/train.py/", "not a normalised path"),
+        ("/w/nul\x00.py", "control character"),
+        ("/w/new\nline.py", "control character"),
+    ],
+)
 def test_every_path_that_is_not_normalised_and_absolute_is_refused_when_read(tmp_path, path, why):
     (tmp_path / snapshot.SNAPSHOT).write_text(json.dumps(_snap({path: {"sha256": _sha(EVIL), "role": "module"}})))
     with pytest.raises(UnsafeRun, match=why) as refused:
@@ -107,9 +110,11 @@ def test_materialize_checks_a_snapshot_given_to_it_directly_and_writes_nothing(t
     dest.mkdir()
     good = {"sha256": _sha(EVIL), "role": "module"}
     before = _tree(tmp_path)
-    for files in ({"/w/a.py": good, _escape(tmp_path): good},  # the good entry first: still nothing written
-                  {"/w/a.py": good, "/w/a.py/b.py": good},  # a file and a directory at once
-                  {"/w/a.py": {"sha256": _sha(EVIL), "role": "root-shell"}}):  # fmt: skip
+    for files in (
+        {"/w/a.py": good, _escape(tmp_path): good},  # the good entry first: still nothing written
+        {"/w/a.py": good, "/w/a.py/b.py": good},  # a file and a directory at once
+        {"/w/a.py": {"sha256": _sha(EVIL), "role": "root-shell"}},
+    ):
         with pytest.raises(UnsafeRun):
             snapshot.materialize(store, _snap(files), dest)
         assert _tree(tmp_path) == before
@@ -121,16 +126,27 @@ def test_materialize_checks_a_snapshot_given_to_it_directly_and_writes_nothing(t
 
 
 # ---------------------------------------------------------------- an object name that is a path
-@pytest.mark.parametrize("sha", ["../../secret.txt", "ab/../../../secret.txt", "/etc/passwd",
-                                 _sha(EVIL).upper(), _sha(EVIL)[:63], _sha(EVIL) + "0", 7])  # fmt: skip
+@pytest.mark.parametrize(
+    "sha",
+    [
+        "../../secret.txt",
+        "ab/../../../secret.txt",
+        "/etc/passwd",
+        _sha(EVIL).upper(),
+        _sha(EVIL)[:63],
+        _sha(EVIL) + "0",
+        7,
+    ],
+)
 def test_a_sha256_that_is_not_64_lowercase_hex_digits_is_refused_before_any_copy(tmp_path, sha):
     store = _store(tmp_path)
     secret = tmp_path / "secret.txt"
     secret.write_bytes(b"the user's secret\n")
     dest = tmp_path / "dest"
     dest.mkdir()
-    snap = _snap({"/w/train.py": {"sha256": _sha(EVIL), "role": "script"},
-                  "/w/stolen.txt": {"sha256": sha, "role": "data"}})  # fmt: skip
+    snap = _snap(
+        {"/w/train.py": {"sha256": _sha(EVIL), "role": "script"}, "/w/stolen.txt": {"sha256": sha, "role": "data"}}
+    )
     before = _tree(tmp_path)
     with pytest.raises(UnsafeRun, match="not 64 lowercase hex digits"):
         snapshot.materialize(store, snap, dest)
@@ -212,18 +228,24 @@ def _interrupted_script_run(tmp_path: Path) -> tuple[Path, Path, dict]:
     from omegaconf import OmegaConf
 
     from launcher.record.store import keep
+
     work = tmp_path / "w"
     work.mkdir()
     (work / "train.py").write_bytes(b"import helper\n")
     (work / "helper.py").write_bytes(b"X = 1\n")
     store = tmp_path / "store"
     run_dir = runs.create(store)
-    resolved = OmegaConf.create({"seed": 0, "train": {"name": "script", "script": str(work / "train.py")},
-                                 "store": {"snapshot_max_mb": 64}})  # fmt: skip
+    resolved = OmegaConf.create(
+        {"seed": 0, "train": {"name": "script", "script": str(work / "train.py")}, "store": {"snapshot_max_mb": 64}}
+    )
     runs.write_bytes(run_dir / "config.yaml", OmegaConf.to_yaml(resolved).encode())
     fp = {"schema": 3, "code": {"script_sha256": _sha(b"import helper\n")}, "data": {}, "hardware": {}}
-    facts = {"software": {}, "determinism": {}, "data": {},
-             "modules": {"helper": {"path": str(work / "helper.py"), "sha256": _sha(b"X = 1\n")}}}  # fmt: skip
+    facts = {
+        "software": {},
+        "determinism": {},
+        "data": {},
+        "modules": {"helper": {"path": str(work / "helper.py"), "sha256": _sha(b"X = 1\n")}},
+    }
     runs.write_json(run_dir / "fingerprint.json", fp)
     runs.write_json(run_dir / "job-facts.json", facts)
     runs.write_json(run_dir / "job.json", {"launch_dir": str(work), "root": None})
@@ -300,9 +322,15 @@ def test_a_private_files_object_and_layout_are_not_readable_by_others(tmp_path):
     shared = tmp_path / "train.py"
     shared.write_bytes(b"print(1)\n")
     shared.chmod(0o755)
-    taken = snapshot.take(store, {str(private): {"sha256": _sha(b"patient records"), "role": "data"},
-                                  str(shared): {"sha256": _sha(b"print(1)\n"), "role": "script"}},
-                          {}, str(tmp_path))  # fmt: skip
+    taken = snapshot.take(
+        store,
+        {
+            str(private): {"sha256": _sha(b"patient records"), "role": "data"},
+            str(shared): {"sha256": _sha(b"print(1)\n"), "role": "script"},
+        },
+        {},
+        str(tmp_path),
+    )
     obj = objects.object_path(store, _sha(b"patient records"))
     assert stat.S_IMODE(obj.stat().st_mode) == 0o400  # read by its owner only, written by nobody
     assert stat.S_IMODE(objects.object_path(store, _sha(b"print(1)\n")).stat().st_mode) == 0o555

@@ -134,17 +134,17 @@ def test_expand_rejects_sweeps_that_cannot_run(override, message):
 def test_launcher_choice_is_the_last_on_the_command_line():
     assert sweep.launcher_choice([]) == "joblib"
     assert sweep.launcher_choice(["hydra/launcher=submitit_local"]) == "submitit_local"
-    assert sweep.launcher_choice(["hydra/launcher=a", "hydra/launcher=submitit_slurm"]) == (
-        "submitit_slurm"
-    )
+    assert sweep.launcher_choice(["hydra/launcher=a", "hydra/launcher=submitit_slurm"]) == ("submitit_slurm")
 
 
 def test_auto_slots_follow_the_configured_intra_op_threads(store):
-    plan = sweep.prepare(["+seed=1,2", "determinism.intra_op_threads=2", _store_arg(store)],
-                         gpus=[], cores=[0, 1, 2, 3])  # fmt: skip
+    plan = sweep.prepare(
+        ["+seed=1,2", "determinism.intra_op_threads=2", _store_arg(store)], gpus=[], cores=[0, 1, 2, 3]
+    )
     assert [s.device for s in plan.slots] == ["cpu 0-1", "cpu 2-3"]
-    plan = sweep.prepare(["+seed=1,2", "determinism.intra_op_threads=auto", _store_arg(store)],
-                         gpus=[], cores=[0, 1, 2, 3])  # fmt: skip
+    plan = sweep.prepare(
+        ["+seed=1,2", "determinism.intra_op_threads=auto", _store_arg(store)], gpus=[], cores=[0, 1, 2, 3]
+    )
     assert [s.device for s in plan.slots] == ["cpu 0-3"]
 
 
@@ -191,9 +191,14 @@ def test_cli_reports_bad_sweeps_with_exit_2_and_creates_nothing(store, capsys):
 
 
 def test_slurm_sweeps_compose_and_leave_devices_to_the_scheduler(store):
-    overrides = ["+seed=range(3)", "hydra/launcher=submitit_slurm",
-                 "hydra.launcher.gpus_per_node=1", "hydra.launcher.partition=gpu",
-                 "runtime.slots=64", _store_arg(store)]  # fmt: skip
+    overrides = [
+        "+seed=range(3)",
+        "hydra/launcher=submitit_slurm",
+        "hydra.launcher.gpus_per_node=1",
+        "hydra.launcher.partition=gpu",
+        "runtime.slots=64",
+        _store_arg(store),
+    ]
     plan = sweep.prepare(overrides, gpus=[], cores=CORES2)
     assert plan.slots == [] and plan.launcher == "submitit_slurm"
     argv = sweep.hydra_argv(plan, overrides, store / "sweeps" / "x")
@@ -204,8 +209,9 @@ def test_slurm_launcher_config_is_hydras_submitit_plugin():
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(config_module="launcher.configs", version_base=None):
-        cfg = compose("launch", ["hydra/launcher=submitit_slurm", "hydra.launcher.gpus_per_node=1"],
-                      return_hydra_config=True)  # fmt: skip
+        cfg = compose(
+            "launch", ["hydra/launcher=submitit_slurm", "hydra.launcher.gpus_per_node=1"], return_hydra_config=True
+        )
     assert cfg.hydra.launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert cfg.hydra.launcher.gpus_per_node == 1
 
@@ -244,22 +250,42 @@ class FakeJob:
         self.status, self.error = status, error
 
     def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env, track, root=None, on_created=None):
-        self.calls.append(dict(store_root=store_root, cwd=cwd, cpus=cpus, echo=echo, track=track,
-                               extra_env=extra_env, env=dict(__import__("os").environ)))  # fmt: skip
+        self.calls.append(
+            dict(
+                store_root=store_root,
+                cwd=cwd,
+                cpus=cpus,
+                echo=echo,
+                track=track,
+                extra_env=extra_env,
+                env=dict(__import__("os").environ),
+            )
+        )
         if on_created is not None:
             on_created(Path(store_root) / "run-1")
         if self.error:
             raise self.error
         result = {"final_metrics": {"loss": 0.5}, "weights_sha256": "ab" * 32}
-        return Outcome(Path(store_root) / "run-1", self.status, int(cfg.seed), result=result,
-                       error=None if self.status == "complete" else "boom")  # fmt: skip
+        return Outcome(
+            Path(store_root) / "run-1",
+            self.status,
+            int(cfg.seed),
+            result=result,
+            error=None if self.status == "complete" else "boom",
+        )
 
 
 def _sweep_dir(tmp_path: Path, slot_list, **extra) -> Path:
     d = tmp_path / "sweep"
     (d / sweep.JOBS).mkdir(parents=True)
-    meta = {"slots": [s.to_dict() for s in slot_list], "store_root": str(tmp_path),
-            "cwd": str(tmp_path), "swept": ["+seed"], "worker_env": {}, **extra}  # fmt: skip
+    meta = {
+        "slots": [s.to_dict() for s in slot_list],
+        "store_root": str(tmp_path),
+        "cwd": str(tmp_path),
+        "swept": ["+seed"],
+        "worker_env": {},
+        **extra,
+    }
     runs.write_json(d / sweep.SWEEP, meta)
     return d
 
@@ -406,8 +432,9 @@ class FakeReplay(types.ModuleType):
         verdict = self.verdicts[run_dir.name]
         if verdict == "RAISE":
             raise NotComparable("key differs: software.tensorflow", [])
-        return types.SimpleNamespace(original=run_dir, new_run=run_dir.parent / "new",
-                                     verdict=verdict, exit_code=0, detail="")  # fmt: skip
+        return types.SimpleNamespace(
+            original=run_dir, new_run=run_dir.parent / "new", verdict=verdict, exit_code=0, detail=""
+        )
 
 
 @pytest.fixture
@@ -461,8 +488,9 @@ def test_verify_rejects_what_is_not_a_sweep(tmp_path, capsys):
 def test_a_sweep_whose_jobs_seed_themselves_says_the_seed_did_not_reach_them():
     from launcher.sweep import report
 
-    jobs = [{"num": i, "seed": i, "status": "complete", "weights_sha256": "ab" * 32, "final_metrics": {}}
-            for i in range(3)]  # fmt: skip
+    jobs = [
+        {"num": i, "seed": i, "status": "complete", "weights_sha256": "ab" * 32, "final_metrics": {}} for i in range(3)
+    ]
     summary = report.summarize(jobs)
     summary["seeds_set_by_jobs"] = [{"call": "keras.utils.set_random_seed", "value": 42, "where": "train.py:7"}]
     note = report.seed_note(summary)
@@ -474,6 +502,7 @@ def test_a_sweep_whose_jobs_seed_themselves_says_the_seed_did_not_reach_them():
 
 def test_a_requeued_job_finds_the_run_its_earlier_attempt_started(tmp_path):
     from launcher.job.training import checkpoints
+
     d = _sweep_dir(tmp_path, [])
     assert sweep.requeued_run(d, 0) is None  # a first attempt
     run_dir = runs.create(tmp_path / "store")

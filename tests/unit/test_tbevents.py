@@ -50,10 +50,17 @@ def test_crc32c_and_record_framing_match_tensorboards_own():
 
 
 def test_epoch_metrics_and_traced_loss_read_back_by_tensorboard(tmp_path):
-    append(tmp_path / "metrics.jsonl", {"epoch": 1, "loss": 0.5, "accuracy": 0.75, "note": "text", "flag": True},
-           {"epoch": 2, "loss": 0.25, "accuracy": 0.875})  # fmt: skip
-    append(tmp_path / "trace.jsonl", {"step": 0, "epoch": 0, "loss": None}, {"step": 10, "epoch": 1, "loss": 1.5},
-           {"step": 20, "epoch": 2, "loss": float("nan")})  # fmt: skip
+    append(
+        tmp_path / "metrics.jsonl",
+        {"epoch": 1, "loss": 0.5, "accuracy": 0.75, "note": "text", "flag": True},
+        {"epoch": 2, "loss": 0.25, "accuracy": 0.875},
+    )
+    append(
+        tmp_path / "trace.jsonl",
+        {"step": 0, "epoch": 0, "loss": None},
+        {"step": 10, "epoch": 1, "loss": 1.5},
+        {"step": 20, "epoch": 2, "loss": float("nan")},
+    )
     tbevents.EventLog(tmp_path).start()
     got = scalars(tmp_path)
     assert sorted(got) == ["epoch/accuracy", "epoch/loss", "trace/loss"]  # text and bools are not scalars

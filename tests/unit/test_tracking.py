@@ -85,16 +85,29 @@ def test_params_metrics_and_tags_of_a_run():
     lines = [{"epoch": 1, "loss": 2.0, "ok": True, "note": "x"}, {"epoch": 2, "loss": 1.5}, {"loss": 9.0}]
     assert tracking.epoch_metrics(lines) == [("loss", 2.0, 1), ("loss", 1.5, 2)]
     assert tracking.epoch_metrics([{"epoch": 1, "f1@0.5": 0.5, "val/loss": 1.0}]) == [
-        ("f1_0.5", 0.5, 1), ("val/loss", 1.0, 1)]  # fmt: skip
-    tags = tracking.run_tags(Path("/s/20261123-101500-aaaaaa"), CFG, {"config_sha256": "c" * 64},
-                             {"weights_sha256": "ab" * 32}, {"state": "complete"}, "k" * 64)  # fmt: skip
+        ("f1_0.5", 0.5, 1),
+        ("val/loss", 1.0, 1),
+    ]
+    tags = tracking.run_tags(
+        Path("/s/20261123-101500-aaaaaa"),
+        CFG,
+        {"config_sha256": "c" * 64},
+        {"weights_sha256": "ab" * 32},
+        {"state": "complete"},
+        "k" * 64,
+    )
     assert tags["launch.run_id"] == "20261123-101500-aaaaaa" and tags["mlflow.runName"] == "20261123-101500-aaaaaa"
     assert tags["launch.key_sha256"] == "k" * 64 and tags["launch.weights_sha256"] == "ab" * 32
     assert tags["launch.level"] == "strict" and tags["launch.seed"] == "7" and tags["launch.status"] == "complete"
     assert "launch.error" not in tags
     summary = {"metrics": {"loss": {"n": 2, "mean": 1.5, "std": 0.5, "min": 1.0, "max": 2.0}}, "distinct_weights": 2}
-    assert tracking.sweep_metrics(summary) == {"loss_mean": 1.5, "loss_std": 0.5, "loss_min": 1.0, "loss_max": 2.0,
-                                               "distinct_weights": 2.0}  # fmt: skip
+    assert tracking.sweep_metrics(summary) == {
+        "loss_mean": 1.5,
+        "loss_std": 0.5,
+        "loss_min": 1.0,
+        "loss_max": 2.0,
+        "distinct_weights": 2.0,
+    }
 
 
 def test_tracking_settings_stay_out_of_the_config_hash():
@@ -197,8 +210,11 @@ def test_the_process_environment_is_left_as_it_was(store, monkeypatch):
         return "ok"
 
     assert tracking._with_client(tracking.target(cfg, root), spy) == "ok"
-    assert seen == {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
-                    "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+    assert seen == {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
     assert dict(os.environ) == before
 
 
@@ -208,9 +224,13 @@ def test_a_sweep_is_a_parent_with_its_jobs_as_children_and_verdicts_are_tags(sto
     b = sealed_run(root, {**cfg, "seed": 2}, name="20261123-101501-000005")
     sweep_dir = root / "sweeps" / "20261123-101459-000006"
     sweep_dir.mkdir(parents=True)
-    summary = {"jobs": [{"num": 0, "run_dir": str(a)}, {"num": 1, "run_dir": str(b)}], "ok": True,
-               "counts": {"complete": 2}, "distinct_weights": 1,
-               "metrics": {"loss": {"n": 2, "mean": 1.5, "std": 0.0, "min": 1.5, "max": 1.5}}}  # fmt: skip
+    summary = {
+        "jobs": [{"num": 0, "run_dir": str(a)}, {"num": 1, "run_dir": str(b)}],
+        "ok": True,
+        "counts": {"complete": 2},
+        "distinct_weights": 1,
+        "metrics": {"loss": {"n": 2, "mean": 1.5, "std": 0.0, "min": 1.5, "max": 1.5}},
+    }
     parent = tracking.log_sweep(sweep_dir, summary, {"overrides": ["+seed=1,2"], "swept": ["+seed"]})
     found = all_runs(root, cfg["tracking"]["experiment"])
     assert len(found) == 3

@@ -39,14 +39,16 @@ def test_classify(path, kind):
 
 
 def test_parse_maps_keeps_shared_libraries_in_first_mapped_order():
-    text = "\n".join([
-        "7f00-7f01 r--p 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libm.so.6",
-        "7f01-7f02 r-xp 00001000 08:01 1 /usr/lib/x86_64-linux-gnu/libm.so.6",
-        "7f02-7f03 r--p 00000000 08:01 2 /py/lib/python3.11/site-packages/tensorflow/libtensorflow_cc.so.2",
-        "7f03-7f04 rw-p 00000000 00:00 0 [heap]",
-        "7f04-7f05 r--p 00000000 08:01 3 /tmp/gone.so (deleted)",
-        "7f05-7f06 r--p 00000000 08:01 4 /data/weights.bin",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "7f00-7f01 r--p 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libm.so.6",
+            "7f01-7f02 r-xp 00001000 08:01 1 /usr/lib/x86_64-linux-gnu/libm.so.6",
+            "7f02-7f03 r--p 00000000 08:01 2 /py/lib/python3.11/site-packages/tensorflow/libtensorflow_cc.so.2",
+            "7f03-7f04 rw-p 00000000 00:00 0 [heap]",
+            "7f04-7f05 r--p 00000000 08:01 3 /tmp/gone.so (deleted)",
+            "7f05-7f06 r--p 00000000 08:01 4 /data/weights.bin",
+        ]
+    )
     assert usage.parse_maps(text) == [
         "/usr/lib/x86_64-linux-gnu/libm.so.6",
         "/py/lib/python3.11/site-packages/tensorflow/libtensorflow_cc.so.2",
@@ -54,11 +56,13 @@ def test_parse_maps_keeps_shared_libraries_in_first_mapped_order():
 
 
 def test_parse_maps_reads_a_path_with_spaces_and_lines_without_a_path():
-    text = "\n".join([
-        "7f00-7f01 rw-p 00000000 00:00 0",  # an anonymous mapping: no path
-        "7f01-7f02 r--p 00000000 08:01 1 /opt/my libs/libx.so.1",
-        "7f02-7f03 r--p 00000000 08:01 2 /usr/lib/libm.so.6",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "7f00-7f01 rw-p 00000000 00:00 0",  # an anonymous mapping: no path
+            "7f01-7f02 r--p 00000000 08:01 1 /opt/my libs/libx.so.1",
+            "7f02-7f03 r--p 00000000 08:01 2 /usr/lib/libm.so.6",
+        ]
+    )
     assert usage.parse_maps(text) == ["/opt/my libs/libx.so.1", "/usr/lib/libm.so.6"]
 
 
@@ -68,8 +72,9 @@ def test_tool_caches_are_below_every_cache_and_config_root():
     for base in ("/home/u/.cache", "/home/u/.config", "/x/cache", "/x/config"):
         assert {f"{base}/{tool}" for tool in usage.TOOL_CACHES} <= set(caches), base
     assert caches[-1] == "/mpl" and len(caches) == 4 * len(usage.TOOL_CACHES) + 1
-    assert usage.tool_caches("/home/u", {}) == tuple(f"/home/u/{base}/{tool}" for base in (".cache", ".config")
-                                                     for tool in usage.TOOL_CACHES)  # fmt: skip
+    assert usage.tool_caches("/home/u", {}) == tuple(
+        f"/home/u/{base}/{tool}" for base in (".cache", ".config") for tool in usage.TOOL_CACHES
+    )
 
 
 def test_a_path_the_job_named_relatively_is_shown_relative_to_the_launch_directory_by_default():
@@ -84,9 +89,12 @@ def test_data_files_judge_each_file_on_its_own(tmp_path):
         (tmp_path / name).write_text("x")
     read = {"read": True, "written_first": False, "stat": ("x",)}
     opened = {str(tmp_path / name): read for name in ("a.pyc", "b.pyo", "c.pth", "d.py", "z.csv")}
-    opened |= {str(tmp_path / "a\0sentinel"): read, str(tmp_path / "a-out"): {"read": True, "written_first": True},
-               str(tmp_path / "a-absent"): {"read": True, "written_first": False, "stat": None},
-               str(tmp_path / "home" / ".cache" / "pip" / "x.csv"): read}  # fmt: skip
+    opened |= {
+        str(tmp_path / "a\0sentinel"): read,
+        str(tmp_path / "a-out"): {"read": True, "written_first": True},
+        str(tmp_path / "a-absent"): {"read": True, "written_first": False, "stat": None},
+        str(tmp_path / "home" / ".cache" / "pip" / "x.csv"): read,
+    }
     (tmp_path / "home" / ".cache" / "pip").mkdir(parents=True)
     (tmp_path / "home" / ".cache" / "pip" / "x.csv").write_text("a tool's own cache")
     assert usage.data_files(opened, ROOTS, str(tmp_path / "home")) == [str(tmp_path / "z.csv")]
@@ -112,22 +120,31 @@ def test_data_files_are_what_the_job_read_and_nothing_else(tmp_path):
         str(tmp_path / "missing.npz"): read,  # gone by now
         str(tmp_path / "written.npz"): {"read": False, "written_first": True},
     }
-    assert usage.data_files(opened, ROOTS, str(home)) == [str(tmp_path / "data.npz"),
-                                                          str(home / ".cache" / "myproject" / "train.csv")]  # fmt: skip
+    assert usage.data_files(opened, ROOTS, str(home)) == [
+        str(tmp_path / "data.npz"),
+        str(home / ".cache" / "myproject" / "train.csv"),
+    ]
 
 
 def test_tools_caches_under_xdg_directories_and_files_absent_when_read_are_not_data(tmp_path):
     """matplotlib keeps its font list in $XDG_CACHE_HOME/matplotlib (or $MPLCONFIGDIR): its own
     cache, never the job's data; and a file the job looked for before anything made it held no input."""
     xdg, mpl = tmp_path / "xdg-cache", tmp_path / "mpl"
-    for path in (xdg / "matplotlib" / "fontlist.json", mpl / "fontlist.json", xdg / "myproject" / "a.csv",
-                 tmp_path / "made-later.json"):  # fmt: skip
+    for path in (
+        xdg / "matplotlib" / "fontlist.json",
+        mpl / "fontlist.json",
+        xdg / "myproject" / "a.csv",
+        tmp_path / "made-later.json",
+    ):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
     read = {"read": True, "written_first": False, "stat": ("x",)}
-    opened = {str(xdg / "matplotlib" / "fontlist.json"): read, str(mpl / "fontlist.json"): read,
-              str(xdg / "myproject" / "a.csv"): read,
-              str(tmp_path / "made-later.json"): {"read": True, "written_first": False, "stat": None}}  # fmt: skip
+    opened = {
+        str(xdg / "matplotlib" / "fontlist.json"): read,
+        str(mpl / "fontlist.json"): read,
+        str(xdg / "myproject" / "a.csv"): read,
+        str(tmp_path / "made-later.json"): {"read": True, "written_first": False, "stat": None},
+    }
     environ = {"XDG_CACHE_HOME": str(xdg), "MPLCONFIGDIR": str(mpl)}
     home = str(tmp_path / "home")
     assert usage.data_files(opened, ROOTS, home, environ=environ) == [str(xdg / "myproject" / "a.csv")]
@@ -179,7 +196,10 @@ def test_scan_finds_the_files_of_listed_directories_and_patterns_but_not_of_runs
     listed = dict.fromkeys([str(tmp_path / "imgs"), str(run / "outputs"), str(tmp_path / "nowhere")], False)
     found = usage._scan(listed, {str(tmp_path / "shards" / "x-*.tfrecord"): False})
     assert sorted(os.path.relpath(path, tmp_path) for path, _, _ in found) == [
-        "imgs/a.png", "shards/x-0.tfrecord", "shards/x-1.tfrecord"]  # fmt: skip
+        "imgs/a.png",
+        "shards/x-0.tfrecord",
+        "shards/x-1.tfrecord",
+    ]
 
 
 @pytest.fixture
@@ -235,8 +255,15 @@ def test_gather_counts_listed_files_as_read(tmp_path):
     (data / "a.png").write_bytes(b"png")
     run = tmp_path / "run"
     run.mkdir()
-    used = usage.gather({}, str(run), str(tmp_path), modules={}, maps_text="",
-                        listed=[str(data)], started_ns=os.stat(data / "a.png").st_mtime_ns + 1)  # fmt: skip
+    used = usage.gather(
+        {},
+        str(run),
+        str(tmp_path),
+        modules={},
+        maps_text="",
+        listed=[str(data)],
+        started_ns=os.stat(data / "a.png").st_mtime_ns + 1,
+    )
     assert used["data"] == {"imgs/a.png": hashlib.sha256(b"png").hexdigest()}
     later = usage.gather({}, str(run), str(tmp_path), modules={}, maps_text="", listed=[str(data)], started_ns=0)
     assert later["data"] == {}  # written after the job started: its output
@@ -270,11 +297,18 @@ def test_globs_are_recorded_as_patterns_and_only_what_matches_counts(recording, 
     sorted(tmp_path.glob("*/notes.txt"))
     sorted((tmp_path / "a").rglob("*.png"))
     assert str(tmp_path) not in reads.listed
-    assert list(reads.patterns) == [str(tmp_path / "*" / "img.png"), str(tmp_path / "*/notes.txt"),
-                                    str(tmp_path / "a" / "**" / "*.png")]  # fmt: skip
+    assert list(reads.patterns) == [
+        str(tmp_path / "*" / "img.png"),
+        str(tmp_path / "*/notes.txt"),
+        str(tmp_path / "a" / "**" / "*.png"),
+    ]
     found = usage._scan({}, reads.patterns)
-    assert sorted(os.path.relpath(p, tmp_path) for p, _, _ in found) == ["a/img.png", "a/img.png", "b/img.png",
-                                                                       "b/notes.txt"]  # fmt: skip
+    assert sorted(os.path.relpath(p, tmp_path) for p, _, _ in found) == [
+        "a/img.png",
+        "a/img.png",
+        "b/img.png",
+        "b/notes.txt",
+    ]
 
 
 def test_a_file_is_recorded_as_the_job_named_it(tmp_path):
@@ -287,10 +321,24 @@ def test_a_file_is_recorded_as_the_job_named_it(tmp_path):
         (tmp_path / name).write_bytes(name.encode())
     run = tmp_path / "run"
     run.mkdir()
-    opened = {str(tmp_path / name): {"read": True, "written_first": False, "stat": stat_key(str(tmp_path / name)),
-                                     "relative": name == "rel.npz"} for name in ("rel.npz", "abs.npz")}  # fmt: skip
-    used = usage.gather(opened, str(run), str(tmp_path), modules={}, maps_text="",
-                        listed={str(tmp_path / "listed"): False}, started_ns=time.time_ns() + 1)  # fmt: skip
+    opened = {
+        str(tmp_path / name): {
+            "read": True,
+            "written_first": False,
+            "stat": stat_key(str(tmp_path / name)),
+            "relative": name == "rel.npz",
+        }
+        for name in ("rel.npz", "abs.npz")
+    }
+    used = usage.gather(
+        opened,
+        str(run),
+        str(tmp_path),
+        modules={},
+        maps_text="",
+        listed={str(tmp_path / "listed"): False},
+        started_ns=time.time_ns() + 1,
+    )
     assert set(used["data"]) == {"rel.npz", str(tmp_path / "abs.npz"), str(tmp_path / "listed" / "a.png")}
 
 
@@ -330,9 +378,15 @@ def test_the_same_wheel_installed_elsewhere_or_otherwise_has_the_same_identity(t
         ("demo-1.0.dist-info/INSTALLER", "sha256=uv"),
         ("demo-1.0.dist-info/direct_url.json", "sha256=from-/tmp/b"),
         ("demo/__pycache__/__init__.cpython-311.pyc", "sha256=compiled-at-install-2"),  # another source mtime
-        *[(p, h) for p, h in _RECORD if not p.startswith(("..", "demo/__pycache__")) and "INSTALLER" not in p
-          and "REQUESTED" not in p and "direct_url" not in p],  # no REQUESTED: installed as a dependency
-    ][::-1]  # fmt: skip
+        *[
+            (p, h)
+            for p, h in _RECORD
+            if not p.startswith(("..", "demo/__pycache__"))
+            and "INSTALLER" not in p
+            and "REQUESTED" not in p
+            and "direct_url" not in p
+        ],  # no REQUESTED: installed as a dependency
+    ][::-1]
     a = _identity(_install(tmp_path / "a", _RECORD), monkeypatch)
     b = _identity(_install(tmp_path / "b", elsewhere), monkeypatch)
     assert a["version"] == b["version"] == "1.0"
@@ -342,8 +396,9 @@ def test_the_same_wheel_installed_elsewhere_or_otherwise_has_the_same_identity(t
 
 def test_a_changed_module_or_metadata_changes_the_identity(tmp_path, monkeypatch):
     a = _identity(_install(tmp_path / "a", _RECORD), monkeypatch)
-    for i, (path, digest) in enumerate([("demo/__init__.py", "sha256=module-b"),
-                                        ("demo-1.0.dist-info/METADATA", "sha256=metadata-b")]):  # fmt: skip
+    for i, (path, digest) in enumerate(
+        [("demo/__init__.py", "sha256=module-b"), ("demo-1.0.dist-info/METADATA", "sha256=metadata-b")]
+    ):
         record = [(p, digest if p == path else h) for p, h in _RECORD]
         assert _identity(_install(tmp_path / f"b{i}", record), monkeypatch)["files_sha256"] != a["files_sha256"]
     added = _identity(_install(tmp_path / "c", [*_RECORD, ("demo/extra.py", "sha256=x")]), monkeypatch)
@@ -353,15 +408,26 @@ def test_a_changed_module_or_metadata_changes_the_identity(tmp_path, monkeypatch
 
 def test_content_entries_keep_only_what_the_distribution_contains():
     text = '"demo/a,b.py",sha256=comma,3\r\n"demo/q""uote.py",sha256=q,1\r\n../../../bin/demo,sha256=s,9\r\n'
-    assert distributions.parse_record(text) == [("demo/a,b.py", "sha256=comma"), ('demo/q"uote.py', "sha256=q"),
-                                        ("../../../bin/demo", "sha256=s")]  # fmt: skip
-    kept = distributions.content_entries([*_RECORD, ("/usr/share/demo/data.txt", "sha256=abs"),
-                                          ("demo/legacy.pyc", "sha256=p"), ("demo/none.py", ""),
-                                          ("demo/__init__.py", "sha256=module-a")])  # fmt: skip
-    assert kept == [("demo-1.0.dist-info/METADATA", "sha256=metadata"),
-                    ("demo-1.0.dist-info/entry_points.txt", "sha256=entry-points"),
-                    ("demo/__init__.py", "sha256=module-a"),
-                    ("demo/legacy.pyc", "sha256=p")]  # a sourceless distribution's bytecode is its content
+    assert distributions.parse_record(text) == [
+        ("demo/a,b.py", "sha256=comma"),
+        ('demo/q"uote.py', "sha256=q"),
+        ("../../../bin/demo", "sha256=s"),
+    ]
+    kept = distributions.content_entries(
+        [
+            *_RECORD,
+            ("/usr/share/demo/data.txt", "sha256=abs"),
+            ("demo/legacy.pyc", "sha256=p"),
+            ("demo/none.py", ""),
+            ("demo/__init__.py", "sha256=module-a"),
+        ]
+    )
+    assert kept == [
+        ("demo-1.0.dist-info/METADATA", "sha256=metadata"),
+        ("demo-1.0.dist-info/entry_points.txt", "sha256=entry-points"),
+        ("demo/__init__.py", "sha256=module-a"),
+        ("demo/legacy.pyc", "sha256=p"),
+    ]  # a sourceless distribution's bytecode is its content
     assert distributions.files_sha256([("../../../bin/demo", "sha256=s")]) is None
 
 
@@ -370,8 +436,9 @@ def test_a_distribution_without_a_record_is_hashed_by_the_files_it_lists(tmp_pat
         info = site / "demo-1.0-py3.11.egg-info"
         info.mkdir(parents=True)
         (info / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: demo\nVersion: 1.0\n")
-        (info / "installed-files.txt").write_text("../demo/__init__.py\n../demo/__pycache__/__init__.cpython-311.pyc\n"
-                                                  "../../../../bin/demo\nPKG-INFO\n")  # fmt: skip
+        (info / "installed-files.txt").write_text(
+            "../demo/__init__.py\n../demo/__pycache__/__init__.cpython-311.pyc\n../../../../bin/demo\nPKG-INFO\n"
+        )
         (site / "demo" / "__pycache__").mkdir(parents=True)
         (site / "demo" / "__init__.py").write_text(source)
         (site / "demo" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(os.urandom(8))
@@ -391,13 +458,17 @@ def test_the_key_holds_a_distributions_version_and_content_and_an_old_record_its
         return out
 
     assert key.KEY["software.distributions"](fp(files_sha256="f", record_sha256="r")) == {
-        "keras": {"version": "3.15.1", "files_sha256": "f"}, "gone": None}
+        "keras": {"version": "3.15.1", "files_sha256": "f"},
+        "gone": None,
+    }
     assert key.key_differences(fp(files_sha256="f", record_sha256="r1"), fp(files_sha256="f", record_sha256="r2")) == []
     # A run recorded before files_sha256 is held to its RECORD: never equal to a files hash,
     # and compared with its like by the RECORD, as it was then.
     diffs = key.key_differences(fp(record_sha256="r"), fp(files_sha256="f", record_sha256="r"))
-    assert diffs == [("software.distributions.keras.files_sha256", None, "f"),
-                     ("software.distributions.keras.record_sha256", "r", None)]  # fmt: skip
+    assert diffs == [
+        ("software.distributions.keras.files_sha256", None, "f"),
+        ("software.distributions.keras.record_sha256", "r", None),
+    ]
     assert key.key_differences(fp(record_sha256="r"), fp(record_sha256="r")) == []
     assert key.key_differences(fp(record_sha256="r1"), fp(record_sha256="r2"))
 
@@ -406,10 +477,20 @@ def test_only_what_the_job_imported_itself_and_what_that_requires_is_keyed():
     """Keras imports pandas and scipy when they are installed (optional probes): installing
     them must not make runs incomparable. A script that imports pandas itself keys it."""
     used = ["tensorflow-cpu", "keras", "numpy", "pandas", "scipy", "pytz", "nvidia-cublas-cu12"]
-    imported = {"tensorflow-cpu": {"tensorflow"}, "keras": {"keras"}, "numpy": {"numpy"}, "pandas": {"pandas"},
-                "scipy": {"scipy"}, "pytz": {"pytz"}}  # nvidia-*: loaded as a library, never imported
-    requires = {"tensorflow-cpu": ["keras", "numpy"], "keras": ["numpy"], "pandas": ["numpy", "pytz"],
-                "scipy": ["numpy"]}  # fmt: skip
+    imported = {
+        "tensorflow-cpu": {"tensorflow"},
+        "keras": {"keras"},
+        "numpy": {"numpy"},
+        "pandas": {"pandas"},
+        "scipy": {"scipy"},
+        "pytz": {"pytz"},
+    }  # nvidia-*: loaded as a library, never imported
+    requires = {
+        "tensorflow-cpu": ["keras", "numpy"],
+        "keras": ["numpy"],
+        "pandas": ["numpy", "pytz"],
+        "scipy": ["numpy"],
+    }
     probed = distributions.keyed_distributions(used, imported, {"tensorflow"}, requires)
     assert probed == {"tensorflow-cpu", "keras", "numpy", "nvidia-cublas-cu12"}
     mine = distributions.keyed_distributions(used, imported, {"tensorflow", "pandas"}, requires)
@@ -420,22 +501,44 @@ def test_only_what_the_job_imported_itself_and_what_that_requires_is_keyed():
     used_chain = ["app", "lib", "core", "unrelated"]
     imported_chain = {"app": {"app"}, "lib": {"lib"}, "core": {"core"}, "unrelated": {"unrelated"}}
     assert distributions.keyed_distributions(used_chain, imported_chain, {"app"}, chain) == {"app", "lib", "core"}
-    assert distributions.parse_requires(["numpy>=1.26", "pandas ; extra == 'pandas'", "rich", "ml-dtypes (>=0.5)",
-                                 "Typing_Extensions; python_version < '3.12'"]) == [
-        "numpy", "rich", "ml-dtypes", "typing-extensions"]  # fmt: skip
+    assert distributions.parse_requires(
+        [
+            "numpy>=1.26",
+            "pandas ; extra == 'pandas'",
+            "rich",
+            "ml-dtypes (>=0.5)",
+            "Typing_Extensions; python_version < '3.12'",
+        ]
+    ) == ["numpy", "rich", "ml-dtypes", "typing-extensions"]
 
 
 def test_record_lines_with_and_without_a_hash():
-    assert distributions.parse_record("a.py,sha256=x,10\nb\n\nc/d.txt,,3\n") == [("a.py", "sha256=x"), ("b", ""),
-                                                                        ("c/d.txt", "")]  # fmt: skip
+    assert distributions.parse_record("a.py,sha256=x,10\nb\n\nc/d.txt,,3\n") == [
+        ("a.py", "sha256=x"),
+        ("b", ""),
+        ("c/d.txt", ""),
+    ]
 
 
 def test_content_entries_are_the_distributions_own_files_by_forward_slash_paths():
-    entries = [("pkg\\mod.py", "h1"), ("pkg/data.bin", "h2"), ("..", "h3"), ("../bin/tool", "h4"), ("/abs", "h5"),
-               ("pkg/__pycache__/mod.cpython-311.pyc", "h6"), ("pkg-1.0.dist-info/RECORD", "h7"),
-               ("pkg-1.0.dist-info/METADATA", "h8"), ("x.dist-info/sub/INSTALLER", "h9"), ("nohash.py", "")]
-    assert distributions.content_entries(entries) == [("pkg-1.0.dist-info/METADATA", "h8"), ("pkg/data.bin", "h2"),
-                                              ("pkg/mod.py", "h1"), ("x.dist-info/sub/INSTALLER", "h9")]  # fmt: skip
+    entries = [
+        ("pkg\\mod.py", "h1"),
+        ("pkg/data.bin", "h2"),
+        ("..", "h3"),
+        ("../bin/tool", "h4"),
+        ("/abs", "h5"),
+        ("pkg/__pycache__/mod.cpython-311.pyc", "h6"),
+        ("pkg-1.0.dist-info/RECORD", "h7"),
+        ("pkg-1.0.dist-info/METADATA", "h8"),
+        ("x.dist-info/sub/INSTALLER", "h9"),
+        ("nohash.py", ""),
+    ]
+    assert distributions.content_entries(entries) == [
+        ("pkg-1.0.dist-info/METADATA", "h8"),
+        ("pkg/data.bin", "h2"),
+        ("pkg/mod.py", "h1"),
+        ("x.dist-info/sub/INSTALLER", "h9"),
+    ]
     assert distributions.content_entries([("...", "h")]) == [("...", "h")]
 
 
@@ -458,8 +561,17 @@ def test_files_the_system_and_tools_read_for_themselves_are_not_data(tmp_path):
     for path in (*own, dataset):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    system = [p for p in ("/sys/devices/system/cpu/online", "/usr/share/zoneinfo/UTC", "/var/lib/dpkg/status",
-                          "/var/cache/debconf/config.dat", "/etc/hostname") if os.path.isfile(p)]  # fmt: skip
+    system = [
+        p
+        for p in (
+            "/sys/devices/system/cpu/online",
+            "/usr/share/zoneinfo/UTC",
+            "/var/lib/dpkg/status",
+            "/var/cache/debconf/config.dat",
+            "/etc/hostname",
+        )
+        if os.path.isfile(p)
+    ]
     read = {"read": True, "written_first": False}
     opened = {str(p): read for p in (*own, dataset, *system)}
     assert usage.data_files(opened, ROOTS, str(home)) == [str(dataset)]
@@ -504,21 +616,45 @@ def test_run_is_the_systems_but_a_users_run_directory_holds_data(tmp_path):
             directory.rmdir()
 
 
-@pytest.mark.parametrize("path", [
-    "/proc/cpuinfo", "/sys/devices/system/cpu/online", "/dev/urandom", "/run/systemd/resolve/resolv.conf",
-    "/etc/hostname", "/usr/share/zoneinfo/UTC", "/lib/x86_64-linux-gnu/gconv/gconv-modules.cache",
-    "/lib32/locale/C.utf8/LC_CTYPE", "/lib64/ld-linux-x86-64.so.2", "/bin/sh", "/sbin/ldconfig",
-    "/var/lib/dpkg/status", "/var/cache/debconf/config.dat", "/snap/core22/current/etc/os-release",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/proc/cpuinfo",
+        "/sys/devices/system/cpu/online",
+        "/dev/urandom",
+        "/run/systemd/resolve/resolv.conf",
+        "/etc/hostname",
+        "/usr/share/zoneinfo/UTC",
+        "/lib/x86_64-linux-gnu/gconv/gconv-modules.cache",
+        "/lib32/locale/C.utf8/LC_CTYPE",
+        "/lib64/ld-linux-x86-64.so.2",
+        "/bin/sh",
+        "/sbin/ldconfig",
+        "/var/lib/dpkg/status",
+        "/var/cache/debconf/config.dat",
+        "/snap/core22/current/etc/os-release",
+    ],
+)
 def test_the_systems_files_are_never_data_on_any_layout_of_the_root(path):
     """Judged by the path: on a machine without a merged /usr, /lib, /bin and /sbin are directories of
     their own (here they are links into /usr, which realpath would hide), and /lib32 and /snap exist."""
     assert places.system_path(path)
 
 
-@pytest.mark.parametrize("path", ["/run/user/1000/digits.npz", "/dev/shm/batch.npy", "/home/me/data/a.npz",
-                                  "/tmp/x.npz", "/var/tmp/x.npz", "/srv/data/a.npz", "/usrdata/a.npz",
-                                  "/libraries/a.npz", "/opt/data/a.npz"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/run/user/1000/digits.npz",
+        "/dev/shm/batch.npy",
+        "/home/me/data/a.npz",
+        "/tmp/x.npz",
+        "/var/tmp/x.npz",
+        "/srv/data/a.npz",
+        "/usrdata/a.npz",
+        "/libraries/a.npz",
+        "/opt/data/a.npz",
+    ],
+)
 def test_ram_disks_and_everything_outside_the_system_may_be_data(path):
     assert not places.system_path(path)
 
@@ -538,13 +674,21 @@ def test_gather_keys_the_source_files_the_job_ran_with_exec(tmp_path):
     run.mkdir()
     helper = types.ModuleType("helper")
     helper.__file__ = str(tmp_path / "helper.py")
-    used = usage.gather({}, str(run), str(tmp_path), modules={"helper": helper}, maps_text="", started_ns=started_ns,
-                        code_files=[str(tmp_path / "train.py")],
-                        executed=[str(tmp_path / n) for n in ("cfg.py", "helper.py", "train.py", "cell.py")])
+    used = usage.gather(
+        {},
+        str(run),
+        str(tmp_path),
+        modules={"helper": helper},
+        maps_text="",
+        started_ns=started_ns,
+        code_files=[str(tmp_path / "train.py")],
+        executed=[str(tmp_path / n) for n in ("cfg.py", "helper.py", "train.py", "cell.py")],
+    )
     sha = hashlib.sha256(b"# cfg.py\n").hexdigest()
-    assert used["modules"] == {"helper": {"path": str(tmp_path / "helper.py"),
-                                          "sha256": hashlib.sha256(b"# helper.py\n").hexdigest()},
-                               "exec:cfg.py": {"path": str(tmp_path / "cfg.py"), "sha256": sha}}
+    assert used["modules"] == {
+        "helper": {"path": str(tmp_path / "helper.py"), "sha256": hashlib.sha256(b"# helper.py\n").hexdigest()},
+        "exec:cfg.py": {"path": str(tmp_path / "cfg.py"), "sha256": sha},
+    }
 
 
 def test_a_file_there_before_the_job_that_it_read_then_changed_or_deleted_is_never_comparable(tmp_path):
@@ -564,16 +708,20 @@ def test_a_file_there_before_the_job_that_it_read_then_changed_or_deleted_is_nev
     os.utime(tmp_path / "ckpt-4.index", ns=(started_ns + 1, started_ns + 1))
     native = {str(tmp_path / n): first[n] for n in ("checkpoint", "ckpt-3.index", "kept.bin")}
     native[str(tmp_path / "ckpt-4.index")] = stat_key(str(tmp_path / "ckpt-4.index"))
-    opened = {str(tmp_path / "read.bin"): {"read": True, "written_first": False, "stat": first["read.bin"],
-                                           "relative": True}}  # fmt: skip
+    opened = {
+        str(tmp_path / "read.bin"): {"read": True, "written_first": False, "stat": first["read.bin"], "relative": True}
+    }
     (tmp_path / "checkpoint").write_bytes(b"rewritten by the job")
     os.utime(tmp_path / "checkpoint", ns=(started_ns + 2, started_ns + 2))
     (tmp_path / "ckpt-3.index").unlink()
     (tmp_path / "read.bin").unlink()  # read through Python, then deleted
     run = tmp_path / "run-1"
     run.mkdir()
-    data = usage.gather(opened, str(run), str(tmp_path), modules={}, maps_text="", started_ns=started_ns,
-                        native=native)["data"]  # fmt: skip
-    assert data == {"ckpt-3.index": "deleted while the job ran (run-1)",
-                    "kept.bin": hashlib.sha256(b"before").hexdigest(),
-                    "read.bin": "deleted while the job ran (run-1)"}
+    data = usage.gather(
+        opened, str(run), str(tmp_path), modules={}, maps_text="", started_ns=started_ns, native=native
+    )["data"]
+    assert data == {
+        "ckpt-3.index": "deleted while the job ran (run-1)",
+        "kept.bin": hashlib.sha256(b"before").hexdigest(),
+        "read.bin": "deleted while the job ran (run-1)",
+    }

@@ -52,8 +52,21 @@ from launcher.record.filecache import stat_key
 
 MAX_DIRS = 1000  # watched directories of one job; Linux allows 8,192 to 1M per user
 READ_DELAY_S = 0.05  # how long the watch thread lets events gather before reading them
-SKIP_NAMES = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".ipynb_checkpoints", ".mypy_cache",
-                        ".pytest_cache", ".ruff_cache", ".tox", ".nox"})  # fmt: skip
+SKIP_NAMES = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        "node_modules",
+        ".ipynb_checkpoints",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+        ".nox",
+    }
+)
 OVERFLOW = object()  # what a backend yields for a lost event queue
 _OVERFLOW_GAP = "the {} event queue overflowed: some files opened natively were not seen"
 
@@ -74,8 +87,9 @@ def tree(root: str, skip: Iterable[str], budget: int) -> tuple[list[str], bool]:
         out.append(directory)
         try:
             with os.scandir(directory) as entries:
-                subdirs = sorted(e.path for e in entries
-                                 if e.is_dir(follow_symlinks=False) and e.name not in SKIP_NAMES)  # fmt: skip
+                subdirs = sorted(
+                    e.path for e in entries if e.is_dir(follow_symlinks=False) and e.name not in SKIP_NAMES
+                )
         except OSError:
             continue
         if os.path.exists(os.path.join(directory, "index.sqlite")):  # a run store: records, not data
@@ -113,7 +127,7 @@ class Inotify:
         header, offset, end = self._event.size, 0, len(data)
         while offset + header <= end:
             wd, mask, _cookie, length = self._event.unpack_from(data, offset)
-            name = data[offset + header: offset + header + length].rstrip(b"\0")
+            name = data[offset + header : offset + header + length].rstrip(b"\0")
             offset += header + length
             if mask & self._overflow:
                 yield OVERFLOW, b"", None
@@ -160,7 +174,7 @@ class Fanotify:
         if self._to_handle(self._AT_FDCWD, os.fsencode(directory), buffer, ctypes.byref(mount_id), 0) < 0:
             raise OSError(ctypes.get_errno(), "name_to_handle_at", directory)
         size, kind = struct.unpack_from("Ii", buffer.raw)
-        return kind, buffer.raw[8: 8 + size]
+        return kind, buffer.raw[8 : 8 + size]
 
     def add(self, directory: str) -> object:
         """Mark one directory (OSError if it cannot be: a file system without file handles);
@@ -191,9 +205,9 @@ class Fanotify:
                     break
                 if kind == self._DFID_NAME:
                     start = info + self._INFO.size
-                    name = data[start + size: info + info_length].split(b"\0", 1)[0]
+                    name = data[start + size : info + info_length].split(b"\0", 1)[0]
                     if name:
-                        yield (handle_kind, data[start: start + size]), name, pid == self._pid
+                        yield (handle_kind, data[start : start + size]), name, pid == self._pid
                     break
                 info += info_length
             offset += length
@@ -249,8 +263,11 @@ class Watch:
         within the budget)."""
         root = os.path.realpath(root)
         with self._lock:
-            if root in self._roots or not os.path.isdir(root) or (root + "/").startswith(
-                    tuple(s.rstrip("/") + "/" for s in self._skip)):  # fmt: skip
+            if (
+                root in self._roots
+                or not os.path.isdir(root)
+                or (root + "/").startswith(tuple(s.rstrip("/") + "/" for s in self._skip))
+            ):
                 return
             self._roots.add(root)
             known = set(self._dirs.values())

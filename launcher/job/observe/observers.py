@@ -67,12 +67,20 @@ def paused() -> Iterator[None]:
 
 def used(run_dir: Path, launch_dir: str, root: str | None, laid_out: bool) -> dict:
     """What the job used (``usage.gather``): its modules, distributions, libraries and data."""
-    return usage.gather(reads.opened, str(run_dir), launch_dir, explicit=reads.explicit, listed=reads.listed,
-                        patterns=reads.patterns, started_ns=reads.started_ns, direct_imports=imports.direct,
-                        native={_as_linked(p, root) if laid_out else p: first
-                                for p, first in reads.natively_opened().items()},
-                        code_files=reads.code_files, executed=reads.executed,
-                        importers=imports.importers)  # fmt: skip
+    return usage.gather(
+        reads.opened,
+        str(run_dir),
+        launch_dir,
+        explicit=reads.explicit,
+        listed=reads.listed,
+        patterns=reads.patterns,
+        started_ns=reads.started_ns,
+        direct_imports=imports.direct,
+        native={_as_linked(p, root) if laid_out else p: first for p, first in reads.natively_opened().items()},
+        code_files=reads.code_files,
+        executed=reads.executed,
+        importers=imports.importers,
+    )
 
 
 def _as_linked(path: str, root: str | None) -> str:

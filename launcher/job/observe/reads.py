@@ -83,8 +83,7 @@ def note(path: object, writing: bool = False, source: bool = False) -> None:
     read as text when ``source``)."""
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    if not isinstance(path, str) or not path or "://" in path or "\0" in path or (path.endswith(_CODE)
-                                                                                    and not source):  # fmt: skip
+    if not isinstance(path, str) or not path or "://" in path or "\0" in path or (path.endswith(_CODE) and not source):
         return  # file descriptors, URLs (gs://, s3://: not local files), code (hashed as modules), no file at all
     relative = not path.startswith("/")
     if relative:
@@ -189,8 +188,9 @@ def _writing(mode: object, flags: object) -> bool:
     (``np.memmap(mode="r+")``) and a bare ``O_RDWR`` read it first."""
     if isinstance(mode, str):
         return any(c in mode for c in "wax") or ("+" in mode and "r" not in mode)
-    return isinstance(flags, int) and bool(flags & (_WRITE_FLAGS & ~os.O_RDWR) or
-                                           (flags & os.O_RDWR and flags & (os.O_CREAT | os.O_TRUNC)))
+    return isinstance(flags, int) and bool(
+        flags & (_WRITE_FLAGS & ~os.O_RDWR) or (flags & os.O_RDWR and flags & (os.O_CREAT | os.O_TRUNC))
+    )
 
 
 def _not_the_jobs_listings() -> frozenset[str]:
@@ -290,6 +290,7 @@ def watch_natively(launch_dirs: Iterable[str], skip: Iterable[str], broad: Itera
     ``broad`` (home, /tmp) without what lies below them."""
     global _watch, _broad
     from launcher.job.observe import fswatch
+
     _broad = frozenset(os.path.realpath(b) for b in broad)
     _watch = fswatch.start(skip)
     if _watch is not None:
@@ -303,18 +304,28 @@ def observation() -> dict:
     gaps = []
     if children:
         ran = "; ".join(shlex.join(c["argv"])[:160] for c in children[:5]) + ("; ..." if len(children) > 5 else "")
-        gaps.append(f"the job ran {len(children)} program(s) whose reads are seen only for the files their "
-                    f"arguments name and in watched directories: {ran}")  # fmt: skip
+        gaps.append(
+            f"the job ran {len(children)} program(s) whose reads are seen only for the files their "
+            f"arguments name and in watched directories: {ran}"
+        )
     if unnamed_readers:
-        gaps.append(f"{', '.join(unnamed_readers)} opened files whose names were computed inside the graph, "
-                    "from names the launcher did not see: only those in watched directories are in the key")
+        gaps.append(
+            f"{', '.join(unnamed_readers)} opened files whose names were computed inside the graph, "
+            "from names the launcher did not see: only those in watched directories are in the key"
+        )
     for event, error in hook_failures.items():
-        gaps.append(f"the launcher failed to note the job's {event!r} event ({error}): what the job read then "
-                    "is not in the key")
+        gaps.append(
+            f"the launcher failed to note the job's {event!r} event ({error}): what the job read then is not in the key"
+        )
     watch = None
     if _watch is not None:
-        watch = {"directories": _watch.watched, "truncated": _watch.truncated, "attributed": _watch.attributed,
-                 "opened_by_others": len(_watch.by_others), "others_in_key": bool(_watch.by_others and children)}
+        watch = {
+            "directories": _watch.watched,
+            "truncated": _watch.truncated,
+            "attributed": _watch.attributed,
+            "opened_by_others": len(_watch.by_others),
+            "others_in_key": bool(_watch.by_others and children),
+        }
         gaps += _watch.gaps
     return {"children": [c["argv"] for c in children], "watch": watch, "gaps": gaps}
 
@@ -400,8 +411,11 @@ def _files_named(value: object) -> list[str]:
             else:
                 stack += v
         elif isinstance(v, np.ndarray) and v.dtype.kind in "SUO":
-            out += [os.fsdecode(e) if isinstance(e, bytes) else e for e in v.ravel()[:MAX_NAMED].tolist()
-                    if isinstance(e, (str, bytes))]  # fmt: skip
+            out += [
+                os.fsdecode(e) if isinstance(e, bytes) else e
+                for e in v.ravel()[:MAX_NAMED].tolist()
+                if isinstance(e, (str, bytes))
+            ]
     return [n for n in out if n and "\0" not in n and os.path.isfile(n)]  # as named: note() keeps it relative
 
 
@@ -443,9 +457,12 @@ def wrap_native_readers() -> None:
 
     _wrap_init(tf.io.gfile.GFile, "name")
     data = tf.data
-    for cls, name in ((data.TFRecordDataset, "TFRecordDataset"), (data.TextLineDataset, "TextLineDataset"),
-                      (data.FixedLengthRecordDataset, "FixedLengthRecordDataset"),
-                      (data.experimental.CsvDataset, "experimental.CsvDataset")):
+    for cls, name in (
+        (data.TFRecordDataset, "TFRecordDataset"),
+        (data.TextLineDataset, "TextLineDataset"),
+        (data.FixedLengthRecordDataset, "FixedLengthRecordDataset"),
+        (data.experimental.CsvDataset, "experimental.CsvDataset"),
+    ):
         _wrap_init(cls, "filenames", reader=f"tf.data.{name}")
     _wrap_from_tensor_slices(tf)
     _wrap_checkpoint_reads(tf)
@@ -496,6 +513,7 @@ def _wrap_checkpoint_reads(tf) -> None:
     ``tf.train.load_checkpoint``/``list_variables``/``load_variable`` and ``Dataset.cache(filename)``:
     the existing files they read count as data wherever they lie (a pretrained model in a
     shared directory, a stale cache of the data the job would otherwise read)."""
+
     def noting(original, arg: str, position: int):
         if getattr(original, "_launch_reads", False):
             return original

@@ -73,8 +73,9 @@ def install() -> None:
         @functools.wraps(original)
         def made(*args, **kwargs):
             frame = sys._getframe(1)
-            if jobs_code(frame.f_code.co_filename) and (name.endswith("from_non_deterministic_state")
-                                                        or (not args or args[0] is None) and not kwargs):
+            if jobs_code(frame.f_code.co_filename) and (
+                name.endswith("from_non_deterministic_state") or (not args or args[0] is None) and not kwargs
+            ):
                 _note_unseeded(f"{name}()", frame)
             return original(*args, **kwargs)
 
@@ -137,7 +138,7 @@ def unseeded_call(frame) -> str | None:
         positions = list(frame.f_code.co_positions())[frame.f_lasti // 2]
         first, last, start, end = positions
         lines = [linecache.getline(frame.f_code.co_filename, n) for n in range(first, last + 1)]
-        text = "".join(lines)[start: sum(map(len, lines[:-1])) + end] if None not in positions else ""
+        text = "".join(lines)[start : sum(map(len, lines[:-1])) + end] if None not in positions else ""
         call = ast.parse(text.strip(), mode="eval").body
     except (AttributeError, IndexError, TypeError, ValueError, SyntaxError):
         return None
@@ -180,5 +181,7 @@ def note(planned: int) -> str | None:
         return None
     shown = ", ".join(f"{c['call']}({c['value']!r}) at {c['where']}" for c in calls[:3])
     more = f" and {len(calls) - 3} more" if len(calls) > 3 else ""
-    return (f"[launch] note: the job seeds itself: {shown}{more}; the run's seed ({planned}) does not decide "
-            "what those calls seed, and the record keys the seeds in effect")
+    return (
+        f"[launch] note: the job seeds itself: {shown}{more}; the run's seed ({planned}) does not decide "
+        "what those calls seed, and the record keys the seeds in effect"
+    )

@@ -149,6 +149,9 @@ def run(ctx: TaskContext) -> dict:
         "layer_sha256": per_layer,
         "weights_file": WEIGHTS_FILE,
         "timings": {
-            "setup_s": setup_s, "epoch_s": epoch_times, "checkpoint_s": checkpoint_times, "trace_s": trace_times,
-        },  # fmt: skip
+            "setup_s": setup_s,
+            "epoch_s": epoch_times,
+            "checkpoint_s": checkpoint_times,
+            "trace_s": trace_times,
+        },
     }

@@ -40,8 +40,9 @@ def run(ctx: TaskContext) -> dict:
     observer = None
     if train.get("observe", True):
         fit = ctx.resume if ctx.resume and ctx.resume.get("fit") else None  # a checkpoint of an observed fit
-        observer = observe.install(ctx.run_dir, ctx.trace_every, ctx.log_epoch, checkpoint_settings(ctx), fit,
-                                   ctx.facts_so_far)  # fmt: skip
+        observer = observe.install(
+            ctx.run_dir, ctx.trace_every, ctx.log_epoch, checkpoint_settings(ctx), fit, ctx.facts_so_far
+        )
     ctx.result_so_far = lambda: observed_result(ctx, observer, None)  # a job that ends with os._exit(0)
     if train.name == "custom":
         # The job's interpreter starts with safe paths (-P): the entrypoint's directory, or
@@ -53,6 +54,7 @@ def run(ctx: TaskContext) -> dict:
         from omegaconf import OmegaConf
 
         from launcher.job import notebook
+
         path = snapshot.rooted(str(train.notebook), ctx.root)
         params = OmegaConf.to_container(train.params) if train.get("params") is not None else {}
         timings = notebook.execute(path, params, ctx.output_dir / os.path.basename(str(train.notebook)))
@@ -60,8 +62,10 @@ def run(ctx: TaskContext) -> dict:
     else:
         returned = run_script(snapshot.rooted(str(train.script), ctx.root), [str(a) for a in train.args])
     if observer is not None and observer.resume:
-        raise ResumeError(f"the resumed code never reached the Keras fit its checkpoint is in (fit "
-                          f"{observer.resume.get('fit')}); nothing was resumed")  # fmt: skip
+        raise ResumeError(
+            f"the resumed code never reached the Keras fit its checkpoint is in (fit "
+            f"{observer.resume.get('fit')}); nothing was resumed"
+        )
     result = observed_result(ctx, observer, returned)
     if train.name == "notebook":
         result.setdefault("timings", {}).update(timings)  # the shell's start and the cells', apart
@@ -86,8 +90,11 @@ def observed_result(ctx: TaskContext, observer, returned: object) -> dict:
             ctx.effective["jit_compile"] = jit
             for name, j in jit.items():
                 if j["requested"] and not j["in_effect"]:
-                    print(f"[launch] note: model {name!r} asked for jit_compile=True; it ran without XLA "
-                          "(off under op determinism), and the record says so", flush=True)  # fmt: skip
+                    print(
+                        f"[launch] note: model {name!r} asked for jit_compile=True; it ran without XLA "
+                        "(off under op determinism), and the record says so",
+                        flush=True,
+                    )
         observer.finish()
         result["observed"] = observer.summary()
         if observer.history:

@@ -68,14 +68,21 @@ class Checkpointer:
             files = {p.name: runs.file_sha256(p) for p in sorted(tmp.iterdir())}
             # The trace's points so far: a resume keeps exactly these, and none written after this
             # checkpoint (a stopped script's last point, labelled with the epoch it had finished).
-            runs.write_json(tmp / MANIFEST, {"epoch": epoch, "files": files,
-                                             "trace_points": trace.count(self.run_dir),
-                                             "variables": [v.path for v in self.model.variables]})  # fmt: skip
+            runs.write_json(
+                tmp / MANIFEST,
+                {
+                    "epoch": epoch,
+                    "files": files,
+                    "trace_points": trace.count(self.run_dir),
+                    "variables": [v.path for v in self.model.variables],
+                },
+            )
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets its space back
             if isinstance(exc, Exception) and "No space left on device" in str(exc):
-                raise StoreError(f"checkpoint {name(epoch)} could not be written: no space left on the "
-                                 f"device of {self.root}") from None  # fmt: skip
+                raise StoreError(
+                    f"checkpoint {name(epoch)} could not be written: no space left on the device of {self.root}"
+                ) from None
             raise
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -104,8 +111,6 @@ class Checkpointer:
         for old in complete[: max(0, len(complete) - self.keep)]:
             if not is_fit_end(old):
                 shutil.rmtree(old, ignore_errors=True)
-
-
 
 
 def _op_seeds():

@@ -163,10 +163,6 @@ def _leaves(x: object) -> list:
     return [x]
 
 
-
-
-
-
 # ---------------------------------------------------------------- fast-forward
 _epoch_iterators: list = []  # weakrefs to Keras' epoch iterators, newest last (observe_epoch_iterators)
 
@@ -259,8 +255,19 @@ class FitCheckpoints:
     (last of the fit's callbacks) and, when resuming, restores before the first resumed epoch
     and aligns each resumed epoch's data iterators (first of them). Job process only."""
 
-    def __init__(self, run_dir, model, keep: int, every: int, callbacks: list, fit: dict, count_epoch,
-                 data: tuple, on_save=None, yielded: list | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_dir,
+        model,
+        keep: int,
+        every: int,
+        callbacks: list,
+        fit: dict,
+        count_epoch,
+        data: tuple,
+        on_save=None,
+        yielded: list | None = None,
+    ) -> None:
         from launcher.job.training import jobstate
 
         self.run_dir, self.model, self.keep, self.every = run_dir, model, keep, every
@@ -321,13 +328,23 @@ class FitCheckpoints:
         states, arrays, unkept = self.callback_state.save()
         variables, values = jobstate.save_variables(self.model)
         arrays.update(values)
-        iterators = [{"made": made(d), "used": a.used} if d is not None else None
-                     for d, a in zip(self.data, self.alignment, strict=True)]  # fmt: skip
-        extra = {**self.fit, "fit_epoch": epoch + 1, "callbacks": states, "iterators": iterators,
-                 "variables": variables, "generators": self.generators.save(), "unkept": unkept,
-                 "batches": self.batches, "fast_forward": fast_forward_reason(self.fit, self.data[0]),
-                 "stop_training": bool(getattr(self.model, "stop_training", False)),  # EarlyStopping ended the fit
-                 "final": self.ends_at(epoch)}  # the fit's last epoch: kept for a later fit's resume (pruning)
+        iterators = [
+            {"made": made(d), "used": a.used} if d is not None else None
+            for d, a in zip(self.data, self.alignment, strict=True)
+        ]
+        extra = {
+            **self.fit,
+            "fit_epoch": epoch + 1,
+            "callbacks": states,
+            "iterators": iterators,
+            "variables": variables,
+            "generators": self.generators.save(),
+            "unkept": unkept,
+            "batches": self.batches,
+            "fast_forward": fast_forward_reason(self.fit, self.data[0]),
+            "stop_training": bool(getattr(self.model, "stop_training", False)),  # EarlyStopping ended the fit
+            "final": self.ends_at(epoch),
+        }  # the fit's last epoch: kept for a later fit's resume (pruning)
         if self.yielded is not None:  # what the generator gave for the batches trained so far
             extra["yielded"] = chain(self.yielded[: self.batches_read(self.batches)])
         if history is not None and type(history).__name__ == "History":
@@ -349,8 +366,10 @@ class FitCheckpoints:
 
         extra, arrays = read_extra(path)
         if self.fit.get("input") == "arrays" and extra.get("tf_seed") != self.fit.get("tf_seed"):
-            raise _resume_error(f"the fit's shuffled order of its arrays comes from TensorFlow's global seed, "
-                                f"{self.fit.get('tf_seed')} now, {extra.get('tf_seed')} in the uninterrupted run")
+            raise _resume_error(
+                f"the fit's shuffled order of its arrays comes from TensorFlow's global seed, "
+                f"{self.fit.get('tf_seed')} now, {extra.get('tf_seed')} in the uninterrupted run"
+            )
         self.build()
         moved_variables: set = set()
         moved_generators: set = set()
@@ -385,9 +404,11 @@ class FitCheckpoints:
         dataset = getattr(iterator, "_distributed_dataset", None)
         spec = getattr(dataset, "element_spec", None)
         if spec is None:
-            raise _resume_error("its model had no variables when the fit began, and the shapes of its data are "
-                                "not known to build it; call the model once on a batch before fit "
-                                "(model(x[:1])), and its runs resume")  # fmt: skip
+            raise _resume_error(
+                "its model had no variables when the fit began, and the shapes of its data are "
+                "not known to build it; call the model once on a batch before fit "
+                "(model(x[:1])), and its runs resume"
+            )
         try:
             import keras
             import tensorflow as tf
@@ -395,9 +416,11 @@ class FitCheckpoints:
             batch = tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), spec)
             model._symbolic_build(data_batch=batch)
         except Exception as exc:  # noqa: BLE001 - one line: why, and the fix
-            raise _resume_error(f"its model had no variables when the fit began and could not be built from its "
-                                f"data's shapes ({type(exc).__name__}); call the model once on a batch before "
-                                "fit (model(x[:1])), and its runs resume") from None  # fmt: skip
+            raise _resume_error(
+                f"its model had no variables when the fit began and could not be built from its "
+                f"data's shapes ({type(exc).__name__}); call the model once on a batch before "
+                "fit (model(x[:1])), and its runs resume"
+            ) from None
 
     def fast_forward(self, extra: dict) -> tuple[set, set, bool]:
         """Read again, with no training step, the batches the interrupted fit trained before its checkpoint,
@@ -412,8 +435,10 @@ class FitCheckpoints:
 
         iterator = self.epoch_iterator
         if iterator is None:
-            raise _resume_error(f"its input ({extra['fast_forward']}) must be read again to its position, and "
-                                "the fit's epoch iterator was not found")  # fmt: skip
+            raise _resume_error(
+                f"its input ({extra['fast_forward']}) must be read again to its position, and "
+                "the fit's epoch iterator was not found"
+            )
         epochs = int(extra["fit_epoch"]) - int(self.fit.get("initial_epoch") or 0)
         variables = jobstate.snapshot_variables(self.model)
         generators = self.generators.snapshot()
@@ -424,14 +449,21 @@ class FitCheckpoints:
         if self.yielded is not None and extra.get("yielded") is not None:
             again = chain(self.yielded[: self.batches_read(int(extra.get("batches") or 0))])
             if again != extra["yielded"]:
-                raise _resume_error("its fit's Python generator gives other batches when run again than it gave "
-                                    "(it reads something that changed, a socket, or a random source of its own "
-                                    "that is not seeded): it cannot be fast-forwarded")  # fmt: skip
+                raise _resume_error(
+                    "its fit's Python generator gives other batches when run again than it gave "
+                    "(it reads something that changed, a socket, or a random source of its own "
+                    "that is not seeded): it cannot be fast-forwarded"
+                )
         if steps != int(extra.get("batches") or steps):
-            raise _resume_error(f"its input gave {steps} batches when read again where the interrupted run "
-                                f"trained {extra.get('batches')}: it cannot be fast-forwarded")  # fmt: skip
-        print(f"[launch] fast-forwarding the input pipeline through {epochs} epoch{'s' * (epochs != 1)} "
-              f"({extra['fast_forward']}): {seconds:.1f} s", flush=True)  # fmt: skip
+            raise _resume_error(
+                f"its input gave {steps} batches when read again where the interrupted run "
+                f"trained {extra.get('batches')}: it cannot be fast-forwarded"
+            )
+        print(
+            f"[launch] fast-forwarding the input pipeline through {epochs} epoch{'s' * (epochs != 1)} "
+            f"({extra['fast_forward']}): {seconds:.1f} s",
+            flush=True,
+        )
         self.fast_forwarded = True
         after = jobstate.snapshot_variables(self.model)
         moved_variables = {k for k, v in after.items() if variables.get(k) != v}
@@ -482,8 +514,10 @@ class FitCheckpoints:
             target = None  # the fast-forward made the iterators the uninterrupted run made
         if target is not None and index != target:
             kind = ("training", "validation")[which]
-            raise _resume_error(f"the resumed fit reads iterator {index} of its {kind} data where the uninterrupted "
-                                f"run read iterator {target}: its order would differ")  # fmt: skip
+            raise _resume_error(
+                f"the resumed fit reads iterator {index} of its {kind} data where the uninterrupted "
+                f"run read iterator {target}: its order would differ"
+            )
         alignment.used.append(index)
         self.uses[which] += 1
 

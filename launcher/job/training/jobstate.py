@@ -219,8 +219,11 @@ def find_generators() -> list:
     alive now (the global ones are the checkpointer's)."""
     kinds = (random.Random, np.random.Generator, np.random.RandomState)
     skip = _global_generators()
-    return [o for o in gc.get_objects()
-            if isinstance(o, kinds) and not isinstance(o, random.SystemRandom) and id(o) not in skip]
+    return [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, kinds) and not isinstance(o, random.SystemRandom) and id(o) not in skip
+    ]
 
 
 def generator_state(generator) -> object:
@@ -279,8 +282,10 @@ class Generators:
             if not entries or id(generator) in moved:
                 continue
             if len({digest(e["state"]) for e in entries}) > 1:
-                problems.append(f"{len(entries)} {type(generator).__name__} generators began the fit in the same "
-                                "state and ended it in different ones: which is which cannot be told")
+                problems.append(
+                    f"{len(entries)} {type(generator).__name__} generators began the fit in the same "
+                    "state and ended it in different ones: which is which cannot be told"
+                )
                 continue
             set_generator_state(generator, entries[0]["state"])
         return problems
@@ -329,8 +334,17 @@ def _keepable(value: object) -> bool:
     return False
 
 
-_RESOURCE_MODULES = ("tensorflow.python.ops.summary_ops", "_csv", "csv", "threading", "_thread", "_io", "io",
-                     "multiprocessing", "concurrent.futures")
+_RESOURCE_MODULES = (
+    "tensorflow.python.ops.summary_ops",
+    "_csv",
+    "csv",
+    "threading",
+    "_thread",
+    "_io",
+    "io",
+    "multiprocessing",
+    "concurrent.futures",
+)
 
 
 def _resource(value: object) -> bool:
@@ -367,7 +381,7 @@ def _content_digest(value: object) -> str:
                 walk(v[k])
         elif isinstance(v, (list, tuple, set, frozenset)):
             h.update(type(v).__name__.encode())
-            for x in (sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v):
+            for x in sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v:
                 walk(x)
         else:
             h.update(f"{type(v).__name__}:{v!r}".encode())

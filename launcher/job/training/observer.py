@@ -66,8 +66,15 @@ _observer: Observer | None = None
 class Observer:
     """The models and variables a job trains, its optimizer steps, epochs and trace."""
 
-    def __init__(self, run_dir: Path, trace_every: int, log_epoch, checkpoint: dict | None = None,
-                 resume: dict | None = None, on_checkpoint=None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_dir: Path,
+        trace_every: int,
+        log_epoch,
+        checkpoint: dict | None = None,
+        resume: dict | None = None,
+        on_checkpoint=None,
+    ) -> None:
         self.run_dir, self.trace_every, self.log_epoch = Path(run_dir), trace_every, log_epoch
         self.checkpoint = checkpoint  # {"every": N, "keep": K}: checkpoint every fit's epochs (None: never)
         self.resume = resume  # the checkpoint a resumed job continues from, until its fit starts
@@ -152,8 +159,9 @@ class Observer:
         if not getattr(self.session, "_closed", False):
             self.snapshot_session(self.session)
         names = [v.op.name for v in self.graph_variables]
-        return [(name.rsplit("/", 1)[0], name, value) for name, value in zip(names, self.session_values or [],
-                                                                             strict=False)]  # fmt: skip
+        return [
+            (name.rsplit("/", 1)[0], name, value) for name, value in zip(names, self.session_values or [], strict=False)
+        ]
 
     def named_arrays(self) -> list[tuple[str, str, np.ndarray]]:
         """(layer, weight path, value) of everything trained, in a stable order."""
@@ -235,8 +243,14 @@ def _value(v) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- the wrappers
-def install(run_dir: Path, trace_every: int, log_epoch, checkpoint: dict | None = None, resume: dict | None = None,
-            on_checkpoint=None) -> Observer:  # fmt: skip
+def install(
+    run_dir: Path,
+    trace_every: int,
+    log_epoch,
+    checkpoint: dict | None = None,
+    resume: dict | None = None,
+    on_checkpoint=None,
+) -> Observer:
     """Wrap Keras' and TensorFlow's training entry points; returns the observer. With
     ``checkpoint`` ({"every", "keep"}), every fit's epochs are checkpointed
     (``launcher.job.training.fitstate``); with ``resume`` (job.json's), the checkpointed fit continues."""
@@ -322,10 +336,16 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
     validation = args.get("validation_data")
     if isinstance(validation, tuple) and len(validation) == 1:
         validation = validation[0]
-    fit = {"fit": obs.fits, "input": fitstate.input_kind(args.get("x")), "epochs": int(args.get("epochs", 1)),
-           "initial_epoch": int(args.get("initial_epoch") or 0), "steps_per_epoch": args.get("steps_per_epoch"),
-           "before": list(obs.finished), "built": bool(model.variables),
-           "validation": fitstate.input_kind(validation) if validation is not None else None}  # fmt: skip
+    fit = {
+        "fit": obs.fits,
+        "input": fitstate.input_kind(args.get("x")),
+        "epochs": int(args.get("epochs", 1)),
+        "initial_epoch": int(args.get("initial_epoch") or 0),
+        "steps_per_epoch": args.get("steps_per_epoch"),
+        "before": list(obs.finished),
+        "built": bool(model.variables),
+        "validation": fitstate.input_kind(validation) if validation is not None else None,
+    }
     if fit["input"] == "arrays":  # the order Keras shuffles arrays in comes from TensorFlow's global seed
         fit["tf_seed"] = _tf_global_seed()
     yielded = None
@@ -333,9 +353,18 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
         yielded = []
         args["x"] = fitstate.digesting(args["x"], yielded)
     data = tuple(d if fitstate.input_kind(d) == "tf.data" else None for d in (args.get("x"), validation))
-    checkpoints = fitstate.FitCheckpoints(obs.run_dir, model, int(obs.checkpoint["keep"]), int(obs.checkpoint["every"]),
-                                          own, fit, lambda: obs.epochs, data, obs.on_checkpoint,
-                                          yielded)  # fmt: skip
+    checkpoints = fitstate.FitCheckpoints(
+        obs.run_dir,
+        model,
+        int(obs.checkpoint["keep"]),
+        int(obs.checkpoint["every"]),
+        own,
+        fit,
+        lambda: obs.epochs,
+        data,
+        obs.on_checkpoint,
+        yielded,
+    )
     obs.checkpoint_seconds = checkpoints.seconds  # the cost, in result.json (the last fit's)
     resume_from = None
     if obs.resume and int(obs.resume.get("fit") or 0) == obs.fits:
@@ -346,8 +375,11 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
         obs.epochs = int(obs.resume["epoch"])
         obs.history = _logged_metrics(obs.run_dir, obs.epochs)  # the final metrics, if no epoch is left
         obs.resume = None
-        print(f"[launch] resumed from {resume_from.relative_to(obs.run_dir)}: fit {fit['fit']} continues after "
-              f"its epoch {args['initial_epoch']}", flush=True)  # fmt: skip
+        print(
+            f"[launch] resumed from {resume_from.relative_to(obs.run_dir)}: fit {fit['fit']} continues after "
+            f"its epoch {args['initial_epoch']}",
+            flush=True,
+        )
     elif obs.resume and obs.fits < int(obs.resume.get("fit") or 0):
         resume_from = _fast_forward(obs, args)
     return checkpoints, checkpoints.keras_callbacks(keras, resume_from)
@@ -363,8 +395,10 @@ def _fast_forward(obs: Observer, args: dict) -> Path:
     extra, _ = checkpoints.read_extra(obs.run_dir / obs.resume["checkpoint"])
     ended = [e for e in (extra or {}).get("before") or [] if e.get("fit") == obs.fits and e.get("checkpoint")]
     if not ended:
-        raise ResumeError(f"fit {obs.fits} of the job has no checkpoint of its end in the resumed checkpoint's "
-                          "record: it cannot be fast-forwarded")  # fmt: skip
+        raise ResumeError(
+            f"fit {obs.fits} of the job has no checkpoint of its end in the resumed checkpoint's "
+            "record: it cannot be fast-forwarded"
+        )
     path = obs.run_dir / checkpoints.DIRNAME / ended[0]["checkpoint"]
     args["initial_epoch"] = max(int(args.get("initial_epoch") or 0), int(args.get("epochs", 1)))
     obs.epochs = int(path.name.split("-")[1])
@@ -500,8 +534,11 @@ def _wrap_function_call(function_class, tf, obs: Observer) -> None:
         with interrupts.deferred():  # a training step: a Ctrl-C stops the job after it
             result = original(self, *args, **kwargs)
         if obs.optimizers and not obs.in_fit and tf.executing_eagerly():
-            if getattr(result, "shape", None) == () and getattr(result, "dtype", None) is not None \
-                    and result.dtype.is_floating:  # fmt: skip
+            if (
+                getattr(result, "shape", None) == ()
+                and getattr(result, "dtype", None) is not None
+                and result.dtype.is_floating
+            ):
                 obs.loss = result
             obs.after_step()
         return result

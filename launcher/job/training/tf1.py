@@ -64,8 +64,10 @@ def pin_sessions(intra_op_threads: int | None, inter_op_threads: int | None) -> 
             chosen.intra_op_parallelism_threads = intra_op_threads
         if inter_op_threads is not None and not chosen.inter_op_parallelism_threads:
             chosen.inter_op_parallelism_threads = inter_op_threads
-        effective = {"intra_op_threads": chosen.intra_op_parallelism_threads or None,
-                     "inter_op_threads": chosen.inter_op_parallelism_threads or None}  # fmt: skip
+        effective = {
+            "intra_op_threads": chosen.intra_op_parallelism_threads or None,
+            "inter_op_threads": chosen.inter_op_parallelism_threads or None,
+        }
         if effective not in _sessions:
             _sessions.append(effective)
         original(self, target, graph, chosen)

@@ -29,23 +29,62 @@ LEVELS: dict[str, tuple[str, ...]] = {"x86-64-v2": _V2, "x86-64-v3": _V3, "x86-6
 
 # (leaf, subleaf, register, bit) -> /proc/cpuinfo flag name
 _FLAGS = {
-    (1, 0, "ecx", 0): "pni", (1, 0, "ecx", 1): "pclmulqdq", (1, 0, "ecx", 9): "ssse3", (1, 0, "ecx", 12): "fma",
-    (1, 0, "ecx", 13): "cx16", (1, 0, "ecx", 19): "sse4_1", (1, 0, "ecx", 20): "sse4_2", (1, 0, "ecx", 22): "movbe",
-    (1, 0, "ecx", 23): "popcnt", (1, 0, "ecx", 25): "aes", (1, 0, "ecx", 26): "xsave", (1, 0, "ecx", 28): "avx",
-    (1, 0, "ecx", 29): "f16c", (1, 0, "edx", 25): "sse", (1, 0, "edx", 26): "sse2",
-    (7, 0, "ebx", 3): "bmi1", (7, 0, "ebx", 5): "avx2", (7, 0, "ebx", 8): "bmi2", (7, 0, "ebx", 16): "avx512f",
-    (7, 0, "ebx", 17): "avx512dq", (7, 0, "ebx", 21): "avx512ifma", (7, 0, "ebx", 28): "avx512cd",
-    (7, 0, "ebx", 29): "sha_ni", (7, 0, "ebx", 30): "avx512bw", (7, 0, "ebx", 31): "avx512vl",
-    (7, 0, "ecx", 1): "avx512vbmi", (7, 0, "ecx", 6): "avx512_vbmi2", (7, 0, "ecx", 8): "gfni",
-    (7, 0, "ecx", 9): "vaes", (7, 0, "ecx", 10): "vpclmulqdq", (7, 0, "ecx", 11): "avx512_vnni",
-    (7, 0, "ecx", 12): "avx512_bitalg", (7, 0, "ecx", 14): "avx512_vpopcntdq", (7, 0, "edx", 8): "avx512_vp2intersect",
-    (7, 0, "edx", 22): "amx_bf16", (7, 0, "edx", 23): "avx512_fp16", (7, 0, "edx", 24): "amx_tile",
-    (7, 0, "edx", 25): "amx_int8", (7, 1, "eax", 4): "avx_vnni", (7, 1, "eax", 5): "avx512_bf16",
-    (0x80000001, 0, "ecx", 0): "lahf_lm", (0x80000001, 0, "ecx", 5): "abm", (0x80000001, 0, "ecx", 6): "sse4a",
+    (1, 0, "ecx", 0): "pni",
+    (1, 0, "ecx", 1): "pclmulqdq",
+    (1, 0, "ecx", 9): "ssse3",
+    (1, 0, "ecx", 12): "fma",
+    (1, 0, "ecx", 13): "cx16",
+    (1, 0, "ecx", 19): "sse4_1",
+    (1, 0, "ecx", 20): "sse4_2",
+    (1, 0, "ecx", 22): "movbe",
+    (1, 0, "ecx", 23): "popcnt",
+    (1, 0, "ecx", 25): "aes",
+    (1, 0, "ecx", 26): "xsave",
+    (1, 0, "ecx", 28): "avx",
+    (1, 0, "ecx", 29): "f16c",
+    (1, 0, "edx", 25): "sse",
+    (1, 0, "edx", 26): "sse2",
+    (7, 0, "ebx", 3): "bmi1",
+    (7, 0, "ebx", 5): "avx2",
+    (7, 0, "ebx", 8): "bmi2",
+    (7, 0, "ebx", 16): "avx512f",
+    (7, 0, "ebx", 17): "avx512dq",
+    (7, 0, "ebx", 21): "avx512ifma",
+    (7, 0, "ebx", 28): "avx512cd",
+    (7, 0, "ebx", 29): "sha_ni",
+    (7, 0, "ebx", 30): "avx512bw",
+    (7, 0, "ebx", 31): "avx512vl",
+    (7, 0, "ecx", 1): "avx512vbmi",
+    (7, 0, "ecx", 6): "avx512_vbmi2",
+    (7, 0, "ecx", 8): "gfni",
+    (7, 0, "ecx", 9): "vaes",
+    (7, 0, "ecx", 10): "vpclmulqdq",
+    (7, 0, "ecx", 11): "avx512_vnni",
+    (7, 0, "ecx", 12): "avx512_bitalg",
+    (7, 0, "ecx", 14): "avx512_vpopcntdq",
+    (7, 0, "edx", 8): "avx512_vp2intersect",
+    (7, 0, "edx", 22): "amx_bf16",
+    (7, 0, "edx", 23): "avx512_fp16",
+    (7, 0, "edx", 24): "amx_tile",
+    (7, 0, "edx", 25): "amx_int8",
+    (7, 1, "eax", 4): "avx_vnni",
+    (7, 1, "eax", 5): "avx512_bf16",
+    (0x80000001, 0, "ecx", 0): "lahf_lm",
+    (0x80000001, 0, "ecx", 5): "abm",
+    (0x80000001, 0, "ecx", 6): "sse4a",
     (0x80000001, 0, "ecx", 16): "fma4",
-}  # fmt: skip
-LEAVES = ((0, 0), (1, 0), (7, 0), (7, 1), (0x80000000, 0), (0x80000001, 0), (0x80000002, 0), (0x80000003, 0),
-          (0x80000004, 0))  # fmt: skip
+}
+LEAVES = (
+    (0, 0),
+    (1, 0),
+    (7, 0),
+    (7, 1),
+    (0x80000000, 0),
+    (0x80000001, 0),
+    (0x80000002, 0),
+    (0x80000003, 0),
+    (0x80000004, 0),
+)
 _REGS = ("eax", "ebx", "ecx", "edx")
 
 
@@ -75,8 +114,14 @@ def parse(regs: dict[tuple[int, int], tuple[int, int, int, int]]) -> dict:
     brand = ""
     if max_ext >= 0x80000004:
         brand = _text(*(w for leaf in (0x80000002, 0x80000003, 0x80000004) for w in regs.get((leaf, 0), (0,) * 4)))
-    return {"vendor": _text(b, d, c), "model": brand or None, "family": str(family), "model_number": str(model),
-            "stepping": str(eax1 & 0xF), "flags": sorted(flags)}  # fmt: skip
+    return {
+        "vendor": _text(b, d, c),
+        "model": brand or None,
+        "family": str(family),
+        "model_number": str(model),
+        "stepping": str(eax1 & 0xF),
+        "flags": sorted(flags),
+    }
 
 
 def supports(flags: list[str] | set[str], level: str) -> bool:
@@ -107,7 +152,7 @@ def read() -> dict | None:
 
 # push rbx; mov eax,edi; mov ecx,esi; mov r8,rdx; cpuid; mov [r8],eax; mov [r8+4],ebx;
 # mov [r8+8],ecx; mov [r8+12],edx; pop rbx; ret   (System V: leaf, subleaf, out pointer)
-_CODE = bytes.fromhex("53" "89f8" "89f1" "4989d0" "0fa2" "418900" "41895804" "41894808" "4189500c" "5b" "c3")
+_CODE = bytes.fromhex("5389f889f14989d00fa241890041895804418948084189500c5bc3")
 _KEEP: list = []  # the mapping and the function live as long as the process
 
 

@@ -163,13 +163,20 @@ def distribution_identity(name: str) -> dict | None:
     record = dist.read_text("RECORD")
     listing = record or dist.read_text("installed-files.txt") or ""
     content = files_sha256(parse_record(record) if record else _hashed_files(dist, listing))
-    return {"version": dist.version, "files_sha256": content,
-            "record_sha256": hashlib.sha256(listing.encode()).hexdigest() if listing else None}  # fmt: skip
+    return {
+        "version": dist.version,
+        "files_sha256": content,
+        "record_sha256": hashlib.sha256(listing.encode()).hexdigest() if listing else None,
+    }
 
 
-def keyed_distributions(used: Iterable[str], imported: Mapping[str, set[str]], direct: set[str],
-                        requires: Mapping[str, Iterable[str]],
-                        imported_by: Mapping[str, set[str | None]] | None = None) -> set[str]:
+def keyed_distributions(
+    used: Iterable[str],
+    imported: Mapping[str, set[str]],
+    direct: set[str],
+    requires: Mapping[str, Iterable[str]],
+    imported_by: Mapping[str, set[str | None]] | None = None,
+) -> set[str]:
     """The used distributions that can change the job's bits.
 
     Keyed from the start: those the job's code or the launcher imported (``direct``, top-level

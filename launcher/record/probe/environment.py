@@ -21,29 +21,70 @@ from collections.abc import Mapping
 ENV_ALLOW = (
     "TF_*",  # TensorFlow: TF_ENABLE_ONEDNN_OPTS, TF_DETERMINISTIC_OPS, TF_CUDNN_*, TF_GPU_*, TF_XLA_FLAGS, ...
     "XLA_FLAGS",  # XLA's compiler options
-    "ONEDNN_*", "DNNL_*", "MKLDNN_*",  # oneDNN: ONEDNN_MAX_CPU_ISA, ONEDNN_DEFAULT_FPMATH_MODE, ...
-    "MKL_*", "OPENBLAS_*", "GOTO*", "BLIS_*",  # BLAS libraries: ISA dispatch, thread counts
-    "OMP_*", "GOMP_*", "KMP_*",  # OpenMP runtimes (GNU, Intel): thread counts, schedules, affinity
-    "CUDA_*", "CUDNN_*", "CUBLAS_*", "CUBLASLT_*", "NCCL_*", "NVIDIA_*",  # GPU libraries
+    "ONEDNN_*",
+    "DNNL_*",
+    "MKLDNN_*",  # oneDNN: ONEDNN_MAX_CPU_ISA, ONEDNN_DEFAULT_FPMATH_MODE, ...
+    "MKL_*",
+    "OPENBLAS_*",
+    "GOTO*",
+    "BLIS_*",  # BLAS libraries: ISA dispatch, thread counts
+    "OMP_*",
+    "GOMP_*",
+    "KMP_*",  # OpenMP runtimes (GNU, Intel): thread counts, schedules, affinity
+    "CUDA_*",
+    "CUDNN_*",
+    "CUBLAS_*",
+    "CUBLASLT_*",
+    "NCCL_*",
+    "NVIDIA_*",  # GPU libraries
     "KERAS_*",  # KERAS_BACKEND and friends
     "NPY_*",  # NumPy: NPY_DISABLE_CPU_FEATURES, NPY_ENABLE_CPU_FEATURES (its SIMD dispatch)
     "PYTHONHASHSEED",
-    "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",  # which libraries and modules load
-)  # fmt: skip
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",  # which libraries and modules load
+)
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 # Terraform shares the TF_ prefix; its variables (TF_VAR_* may hold secrets) never enter.
-ENV_DENY = ("TF_VAR_*", "TF_CLI_*", "TF_TOKEN_*", "TF_LOG*", "TF_WORKSPACE", "TF_DATA_DIR",
-            "TF_INPUT", "TF_IN_AUTOMATION", "TF_PLUGIN_CACHE_DIR", "TF_REGISTRY_*")  # fmt: skip
+ENV_DENY = (
+    "TF_VAR_*",
+    "TF_CLI_*",
+    "TF_TOKEN_*",
+    "TF_LOG*",
+    "TF_WORKSPACE",
+    "TF_DATA_DIR",
+    "TF_INPUT",
+    "TF_IN_AUTOMATION",
+    "TF_PLUGIN_CACHE_DIR",
+    "TF_REGISTRY_*",
+)
 
 # Recorded for reading, kept out of the comparability key, each with its reason.
 NOT_IN_KEY: dict[str, str] = {
     **dict.fromkeys(
-        ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_MIN_VLOG_LEVEL", "TF_CPP_VMODULE",
-         "TF_CPP_LOG_THREAD_ID", "TF_CPP_MAX_LOG_LEVEL", "AUTOGRAPH_VERBOSITY", "KMP_WARNINGS", "KMP_SETTINGS",
-         "OMP_DISPLAY_ENV", "OMP_DISPLAY_AFFINITY", "ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKLDNN_VERBOSE",
-         "MKL_VERBOSE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "KERAS_HOME"),
+        (
+            "TF_CPP_MIN_LOG_LEVEL",
+            "TF_CPP_MAX_VLOG_LEVEL",
+            "TF_CPP_MIN_VLOG_LEVEL",
+            "TF_CPP_VMODULE",
+            "TF_CPP_LOG_THREAD_ID",
+            "TF_CPP_MAX_LOG_LEVEL",
+            "AUTOGRAPH_VERBOSITY",
+            "KMP_WARNINGS",
+            "KMP_SETTINGS",
+            "OMP_DISPLAY_ENV",
+            "OMP_DISPLAY_AFFINITY",
+            "ONEDNN_VERBOSE",
+            "DNNL_VERBOSE",
+            "MKLDNN_VERBOSE",
+            "MKL_VERBOSE",
+            "NCCL_DEBUG",
+            "NCCL_DEBUG_SUBSYS",
+            "NCCL_DEBUG_FILE",
+            "KERAS_HOME",
+        ),
         "logging or display only",
-    ),  # fmt: skip
+    ),
     "CUDA_VISIBLE_DEVICES": "names a device slot, not a kind of device (the GPUs are in hardware.gpus)",
     "NVIDIA_VISIBLE_DEVICES": "names a device slot, not a kind of device",
     "NVIDIA_DRIVER_CAPABILITIES": "which driver libraries a container sees; the loaded ones are hashed",

@@ -39,8 +39,14 @@ FILE = layout.FINGERPRINT
 READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 
 
-def collect(env: Mapping[str, str], cwd: str, config_sha256: str, script: str | None = None,
-            notebook: str | None = None, launch_dir: str | None = None) -> dict:
+def collect(
+    env: Mapping[str, str],
+    cwd: str,
+    config_sha256: str,
+    script: str | None = None,
+    notebook: str | None = None,
+    launch_dir: str | None = None,
+) -> dict:
     """The launcher-side fingerprint of a job about to start with environment ``env``.
 
     ``software``, ``determinism`` and ``data`` are filled in by the job process
@@ -100,8 +106,13 @@ def job_facts(
             named.add(os.path.realpath(name))
             name = os.path.realpath(name)
         data[name] = digest
-    facts = {"software": sw, "determinism": effective, "data": dict(sorted(data.items())), "modules": None,
-             "cpu_seen": cpuid.read()}  # fmt: skip
+    facts = {
+        "software": sw,
+        "determinism": effective,
+        "data": dict(sorted(data.items())),
+        "modules": None,
+        "cpu_seen": cpuid.read(),
+    }
     if used is not None:
         sw["distributions"], sw["libraries"] = used["distributions"], used["libraries"]
         sw["distributions_probed"] = used.get("distributions_probed", {})  # for reading: out of the key
@@ -129,8 +140,9 @@ def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dic
     out["hardware"]["cpu_seen_by_job"] = facts.get("cpu_seen")
     # Where the GPUs TensorFlow saw in the job (software.tf_gpus) disagree with those the
     # launcher listed (hardware.gpus, from NVML or nvidia-smi), in words: for reading, not keyed.
-    out["hardware"]["gpu_notes"] = tensorflow_gpu_notes(out["hardware"], out["software"].get("tf_gpus"),
-                                                        out.get("environment") or {})  # fmt: skip
+    out["hardware"]["gpu_notes"] = tensorflow_gpu_notes(
+        out["hardware"], out["software"].get("tf_gpus"), out.get("environment") or {}
+    )
     return out
 
 
@@ -140,5 +152,3 @@ def check_schema(fp: dict, where: str) -> None:
             f"{where}: fingerprint schema {fp.get('schema')!r} is not readable by this launcher "
             f"(reads {', '.join(map(str, READABLE_SCHEMAS))})"
         )
-
-

@@ -85,8 +85,10 @@ def launcher_modules_changed(diffs: list[tuple[str, object, object]]) -> str | N
     if not mods:
         return None
     shown = ", ".join(mods[:6]) + (f" and {len(mods) - 6} more" if len(mods) > 6 else "")
-    return (f"the launcher's in-job code changed: {shown} (a launcher upgrade since the run; "
-            "its bits may or may not change)")
+    return (
+        f"the launcher's in-job code changed: {shown} (a launcher upgrade since the run; "
+        "its bits may or may not change)"
+    )
 
 
 class Unknown:
@@ -194,8 +196,11 @@ KEY: dict[str, Callable[[dict], object]] = {
     # The variables the job's own code read (os.environ, os.getenv), with what it found: a
     # learning rate from LR, a batch size from BATCH_SIZE (unset is a value too). A secret's
     # value only by its hash. Runs from before this was recorded: unknown.
-    "environment_read": lambda fp: (fp["environment_read"] if fp.get("environment_read") is not None
-                                    else Unknown("not recorded by this run's fingerprint")),
+    "environment_read": lambda fp: (
+        fp["environment_read"]
+        if fp.get("environment_read") is not None
+        else Unknown("not recorded by this run's fingerprint")
+    ),
     # Effective settings, read back in the job: seed, op determinism, thread counts, XLA,
     # tf.data order, Keras' floatx/epsilon/image_data_format/backend.
     "determinism": lambda fp: fp["determinism"],
@@ -214,9 +219,11 @@ KEY: dict[str, Callable[[dict], object]] = {
     # hashed directly, in a git repository or not.
     # A run that did not record the files (an older launcher) is held to its whole package.
     # By module name and content (LauncherCode): a module moved or renamed unchanged refuses nothing.
-    "code.launcher": lambda fp: (launcher_code(fp["code"]["launcher_modules"], fp.get("schema"))
-                                 if fp["code"].get("launcher_modules")
-                                 else {"(the whole package)": fp["code"].get("launcher_version")}),
+    "code.launcher": lambda fp: (
+        launcher_code(fp["code"]["launcher_modules"], fp.get("schema"))
+        if fp["code"].get("launcher_modules")
+        else {"(the whole package)": fp["code"].get("launcher_version")}
+    ),
     "code.script_sha256": lambda fp: fp["code"].get("script_sha256"),
     # A notebook's code cells, each by its source (named ``code cell N`` with its first line,
     # so a refusal says which cell). Out: the notebook file's own hash (notebook_sha256,
@@ -257,8 +264,9 @@ def _distributions_key(distributions: dict | None) -> object:
     files_sha256 existed); one recorded as not installed (``None``) stays ``None``."""
     if distributions is None:
         return None
-    return {name: None if d is None else {"version": d.get("version"), **_content(d)}
-            for name, d in distributions.items()}  # fmt: skip
+    return {
+        name: None if d is None else {"version": d.get("version"), **_content(d)} for name, d in distributions.items()
+    }
 
 
 def _content(identity: dict) -> dict:
@@ -284,8 +292,11 @@ def comparability_key(fp: dict) -> dict[str, object]:
 
 
 def key_sha256(fp: dict) -> str:
-    canonical = json.dumps(comparability_key(fp), sort_keys=True,
-                           default=lambda o: o.canonical() if isinstance(o, LauncherCode) else str(o))
+    canonical = json.dumps(
+        comparability_key(fp),
+        sort_keys=True,
+        default=lambda o: o.canonical() if isinstance(o, LauncherCode) else str(o),
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

@@ -38,8 +38,9 @@ def mig_mode(current: int | None) -> str:
     return {0: "Disabled", 1: "Enabled"}.get(current, "[N/A]") if current is not None else "[N/A]"
 
 
-def link_matrix(count: int, direct: dict[tuple[int, int], int], to_switch: list[int],
-                pcie: dict[tuple[int, int], int | None]) -> list[list[str]]:  # fmt: skip
+def link_matrix(
+    count: int, direct: dict[tuple[int, int], int], to_switch: list[int], pcie: dict[tuple[int, int], int | None]
+) -> list[list[str]]:
     """``nvidia-smi topo -m``'s GPU-to-GPU matrix from NVML's answers.
 
     ``direct[(i, j)]``: the active NVLinks of GPU i whose far end is GPU j; ``to_switch[i]``:
@@ -75,17 +76,22 @@ def read(lib: Any) -> dict:
     for index, handle in enumerate(handles):
         major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
         memory = getattr(_maybe(lib, lib.nvmlDeviceGetMemoryInfo, handle), "total", None)
-        gpus.append({
-            "index": index,
-            "name": _text(lib.nvmlDeviceGetName(handle)),
-            "compute_capability": f"{major}.{minor}",
-            "driver_version": driver,
-            "memory_mib": memory // MIB if memory is not None else None,
-            "mig_mode": mig_mode((_maybe(lib, lib.nvmlDeviceGetMigMode, handle) or [None])[0]),
-            "uuid": _text(lib.nvmlDeviceGetUUID(handle)),
-        })  # fmt: skip
-    return {"gpus": gpus, "cuda_driver_version": cuda_version(_maybe(lib, lib.nvmlSystemGetCudaDriverVersion)),
-            "gpu_topology": topology(lib, handles)}  # fmt: skip
+        gpus.append(
+            {
+                "index": index,
+                "name": _text(lib.nvmlDeviceGetName(handle)),
+                "compute_capability": f"{major}.{minor}",
+                "driver_version": driver,
+                "memory_mib": memory // MIB if memory is not None else None,
+                "mig_mode": mig_mode((_maybe(lib, lib.nvmlDeviceGetMigMode, handle) or [None])[0]),
+                "uuid": _text(lib.nvmlDeviceGetUUID(handle)),
+            }
+        )
+    return {
+        "gpus": gpus,
+        "cuda_driver_version": cuda_version(_maybe(lib, lib.nvmlSystemGetCudaDriverVersion)),
+        "gpu_topology": topology(lib, handles),
+    }
 
 
 def topology(lib: Any, handles: list) -> list[list[str]]:

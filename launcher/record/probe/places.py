@@ -20,8 +20,22 @@ from launcher.record.filecache import cache_path
 
 # Never data: the OS, devices and pseudo-files. The job's reads there are settings the
 # fingerprint records otherwise (hardware, software, environment), or noise.
-SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin",
-               "/var/lib", "/var/cache", "/snap")  # fmt: skip
+SYSTEM_DIRS = (
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/etc",
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/bin",
+    "/sbin",
+    "/var/lib",
+    "/var/cache",
+    "/snap",
+)
 # Where a user's data lies inside those: RAM disks of the session and of the machine.
 USER_DATA_IN_SYSTEM_DIRS = ("/run/user", "/dev/shm")
 
@@ -73,6 +87,7 @@ def roots(run_dir: str | None = None) -> Roots:
     launcher_dir = str(Path(__file__).resolve().parents[2])
     ignored = [run_dir] if run_dir else []
     ignored.append(str(cache_path().parent))  # the launcher's own cache (file digests, distributions)
+
     def both(paths) -> tuple[str, ...]:  # as given and resolved: paths are compared before resolving
         return tuple(sorted({form for p in paths if p for form in (os.path.abspath(p), os.path.realpath(p))}))
 

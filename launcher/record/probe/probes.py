@@ -24,8 +24,21 @@ from launcher.record.probe import cpuid, nvml
 
 # ---------------------------------------------------------------- hardware
 # Instruction-set features that select oneDNN/Eigen/XLA kernels on x86 and ARM.
-ISA_PATTERNS = ("sse4_1", "sse4_2", "avx", "avx2", "avx512*", "amx*", "fma", "f16c", "avx_vnni*",
-                "asimd*", "sve*", "bf16", "i8mm")  # fmt: skip
+ISA_PATTERNS = (
+    "sse4_1",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "avx512*",
+    "amx*",
+    "fma",
+    "f16c",
+    "avx_vnni*",
+    "asimd*",
+    "sve*",
+    "bf16",
+    "i8mm",
+)
 
 
 def is_isa_flag(flag: str) -> bool:
@@ -143,8 +156,13 @@ def parse_nvidia_topology(text: str) -> list[list[str]]:
 GPU_SOURCES = ("nvml", "nvidia-smi")  # hardware.gpu_source: the one that answered, or None
 
 
-def gpu_record(source: str | None, gpus: list[dict], cuda_driver_version: str | None = None,
-               topology: list[list[str]] | None = None, note: str | None = None) -> dict:  # fmt: skip
+def gpu_record(
+    source: str | None,
+    gpus: list[dict],
+    cuda_driver_version: str | None = None,
+    topology: list[list[str]] | None = None,
+    note: str | None = None,
+) -> dict:
     """The GPU part of ``hardware``, one form whichever source answered: ``gpus``,
     ``gpu_source`` (``nvml``, ``nvidia-smi`` or None), ``gpu_source_note`` (why NVML was not
     used; None when it was), and, with GPUs, ``cuda_driver_version`` and ``gpu_topology``."""
@@ -281,8 +299,13 @@ def tensorflow_software() -> dict:
     import tensorflow as tf
 
     build = {k: str(v) for k, v in sorted(tf.sysconfig.get_build_info().items())}
-    return {"tensorflow": tf.__version__, "keras": keras.__version__, "numpy": numpy.__version__,
-            "tf_build": build, "tf_gpus": tensorflow_gpus(tf)}  # fmt: skip
+    return {
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "numpy": numpy.__version__,
+        "tf_build": build,
+        "tf_gpus": tensorflow_gpus(tf),
+    }
 
 
 def tensorflow_gpus(tf) -> list[dict]:
@@ -295,8 +318,13 @@ def tensorflow_gpus(tf) -> list[dict]:
     for device in tf.config.list_physical_devices("GPU"):
         details = tf.config.experimental.get_device_details(device)
         cap = details.get("compute_capability")
-        found.append({"device": device.name, "name": details.get("device_name"),
-                      "compute_capability": ".".join(map(str, cap)) if cap else None})  # fmt: skip
+        found.append(
+            {
+                "device": device.name,
+                "name": details.get("device_name"),
+                "compute_capability": ".".join(map(str, cap)) if cap else None,
+            }
+        )
     return found
 
 
@@ -320,8 +348,9 @@ def named_devices(value: str | None) -> list[str]:
 SOURCE_NAMES = {"nvml": "NVML", "nvidia-smi": "nvidia-smi", None: "the launcher's probe"}
 
 
-def tensorflow_gpu_notes(hardware: Mapping, tf_gpus: Sequence[Mapping] | None,
-                         environment: Mapping[str, str]) -> list[str]:  # fmt: skip
+def tensorflow_gpu_notes(
+    hardware: Mapping, tf_gpus: Sequence[Mapping] | None, environment: Mapping[str, str]
+) -> list[str]:
     """Where the GPUs TensorFlow saw in the job (``software.tf_gpus``) disagree with the GPUs
     the launcher listed (``hardware.gpus``, from NVML or nvidia-smi), one sentence each:
     ``TensorFlow sees GPU0 as compute capability 8.0, NVML says 9.0``. Empty when they agree.
@@ -351,8 +380,9 @@ def tensorflow_gpu_notes(hardware: Mapping, tf_gpus: Sequence[Mapping] | None,
         what = _kind(device)
         if not ordered:
             if what not in {_kind(g) for g in listed}:
-                notes.append(f"TensorFlow sees GPU{k} as {what[0]}, compute capability {what[1]}; "
-                             f"{source} lists no such GPU")  # fmt: skip
+                notes.append(
+                    f"TensorFlow sees GPU{k} as {what[0]}, compute capability {what[1]}; {source} lists no such GPU"
+                )
             continue
         gpu = expected[k] if k < len(expected) else None
         if gpu is None:
@@ -361,8 +391,10 @@ def tensorflow_gpu_notes(hardware: Mapping, tf_gpus: Sequence[Mapping] | None,
         if what[0] != gpu.get("name"):
             notes.append(f"TensorFlow sees {label} as {what[0]}, {source} says {gpu.get('name')}")
         if what[1] != gpu.get("compute_capability"):
-            notes.append(f"TensorFlow sees {label} as compute capability {what[1]}, "
-                         f"{source} says {gpu.get('compute_capability')}")  # fmt: skip
+            notes.append(
+                f"TensorFlow sees {label} as compute capability {what[1]}, "
+                f"{source} says {gpu.get('compute_capability')}"
+            )
     return notes
 
 
@@ -398,8 +430,7 @@ def code(cwd: str, script: str | None = None, notebook: str | None = None) -> di
     hashed by the job itself)."""
     from launcher.record.hashing import launcher_source_version
 
-    info: dict = {"launcher_version": launcher_source_version(), "git_commit": None, "dirty": None,
-                  "diff_sha256": None}  # fmt: skip
+    info: dict = {"launcher_version": launcher_source_version(), "git_commit": None, "dirty": None, "diff_sha256": None}
     commit = proc.capture(["git", "rev-parse", "HEAD"], cwd=cwd)
     if commit:
         status = proc.capture(["git", "status", "--porcelain"], cwd=cwd) or ""
@@ -417,5 +448,3 @@ def code(cwd: str, script: str | None = None, notebook: str | None = None) -> di
         info["notebook_sha256"] = hashlib.sha256(Path(notebook).read_bytes()).hexdigest()
         info["notebook_cells"] = notebooks.cells_key(notebooks.load(notebook))
     return info
-
-

@@ -90,8 +90,14 @@ def tool_caches(home: str, environ: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(dirs + ([environ["MPLCONFIGDIR"]] if environ.get("MPLCONFIGDIR") else []))
 
 
-def data_files(opened: Mapping[str, dict], roots: Roots, home: str, code: Iterable[str] = (),
-               environ: Mapping[str, str] | None = None, started_ns: int | None = None) -> list[str]:
+def data_files(
+    opened: Mapping[str, dict],
+    roots: Roots,
+    home: str,
+    code: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+    started_ns: int | None = None,
+) -> list[str]:
     """The paths of ``opened`` (path -> {"read": bool, "written_first": bool, "stat"}) that are data.
 
     Out: files the job wrote before reading them (its own outputs), files that did not exist
@@ -189,7 +195,8 @@ def _in_a_run(directory: str, depth: int = 3) -> bool:
     """Whether ``directory`` is a run directory or lies in one (outputs/, checkpoints/, ...)."""
     for _ in range(depth + 1):
         if RUN_NAME.fullmatch(os.path.basename(directory)) and all(
-                os.path.isfile(os.path.join(directory, marker)) for marker in RUN_MARKERS):  # fmt: skip
+            os.path.isfile(os.path.join(directory, marker)) for marker in RUN_MARKERS
+        ):
             return True
         directory = os.path.dirname(directory)
     return False
@@ -288,8 +295,9 @@ def gather(
     found += [(path, mtime, True) for path, mtime in _mtimes(p for p in native if p not in opened)]
     relative = {path: rel for path, _, rel in found}
     for path in listed_files([(path, mtime) for path, mtime, _ in found], started_ns):
-        opened.setdefault(path, {"read": True, "written_first": False, "stat": stat_key(path),
-                                 "relative": relative[path]})  # fmt: skip
+        opened.setdefault(
+            path, {"read": True, "written_first": False, "stat": stat_key(path), "relative": relative[path]}
+        )
     if maps_text is None:
         try:
             maps_text = Path("/proc/self/maps").read_text()
@@ -335,8 +343,14 @@ def gather(
                 libraries[real] = hashes.sha256(real)
         home = os.path.expanduser("~")
         data = {}
-        read = data_files(opened, r, home, code={m["path"] for m in code.values()} | set(code_files),
-                          environ=os.environ, started_ns=started_ns)
+        read = data_files(
+            opened,
+            r,
+            home,
+            code={m["path"] for m in code.values()} | set(code_files),
+            environ=os.environ,
+            started_ns=started_ns,
+        )
         for opened_as in read:
             path = os.path.realpath(opened_as)
             digest = hashes.sha256(path) or "unreadable"
@@ -345,24 +359,36 @@ def gather(
                     continue
                 how = "changed" if os.path.exists(path) else "deleted"
                 digest = f"{how} while the job ran ({os.path.basename(run_dir)})"
-            data[display_name(_as_named(opened_as, path, launch_dir), launch_dir,
-                              opened[opened_as].get("relative", True))] = digest  # fmt: skip
+            data[
+                display_name(
+                    _as_named(opened_as, path, launch_dir), launch_dir, opened[opened_as].get("relative", True)
+                )
+            ] = digest
         for named, rel in _named(explicit).items():
             for path in (f for f in _files_below(named) if not under(f, r.ignored)):
                 data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
     owner = functools.lru_cache(maxsize=None)(functools.partial(_owner, dists, r))
     by = None if importers is None else imported_by(importers, imported, owner)
-    keyed = set(used) if direct_imports is None else keyed_distributions(
-        used, imported, set(direct_imports), {name: requires(name) for name in used}, by)
+    keyed = (
+        set(used)
+        if direct_imports is None
+        else keyed_distributions(used, imported, set(direct_imports), {name: requires(name) for name in used}, by)
+    )
     distributions = {name: distribution_identity(name) for name in sorted(keyed)}
     probed = {name: version_of(name) for name in sorted(set(used) - keyed)}
-    return {"modules": code, "distributions": distributions, "libraries": dict(sorted(libraries.items())),
-            "data": dict(sorted(data.items())), "launcher": dict(sorted(launcher.items())),
-            "distributions_probed": probed}  # fmt: skip
+    return {
+        "modules": code,
+        "distributions": distributions,
+        "libraries": dict(sorted(libraries.items())),
+        "data": dict(sorted(data.items())),
+        "launcher": dict(sorted(launcher.items())),
+        "distributions_probed": probed,
+    }
 
 
-def imported_by(importers: Mapping[str, Iterable[str]], imported: Mapping[str, set[str]],
-                owner: Callable[[str], str | None]) -> dict[str, set[str | None]]:
+def imported_by(
+    importers: Mapping[str, Iterable[str]], imported: Mapping[str, set[str]], owner: Callable[[str], str | None]
+) -> dict[str, set[str | None]]:
     """distribution -> the distributions whose code imported one of its top-level names (``None``:
     code no distribution owns, as the standard library's or C's), from ``importers`` (top-level
     name -> the files that imported it) and ``imported`` (distribution -> its top-level names

@@ -139,8 +139,9 @@ def references(snapshot_json: Mapping) -> set[str]:
 def unreferenced(objects: Iterable[StoredObject], marked: set[str], started: float) -> list[StoredObject]:
     """The objects the sweep removes: not ``marked``, and older than the mark's start ``started``
     (less the clock's slack). Sorted by name."""
-    return sorted((o for o in objects if o.sha256 not in marked and o.mtime < started - CLOCK_SLACK_S),
-                  key=lambda o: o.sha256)  # fmt: skip
+    return sorted(
+        (o for o in objects if o.sha256 not in marked and o.mtime < started - CLOCK_SLACK_S), key=lambda o: o.sha256
+    )
 
 
 def run_marker(names: Iterable[str]) -> str | None:
@@ -182,8 +183,10 @@ def _entries(directory: str | os.PathLike) -> list[os.DirEntry]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
-        raise StoreError(f"launch gc: cannot list {os.fspath(directory)} ({exc.strerror}); nothing was "
-                         "removed: run launch gc as a user who can read the whole store") from None  # fmt: skip
+        raise StoreError(
+            f"launch gc: cannot list {os.fspath(directory)} ({exc.strerror}); nothing was "
+            "removed: run launch gc as a user who can read the whole store"
+        ) from None
 
 
 def check_store(store_root: Path) -> None:
@@ -197,9 +200,11 @@ def check_store(store_root: Path) -> None:
         raise StoreError(f"store {str(root)!r} is not a directory: give the store (the directory holding the runs)")
     marker = run_marker(entry.name for entry in _entries(root))
     if marker is not None:
-        raise StoreError(f"launch gc: {str(root)!r} looks like a run directory, not a store (it holds {marker}): "
-                         f"nothing was removed; give the store (the directory holding the runs, "
-                         f"{str(root.parent)!r} if this is one of them)")  # fmt: skip
+        raise StoreError(
+            f"launch gc: {str(root)!r} looks like a run directory, not a store (it holds {marker}): "
+            f"nothing was removed; give the store (the directory holding the runs, "
+            f"{str(root.parent)!r} if this is one of them)"
+        )
 
 
 def _unlistable(exc: OSError) -> None:
@@ -207,9 +212,11 @@ def _unlistable(exc: OSError) -> None:
     must not go. One that vanished (a run deleted while the mark ran) references nothing."""
     if isinstance(exc, FileNotFoundError):
         return
-    raise StoreError(f"launch gc: cannot list {exc.filename} ({exc.strerror}), so cannot tell what the runs in it "
-                     "reference; nothing was removed: run launch gc as a user who can read the whole store (or "
-                     "give it access), then run launch gc again") from None  # fmt: skip
+    raise StoreError(
+        f"launch gc: cannot list {exc.filename} ({exc.strerror}), so cannot tell what the runs in it "
+        "reference; nothing was removed: run launch gc as a user who can read the whole store (or "
+        "give it access), then run launch gc again"
+    ) from None
 
 
 def _check_link(store_root: Path, link: Path) -> None:
@@ -225,13 +232,17 @@ def _check_link(store_root: Path, link: Path) -> None:
     except OSError as exc:
         if exc.errno in _NOTHING_THERE:
             return
-        raise StoreError(f"launch gc: {link} is a link to {target}, which cannot be read ({exc.strerror}) to tell "
-                         "whether it is a run of this store; nothing was removed: delete the link (or move what "
-                         "it points at into the store), then run launch gc again") from None  # fmt: skip
-    raise StoreError(f"launch gc: {link} is a link to {target}, a run outside the store, whose snapshot the gc "
-                     "does not follow the link to read (a replay of it uses this store's objects); nothing was "
-                     "removed: move the run into the store in place of the link (or delete the link), then run "
-                     "launch gc again")  # fmt: skip
+        raise StoreError(
+            f"launch gc: {link} is a link to {target}, which cannot be read ({exc.strerror}) to tell "
+            "whether it is a run of this store; nothing was removed: delete the link (or move what "
+            "it points at into the store), then run launch gc again"
+        ) from None
+    raise StoreError(
+        f"launch gc: {link} is a link to {target}, a run outside the store, whose snapshot the gc "
+        "does not follow the link to read (a replay of it uses this store's objects); nothing was "
+        "removed: move the run into the store in place of the link (or delete the link), then run "
+        "launch gc again"
+    )
 
 
 def snapshot_files(store_root: Path) -> list[Path]:
@@ -271,8 +282,10 @@ def read_snapshot(run_dir: Path) -> dict:
         why = f"{path}: {type(exc).__name__}: {exc}"
     else:
         return data or {}
-    raise StoreError(f"launch gc: cannot tell what {Path(run_dir).name} references ({why}); nothing was removed: "
-                     "repair or delete that run, then run launch gc again") from None  # fmt: skip
+    raise StoreError(
+        f"launch gc: cannot tell what {Path(run_dir).name} references ({why}); nothing was removed: "
+        "repair or delete that run, then run launch gc again"
+    ) from None
 
 
 def mark(store_root: Path) -> tuple[set[str], int]:
@@ -293,9 +306,11 @@ def stored_objects(store_root: Path) -> list[StoredObject]:
     out = []
     folder = Path(store_root) / objects.OBJECTS
     if folder.is_symlink():
-        raise StoreError(f"launch gc: {folder} is a link (to {os.readlink(folder)!r}): the gc removes files "
-                         "inside the store only; nothing was removed: make it a directory of the store, then run "
-                         "launch gc again")  # fmt: skip
+        raise StoreError(
+            f"launch gc: {folder} is a link (to {os.readlink(folder)!r}): the gc removes files "
+            "inside the store only; nothing was removed: make it a directory of the store, then run "
+            "launch gc again"
+        )
     for fan in _entries(folder):
         if len(fan.name) != 2 or not fan.is_dir(follow_symlinks=False):
             continue
@@ -311,8 +326,9 @@ def stored_objects(store_root: Path) -> list[StoredObject]:
     return out
 
 
-def collect(store_root: str | os.PathLike, *, dry_run: bool = False,
-            echo: Callable[[str], None] | None = None) -> Report:
+def collect(
+    store_root: str | os.PathLike, *, dry_run: bool = False, echo: Callable[[str], None] | None = None
+) -> Report:
     """Remove (or, ``dry_run``, list) the store's unreferenced objects; ``echo`` hears each one as
     ``removed <sha256> (<size>)`` / ``would remove …`` as it goes. Holds ``.gc.lock`` exclusively,
     waiting up to ``WAIT_S`` for another gc or the runs storing their snapshots."""
@@ -358,8 +374,10 @@ def _collect(root: Path, dry_run: bool, echo: Callable[[str], None]) -> Report:
 def summary(report: Report) -> str:
     """The gc's last line: what it removed and freed, and what it kept."""
     verb, freed = ("would remove", "would free") if report.dry_run else ("removed", "freed")
-    text = (f"launch gc: {verb} {len(report.removed)} object(s), {freed} {human(report.freed)}; "
-            f"{report.kept} object(s) kept, the snapshots of {report.runs} run(s) read")  # fmt: skip
+    text = (
+        f"launch gc: {verb} {len(report.removed)} object(s), {freed} {human(report.freed)}; "
+        f"{report.kept} object(s) kept, the snapshots of {report.runs} run(s) read"
+    )
     if report.failed:
         sha, why = report.failed[0]
         text += f"; {len(report.failed)} could not be removed (first: {sha}: {why})"

@@ -31,8 +31,19 @@ from launcher.record import layout
 
 INDEX = layout.INDEX
 LOCK = layout.INDEX_LOCK
-COLUMNS = ("id", "path", "time", "task", "level", "seed", "status", "key_sha256",
-           "metrics", "weights_sha256", "replay_of")  # fmt: skip
+COLUMNS = (
+    "id",
+    "path",
+    "time",
+    "task",
+    "level",
+    "seed",
+    "status",
+    "key_sha256",
+    "metrics",
+    "weights_sha256",
+    "replay_of",
+)
 RUN_NAME = layout.RUN_ID  # runs.create's names: the one rule (layout.is_run_id)
 WRITE_TIMEOUT_S = 5  # a run waits at most this long for a busy index, then moves on
 READ_TIMEOUT_S = 30
@@ -271,8 +282,10 @@ def record(store_root: Path, row: Row) -> None:
     except (sqlite3.Error, OSError, StoreError, IndexUnreadable) as exc:
         if str(store_root) not in _warned:
             _warned.add(str(store_root))
-            _say(f"the run index of {store_root} was not updated ({exc}); the run is not affected, "
-                 "and `launch runs` catches the index up")  # fmt: skip
+            _say(
+                f"the run index of {store_root} was not updated ({exc}); the run is not affected, "
+                "and `launch runs` catches the index up"
+            )
 
 
 def _announce(line: str | None) -> None:
@@ -301,10 +314,12 @@ def query(
     notes = notes if notes is not None else []
     rows = _reconciled(store_root, notes)
     out = [
-        r for r in rows
-        if (not task or r.task == task) and (not status or r.status == status)
+        r
+        for r in rows
+        if (not task or r.task == task)
+        and (not status or r.status == status)
         and (not key or (r.key_sha256 or "").startswith(key))
-    ]  # fmt: skip
+    ]
     return sorted(out, key=lambda r: (r.time, r.id), reverse=True)
 
 

@@ -32,7 +32,8 @@ LAUNCHER_WAIT_S = 600.0  # the launcher waits this long for a gc to end, then st
 def code_file(resolved: DictConfig) -> str | None:
     """The file of code a run names in its config: train=script's script, train=notebook's notebook."""
     return {"script": resolved.train.get("script"), "notebook": resolved.train.get("notebook")}.get(
-        str(resolved.train.name))
+        str(resolved.train.name)
+    )
 
 
 def caps(resolved: DictConfig) -> tuple[int, int | None, int | None]:
@@ -45,13 +46,23 @@ def caps(resolved: DictConfig) -> tuple[int, int | None, int | None]:
         return None if value is None else int(value)
 
     total_mb = setting("snapshot_max_total_mb", snapshot.DEFAULT_MAX_TOTAL_MB)
-    return (int(store.get("snapshot_max_mb", snapshot.DEFAULT_MAX_MB)) << 20,
-            setting("snapshot_max_files", snapshot.DEFAULT_MAX_FILES),
-            None if total_mb is None else total_mb << 20)  # fmt: skip
+    return (
+        int(store.get("snapshot_max_mb", snapshot.DEFAULT_MAX_MB)) << 20,
+        setting("snapshot_max_files", snapshot.DEFAULT_MAX_FILES),
+        None if total_mb is None else total_mb << 20,
+    )
 
 
-def keep_snapshot(run_dir: Path, resolved: DictConfig, fp: dict, launch_dir: str, root: str | None = None, *,
-                  code_only: bool = False, wait_s: float | None = LAUNCHER_WAIT_S) -> dict:
+def keep_snapshot(
+    run_dir: Path,
+    resolved: DictConfig,
+    fp: dict,
+    launch_dir: str,
+    root: str | None = None,
+    *,
+    code_only: bool = False,
+    wait_s: float | None = LAUNCHER_WAIT_S,
+) -> dict:
     """Keep the code and small data the run used in its store, and ``snapshot.json`` in the run.
 
     ``fp`` is the run's whole fingerprint (the launcher's side merged with the job's facts);
@@ -65,9 +76,14 @@ def keep_snapshot(run_dir: Path, resolved: DictConfig, fp: dict, launch_dir: str
     if code_only:
         fp = {**fp, "data": {}}
     data = [p for p in (snapshot.data_path(n, launch_dir) for n in fp.get("data") or {}) if p]
-    kept, left_out = snapshot.plan(fp, launch_dir, code_file(resolved),
-                                   str(config_dir["path"]) if config_dir else None,
-                                   snapshot.data_sizes(data, root), max_file)  # fmt: skip
+    kept, left_out = snapshot.plan(
+        fp,
+        launch_dir,
+        code_file(resolved),
+        str(config_dir["path"]) if config_dir else None,
+        snapshot.data_sizes(data, root),
+        max_file,
+    )
     kept, over = snapshot.fit(kept, snapshot.data_sizes(kept, root), max_files, max_total)
     store = run_dir.parent
     try:
@@ -85,9 +101,17 @@ def _take(run_dir: Path, store: Path, kept: dict, left_out: dict, launch_dir: st
     return taken
 
 
-def keep_so_far(run_dir: Path, resolved: DictConfig, fp: dict, facts: dict, launch_dir: str,
-                root: str | None = None, *, code_only: bool = False,
-                wait_s: float | None = LAUNCHER_WAIT_S) -> dict | None:
+def keep_so_far(
+    run_dir: Path,
+    resolved: DictConfig,
+    fp: dict,
+    facts: dict,
+    launch_dir: str,
+    root: str | None = None,
+    *,
+    code_only: bool = False,
+    wait_s: float | None = LAUNCHER_WAIT_S,
+) -> dict | None:
     """The snapshot of an unfinished run: the launcher's fingerprint ``fp`` with the job's
     ``facts`` so far (user code's, which name the modules it imported; others keep none).
     ``code_only`` and ``wait_s`` as for ``keep_snapshot``: the job passes ``code_only`` and 0, and
@@ -100,7 +124,14 @@ def keep_so_far(run_dir: Path, resolved: DictConfig, fp: dict, facts: dict, laun
     if facts.get("modules") is None:
         return None
     try:
-        return keep_snapshot(run_dir, resolved, fingerprint.merge_job_facts(fp, facts), launch_dir, root,
-                             code_only=code_only, wait_s=wait_s)  # fmt: skip
+        return keep_snapshot(
+            run_dir,
+            resolved,
+            fingerprint.merge_job_facts(fp, facts),
+            launch_dir,
+            root,
+            code_only=code_only,
+            wait_s=wait_s,
+        )
     except OSError:
         return None

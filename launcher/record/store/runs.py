@@ -107,8 +107,14 @@ def note_created(run_dir: Path) -> None:
     umask. A ledger that cannot be written leaves the run made and says so on stderr: the run is
     then one ``launch resume`` says this store did not create, the safe side."""
     store = run_dir.parent
-    entry = {"run": run_dir.name, "inode": os.stat(run_dir).st_ino, "host": socket.gethostname(), "user": _user(),
-             "pid": os.getpid(), "time": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}  # fmt: skip
+    entry = {
+        "run": run_dir.name,
+        "inode": os.stat(run_dir).st_ino,
+        "host": socket.gethostname(),
+        "user": _user(),
+        "pid": os.getpid(),
+        "time": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
     line = (json.dumps(entry, sort_keys=True) + "\n").encode()
     path = store / CREATED
     try:
@@ -126,8 +132,11 @@ def note_created(run_dir: Path) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        print(f"[launch] warning: run {run_dir.name} is not noted in {path} ({exc.strerror}): launch resume will "
-              "say this store did not create it", file=sys.stderr)  # fmt: skip
+        print(
+            f"[launch] warning: run {run_dir.name} is not noted in {path} ({exc.strerror}): launch resume will "
+            "say this store did not create it",
+            file=sys.stderr,
+        )
 
 
 def find_created(lines, name: str, inode: int) -> dict | None:
@@ -376,9 +385,11 @@ def refuse_links_out(run_dir: Path) -> None:
     found = links_out(run_dir)
     if found:
         name, target = found[0]
-        raise UnsafeRun(f"run {run_dir.name} holds a link pointing outside it ({name} -> {target}): refused "
-                        "before anything was written (a run is read from itself alone; see docs/store.md)",
-                        name)  # fmt: skip
+        raise UnsafeRun(
+            f"run {run_dir.name} holds a link pointing outside it ({name} -> {target}): refused "
+            "before anything was written (a run is read from itself alone; see docs/store.md)",
+            name,
+        )
 
 
 def unseal_for_resume(run_dir: Path) -> None:

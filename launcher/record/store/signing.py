@@ -129,8 +129,9 @@ def store_overrides(words: Iterable[str], base: Mapping | None = None) -> dict:
         key, sep, value = word.partition("=")
         name = key.removeprefix("store.")
         if not sep or not key.startswith("store.") or name not in (*STORE_KEYS, "root"):
-            raise ConfigError(f"{word!r}: only store.root and store.{{{','.join(STORE_KEYS)}}} can be given "
-                              "here, as KEY=VALUE")  # fmt: skip
+            raise ConfigError(
+                f"{word!r}: only store.root and store.{{{','.join(STORE_KEYS)}}} can be given here, as KEY=VALUE"
+            )
         out[name] = value
     return out
 
@@ -171,8 +172,8 @@ def signed_id(manifest: bytes) -> tuple[bool, object]:
 
 def _string(blob: bytes, at: int) -> tuple[bytes, int] | None:
     """The SSH wire-format string at ``at`` (a 4-byte big-endian length, then the bytes) and where it ends."""
-    end = at + 4 + int.from_bytes(blob[at:at + 4], "big") if len(blob) >= at + 4 else -1
-    return (blob[at + 4:end], end) if 0 <= end <= len(blob) else None
+    end = at + 4 + int.from_bytes(blob[at : at + 4], "big") if len(blob) >= at + 4 else -1
+    return (blob[at + 4 : end], end) if 0 <= end <= len(blob) else None
 
 
 def signature_key(armored: bytes) -> bytes | None:
@@ -270,8 +271,10 @@ def why_not_trusted(listed: Listed, now: _dt.datetime) -> str | None:
     options = listed.options
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        return (f"with an option ssh-keygen does not know ({', '.join(unknown)}; allowed_signers takes "
-                f"{', '.join(OPTIONS)}), so it skips the line")  # fmt: skip
+        return (
+            f"with an option ssh-keygen does not know ({', '.join(unknown)}; allowed_signers takes "
+            f"{', '.join(OPTIONS)}), so it skips the line"
+        )
     if options.get("cert-authority"):
         return "as a certificate authority: a plain key signature is not trusted"
     reasons = []
@@ -338,8 +341,10 @@ def signing_key(setting: object) -> str | None:
     if key == "git":
         key = (proc.capture(["git", "config", "--get", "user.signingkey"]) or "").strip()
         if not key:
-            raise ConfigError("store.signing_key=git, and git has no user.signingkey (git config user.signingkey "
-                              "~/.ssh/id_ed25519.pub)")  # fmt: skip
+            raise ConfigError(
+                "store.signing_key=git, and git has no user.signingkey (git config user.signingkey "
+                "~/.ssh/id_ed25519.pub)"
+            )
         key = key if key.startswith("key::") else os.path.expanduser(key)
     return key
 
@@ -377,12 +382,18 @@ def check(run_dir: Path, trust: Trust = NO_TRUST, now: _dt.datetime | None = Non
     else:
         seal = _verify(run_dir, signature, trust, now)
     if trust.require_signed and seal.state != "trusted":
-        raise SignatureError(f"run {run_dir.name} is {describe(seal)}, and store.require_signed=true accepts only "
-                             f"runs sealed by a key in {trust.allowed_signers}", run_dir.name)  # fmt: skip
+        raise SignatureError(
+            f"run {run_dir.name} is {describe(seal)}, and store.require_signed=true accepts only "
+            f"runs sealed by a key in {trust.allowed_signers}",
+            run_dir.name,
+        )
     if trust.require_signed and seal.run is None:
-        raise SignatureError(f"run {run_dir.name} is {describe(seal)}, but its id is not under the signature (signed "
-                             "by a launcher from before seals named their run: the seal could be another run's, "
-                             "renamed), and store.require_signed=true refuses it", run_dir.name)  # fmt: skip
+        raise SignatureError(
+            f"run {run_dir.name} is {describe(seal)}, but its id is not under the signature (signed "
+            "by a launcher from before seals named their run: the seal could be another run's, "
+            "renamed), and store.require_signed=true refuses it",
+            run_dir.name,
+        )
     return seal
 
 
@@ -391,27 +402,35 @@ def _verify(run_dir: Path, signature: Path, trust: Trust, now: _dt.datetime | No
     manifest = (run_dir / layout.MANIFEST).read_bytes()  # read once: what is verified is what is read below
     done = proc.run_piped(check_argv(program, str(signature)), manifest)
     if done.returncode != 0:
-        raise SignatureError(f"run {run_dir.name}: its seal is signed and the signature does not verify (edited "
-                             "and sealed again without the key, or damaged): refused", run_dir.name)  # fmt: skip
+        raise SignatureError(
+            f"run {run_dir.name}: its seal is signed and the signature does not verify (edited "
+            "and sealed again without the key, or damaged): refused",
+            run_dir.name,
+        )
     found_as = os.path.basename(os.path.realpath(run_dir))
     try:
         named, run = signed_id(manifest)
     except ValueError as exc:
-        raise SignatureError(f"run {run_dir.name}: its signed seal is not readable JSON ({exc}): refused",
-                             run_dir.name) from None  # fmt: skip
+        raise SignatureError(
+            f"run {run_dir.name}: its signed seal is not readable JSON ({exc}): refused", run_dir.name
+        ) from None
     if named and run != found_as:
         signed_as = run if isinstance(run, str) and run.isprintable() else repr(run)
-        raise SignatureError(f"run {run_dir.name}: its seal is signed as run {signed_as}, found as {found_as} (a "
-                             "signed run cannot be renamed, nor its seal put on another run): refused",
-                             found_as)  # fmt: skip
+        raise SignatureError(
+            f"run {run_dir.name}: its seal is signed as run {signed_as}, found as {found_as} (a "
+            "signed run cannot be renamed, nor its seal put on another run): refused",
+            found_as,
+        )
     key = key_fingerprint(done.stdout.decode(errors="replace") + done.stderr)
     run = run if named else None
     if not trust.allowed_signers:
         return Seal("unknown", key=key, run=run)
     found = proc.run_piped(principals_argv(program, str(signature), trust.allowed_signers))
     for principal in found.stdout.decode(errors="replace").split() if found.returncode == 0 else []:
-        if proc.run_piped(verify_argv(program, str(signature), trust.allowed_signers, principal),
-                          manifest).returncode == 0:  # fmt: skip
+        if (
+            proc.run_piped(verify_argv(program, str(signature), trust.allowed_signers, principal), manifest).returncode
+            == 0
+        ):
             return Seal("trusted", principal=principal, key=key, run=run)
     listed = _untrusted(signature, trust.allowed_signers, now)
     return replace(listed, key=key or listed.key, run=run) if listed else Seal("unknown", key=key, run=run)

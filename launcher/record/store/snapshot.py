@@ -103,8 +103,11 @@ def validate(data: object, where: str) -> dict:
         raise SnapshotError(f"{where} has an unknown schema", SNAPSHOT)
 
     def refuse(entry: object, why: str) -> UnsafeRun:
-        return UnsafeRun(f"{where}: entry {entry!r} {why}: refused before anything was written (a crafted or "
-                         "damaged run; see docs/store.md)", str(entry))  # fmt: skip
+        return UnsafeRun(
+            f"{where}: entry {entry!r} {why}: refused before anything was written (a crafted or "
+            "damaged run; see docs/store.md)",
+            str(entry),
+        )
 
     launch_dir = data.get("launch_dir")
     if (problem := path_problem(launch_dir, directory=True)) is not None:
@@ -133,8 +136,14 @@ def data_path(name: str, launch_dir: str) -> str | None:
     return name if os.path.isabs(name) else os.path.normpath(os.path.join(launch_dir, name))
 
 
-def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | None,
-         data_sizes: Mapping[str, int] | None, max_bytes: int) -> tuple[dict[str, dict], dict[str, str]]:
+def plan(
+    fp: Mapping,
+    launch_dir: str,
+    script: str | None,
+    config_dir: str | None,
+    data_sizes: Mapping[str, int] | None,
+    max_bytes: int,
+) -> tuple[dict[str, dict], dict[str, str]]:
     """The files a run keeps: ``(kept, left_out)``.
 
     ``kept`` maps each absolute path to ``{"sha256", "role"}`` (role: script, notebook, module,
@@ -179,8 +188,9 @@ def plan(fp: Mapping, launch_dir: str, script: str | None, config_dir: str | Non
     return kept, left_out
 
 
-def fit(kept: Mapping[str, dict], sizes: Mapping[str, int], max_files: int | None,
-        max_bytes: int | None) -> tuple[dict[str, dict], dict[str, str]]:
+def fit(
+    kept: Mapping[str, dict], sizes: Mapping[str, int], max_files: int | None, max_bytes: int | None
+) -> tuple[dict[str, dict], dict[str, str]]:
     """Which of ``kept`` (``plan``'s) a run keeps under its caps: ``(kept, left_out)``.
 
     At most ``max_files`` files and ``max_bytes`` bytes in all (None: no cap), chosen in one
@@ -199,8 +209,10 @@ def fit(kept: Mapping[str, dict], sizes: Mapping[str, int], max_files: int | Non
         if max_files is not None and len(chosen) >= max_files:
             left_out[path] = f"over store.snapshot_max_files ({max_files} files kept per run)"
         elif max_bytes is not None and used + size > max_bytes:
-            left_out[path] = (f"{size} bytes, over store.snapshot_max_total_mb ({max_bytes // (1 << 20)} MiB per "
-                              f"run, {max_bytes - used} bytes left)")  # fmt: skip
+            left_out[path] = (
+                f"{size} bytes, over store.snapshot_max_total_mb ({max_bytes // (1 << 20)} MiB per "
+                f"run, {max_bytes - used} bytes left)"
+            )
         else:
             chosen[path] = kept[path]
             used += size
@@ -228,7 +240,7 @@ def unrooted(path: str, root: str | None) -> str:
     root = root.rstrip("/")
     if path == root:
         return "/"
-    return path[len(root):] if path.startswith(root + "/") else path
+    return path[len(root) :] if path.startswith(root + "/") else path
 
 
 def unroot_facts(facts: dict, root: str | None) -> dict:
@@ -254,8 +266,9 @@ def rooted_pythonpath(value: str, root: str | None, keep: Iterable[str] = ()) ->
 
 
 # ---------------------------------------------------------------- the store's objects
-def take(store_root: Path, kept: Mapping[str, dict], left_out: Mapping[str, str], launch_dir: str,
-         root: str | None = None) -> dict:
+def take(
+    store_root: Path, kept: Mapping[str, dict], left_out: Mapping[str, str], launch_dir: str, root: str | None = None
+) -> dict:
     """Store every kept file (read from inside ``root`` when the run ran from a laid-out
     snapshot) and return the content of ``snapshot.json``.
 
@@ -268,7 +281,9 @@ def take(store_root: Path, kept: Mapping[str, dict], left_out: Mapping[str, str]
         else:
             missed[path] = "changed or gone since the job read it"
     for path, entry in list(files.items()):
-        if not objects.refresh(store_root, entry["sha256"]) and not objects.put(store_root, rooted(path, root), entry["sha256"]):
+        if not objects.refresh(store_root, entry["sha256"]) and not objects.put(
+            store_root, rooted(path, root), entry["sha256"]
+        ):
             del files[path]
             missed[path] = "changed or gone since the job read it"
     return {"schema": SCHEMA, "launch_dir": launch_dir, "files": files, "left_out": dict(sorted(missed.items()))}
@@ -287,8 +302,11 @@ def read(run_dir: Path) -> dict | None:
     except OSError as exc:
         raise SnapshotError(f"{path} is not readable: {exc.strerror}", SNAPSHOT) from None
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafeRun(f"{path} is a link (to {os.readlink(path)!r}), not a file of the run: refused before "
-                        "anything was written (a crafted run; see docs/store.md)", SNAPSHOT)  # fmt: skip
+        raise UnsafeRun(
+            f"{path} is a link (to {os.readlink(path)!r}), not a file of the run: refused before "
+            "anything was written (a crafted run; see docs/store.md)",
+            SNAPSHOT,
+        )
     try:
         data = json.loads(path.read_text())
     except RecursionError:
@@ -307,15 +325,21 @@ def check_recorded(snap: Mapping, fp: Mapping, script: str | None, config_dir: s
     try:
         recorded, _ = plan(fp, str(snap["launch_dir"]), script, config_dir, None, 0)
     except (AttributeError, KeyError, TypeError) as exc:
-        raise UnsafeRun(f"{where}: the run's fingerprint cannot be read as a record of its code "
-                        f"({type(exc).__name__}: {exc}): refused before anything was written", None) from None
+        raise UnsafeRun(
+            f"{where}: the run's fingerprint cannot be read as a record of its code "
+            f"({type(exc).__name__}: {exc}): refused before anything was written",
+            None,
+        ) from None
     for path, entry in sorted(snap["files"].items()):
         want = recorded.get(path)
         if want is None or (want["sha256"], want["role"]) != (entry["sha256"], entry["role"]):
             said = "names no such file" if want is None else f"recorded {want['role']} {want['sha256'][:12]}"
-            raise UnsafeRun(f"{where}: entry {path!r} ({entry['role']} {entry['sha256'][:12]}) is not what the "
-                            f"run recorded (its fingerprint {said}): refused before anything was written "
-                            "(a forged or damaged run; see docs/store.md)", path)  # fmt: skip
+            raise UnsafeRun(
+                f"{where}: entry {path!r} ({entry['role']} {entry['sha256'][:12]}) is not what the "
+                f"run recorded (its fingerprint {said}): refused before anything was written "
+                "(a forged or damaged run; see docs/store.md)",
+                path,
+            )
 
 
 def data_sizes(paths: Iterable[str], root: str | None = None) -> dict[str, int]:
@@ -341,13 +365,20 @@ def _check_inside(dest: Path, path: str, directory: bool = False) -> None:
             return  # made afresh from here on, by materialize
         last = n == len(parts) - 1
         if stat.S_ISLNK(st.st_mode):
-            raise UnsafeRun(f"laying out {path}: {current} is a link already in the destination (to "
-                            f"{os.readlink(current)!r}): refused before anything was written", path)  # fmt: skip
-        if (last and not directory and not stat.S_ISREG(st.st_mode)) or ((not last or directory)
-                                                                          and not stat.S_ISDIR(st.st_mode)):
-            raise UnsafeRun(f"laying out {path}: {current} is already there, and not a "
-                            f"{'file' if last and not directory else 'directory'}: refused before anything "
-                            "was written", path)  # fmt: skip
+            raise UnsafeRun(
+                f"laying out {path}: {current} is a link already in the destination (to "
+                f"{os.readlink(current)!r}): refused before anything was written",
+                path,
+            )
+        if (last and not directory and not stat.S_ISREG(st.st_mode)) or (
+            (not last or directory) and not stat.S_ISDIR(st.st_mode)
+        ):
+            raise UnsafeRun(
+                f"laying out {path}: {current} is already there, and not a "
+                f"{'file' if last and not directory else 'directory'}: refused before anything "
+                "was written",
+                path,
+            )
 
 
 def _copy_checked(source: Path, target: Path, sha256: str, path: str) -> None:
@@ -427,8 +458,9 @@ def link(dest: Path, original: str, target: str) -> None:
         os.symlink(target, inside)
 
 
-def code_tree(directory: str, skip: Iterable[str] = (), max_files: int = SWEEP_MAX_FILES,
-              max_dirs: int = SWEEP_MAX_DIRS) -> list[str]:
+def code_tree(
+    directory: str, skip: Iterable[str] = (), max_files: int = SWEEP_MAX_FILES, max_dirs: int = SWEEP_MAX_DIRS
+) -> list[str]:
     """The ``.py`` files (and ``.ipynb`` notebooks) below ``directory`` that a job started there could run: not in
     hidden directories, virtual environments, caches or ``skip`` (the store); at most
     ``max_files``, looking into at most ``max_dirs`` directories (a sweep started from a
@@ -438,9 +470,14 @@ def code_tree(directory: str, skip: Iterable[str] = (), max_files: int = SWEEP_M
     for seen, (current, dirs, files) in enumerate(os.walk(directory)):
         if seen >= max_dirs:
             break
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_CODE_DIRS
-                         and os.path.realpath(os.path.join(current, d)) not in skip
-                         and not os.path.exists(os.path.join(current, d, "pyvenv.cfg")))  # fmt: skip
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _NOT_CODE_DIRS
+            and os.path.realpath(os.path.join(current, d)) not in skip
+            and not os.path.exists(os.path.join(current, d, "pyvenv.cfg"))
+        )
         out += [os.path.join(current, f) for f in sorted(files) if f.endswith((".py", ".ipynb"))]
         if len(out) >= max_files:
             return out[:max_files]
