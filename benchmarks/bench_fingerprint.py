@@ -26,9 +26,9 @@ N = int(sys.argv[1]) if len(sys.argv) > 1 else 7
 PROGRAMS = {
     "interpreter start (baseline)": "pass",
     "launcher side: collect()": (
-        "import os; from launcher.record import fingerprint as f; f.collect(dict(os.environ), os.getcwd(), 'x')"
+        "import os; from launcher.record.probe import fingerprint as f; f.collect(dict(os.environ), os.getcwd(), 'x')"
     ),
-    "job side: software()": "from launcher.record import probes as f; f.software()",
+    "job side: software()": "from launcher.record.probe import probes as f; f.software()",
     "job process: import tensorflow": "import tensorflow",
     "job: import tensorflow, keras": "import tensorflow, keras",
     "job: the same under the open hook": (
@@ -36,7 +36,8 @@ PROGRAMS = {
     ),
     "job: the same, then what it used": (
         "from launcher.job.observe import reads; reads.install(); import tensorflow, keras; "
-        "from launcher.record import usage; usage.gather(reads.opened, '/nonexistent-run', '/tmp')"
+        "from launcher.record.probe import usage; "
+        "usage.gather(usage.Observed(reads.opened), '/nonexistent-run', '/tmp')"
     ),
 }
 

@@ -40,8 +40,8 @@ sys.path.insert(0, str(REPO))
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from launcher.record import layout  # noqa: E402
 from launcher.record.store import keep  # noqa: E402
-from launcher.run import pipeline  # noqa: E402
 
 FIRST_CHECKPOINT = "--first-checkpoint" in sys.argv
 _ARGS = [a for a in sys.argv[1:] if a != "--first-checkpoint"]
@@ -75,8 +75,8 @@ def _objects_bytes(store: Path) -> int:
 
 
 def _time_snapshot(run: Path, launch_dir: str, stores: Path) -> tuple[float, float]:
-    resolved = OmegaConf.load(run / pipeline.CONFIG)
-    fp = json.loads((run / pipeline.FINGERPRINT).read_text())
+    resolved = OmegaConf.load(run / layout.CONFIG)
+    fp = json.loads((run / layout.FINGERPRINT).read_text())
     cold, warm = [], []
     for i in range(N):
         fresh = stores / f"cold-{i}" / "r"

@@ -16,7 +16,7 @@ a row per check:
   saw a GPU (``software.tf_gpus``), so a CPU fallback cannot pass;
 - where strict and a run with GPU determinism off (``determinism=seeded`` with
   strict's threads, oneDNN, XLA and tf.data settings: only op determinism differs)
-  first split, located by ``launch compare --force`` from the step trace;
+  first split, located by ``launch compare --allow-mismatch`` from the step trace;
 - strict over off, training time and wall time on the GPU, N interleaved rounds,
   medians (the anchor: 1.26x, the TF 2.3 reproducibility report's GPU figure);
 - with two or more GPUs, ``launch -m '+seed=range(4)'`` in one-GPU slots, each
@@ -187,10 +187,10 @@ SPLIT_LINE = re.compile(r"first diverging step: .*|step traces equal at all \d+ 
 
 
 def split_row(compare_rc: int, compare_out: str, weights_equal: bool) -> Row:
-    """Where strict and GPU-determinism-off first split, from ``launch compare --force``."""
+    """Where strict and GPU-determinism-off first split, from ``launch compare --allow-mismatch``."""
     check = "first split, strict vs off"
     if compare_rc not in (0, 1, 3):
-        return Row(check, "FAIL", f"launch compare --force exit {compare_rc}: {compare_out.strip()[:200]}")
+        return Row(check, "FAIL", f"launch compare --allow-mismatch exit {compare_rc}: {compare_out.strip()[:200]}")
     if weights_equal:
         return Row(
             check,
@@ -324,8 +324,8 @@ class Launcher:
         new = sorted(self._runs() - before)
         return (new[-1] if rc == 0 and new else None), wall, out
 
-    def compare(self, a: Path, b: Path, force: bool = False) -> tuple[int, str]:
-        rc, out, _ = self.call("compare", str(a), str(b), *(["--allow-mismatch"] if force else []))
+    def compare(self, a: Path, b: Path, allow_mismatch: bool = False) -> tuple[int, str]:
+        rc, out, _ = self.call("compare", str(a), str(b), *(["--allow-mismatch"] if allow_mismatch else []))
         return rc, out
 
     def _runs(self) -> set[Path]:
@@ -384,7 +384,7 @@ def split_and_timing(lx: Launcher, strict_run: Path, common: Sequence[str], roun
     off_run, _, out = lx.run(*OFF, *common, *SEED0)
     if off_run is None:
         return [failed_run("first split, strict vs off", out)]
-    rc, out = lx.compare(strict_run, off_run, force=True)
+    rc, out = lx.compare(strict_run, off_run, allow_mismatch=True)
     rows = [split_row(rc, out, weights(strict_run) == weights(off_run))]
     times: dict[str, list[float]] = {"strict": [], "off": [], "strict wall": [], "off wall": []}
     for n in range(rounds):

@@ -1,4 +1,5 @@
-"""What of a job's output reaches the terminal: all of it, less TensorFlow's harmless start-up noise.
+"""What reaches the terminal: a job's output, less TensorFlow's harmless start-up noise; and the
+one printer of fixed-width tables (``table``), which every listing and report uses.
 
 TensorFlow's C++ runtime prints a few lines at start-up that look like errors and are
 not (``E0000 … NodeDef mentions attribute use_unbounded_threadpool``, the oneDNN
@@ -10,6 +11,7 @@ any other C++ log line may be a real error and is shown. Pure: bytes in, bytes o
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterable, Sequence
 
 # A glog/absl line: severity and date, time, thread, file:line] message.
 _PREFIX = rb"[IWE]\d{4} [\d:.]+\s+\d+ [\w.\-]+:\d+\] "
@@ -71,3 +73,36 @@ class NoiseFilter:
 
 def _may_be_noise(start: bytes) -> bool:
     return any(s.startswith(start) or start.startswith(s) for s in _STARTS)
+
+
+def table(
+    header: Sequence[object],
+    rows: Iterable[Sequence[object]],
+    *,
+    indent: str = "",
+    sep: str = "  ",
+    widths: Sequence[int] = (),
+    right: Collection[int] = (),
+    rule: bool = False,
+) -> list[str]:
+    """The lines of a fixed-width table, ``header`` first: each cell (``str()`` of it) padded to
+    its column's width, the longest of the column's cells and at least ``widths[i]``; left-aligned
+    but for the columns numbered in ``right``; joined by ``sep`` after ``indent``; no trailing
+    spaces. ``rule``: a line of dashes under the header. A row shorter than the header ends in a
+    cell that spans the columns left (a remark wrapped below a row): it counts in no column's
+    width. Pure; the one table printer, so every listing aligns the same way."""
+    lines = [[str(cell) for cell in line] for line in [header, *rows]]
+    size = [widths[i] if i < len(widths) else 0 for i in range(len(header))]
+    for line in lines:
+        counted = line if len(line) == len(header) else line[:-1]
+        for i, cell in enumerate(counted):
+            size[i] = max(size[i], len(cell))
+    out = [
+        (
+            indent + sep.join(cell.rjust(size[i]) if i in right else cell.ljust(size[i]) for i, cell in enumerate(line))
+        ).rstrip()
+        for line in lines
+    ]
+    if rule:
+        out.insert(1, indent + sep.join("-" * w for w in size))
+    return out

@@ -3,6 +3,9 @@
 Every error the launcher expects is a ``LauncherError``; the command line turns it
 into one line on stderr and the exit code the subclass names. Subclasses carry
 their evidence as fields so callers and tests need not parse messages.
+
+Every exception class of the project is defined here, and only here
+(``tests/unit/test_owner_code.py`` checks it): one place to read what can go wrong.
 """
 
 from __future__ import annotations
@@ -22,12 +25,31 @@ class ConfigError(LauncherError):
     """The composed configuration is invalid (bad value, unknown option)."""
 
 
+class UsageError(ConfigError):
+    """Bad command-line usage: the one-line error, then ``hint`` (a usage line) below it."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 class DataError(LauncherError):
     """Training data is missing, unreadable or not the expected shape."""
 
 
 class StoreError(LauncherError):
     """The run store cannot be written or read."""
+
+
+class StoreBusy(StoreError):
+    """The store's ``.gc.lock`` was held the other way (a gc, or runs storing their snapshots) for
+    longer than a caller would wait."""
+
+
+class IndexUnreadable(Exception):
+    """``index.sqlite`` exists but is not a readable SQLite database. Not a ``LauncherError``: it
+    never fails a command, because the index is derived from the run directories: whoever meets it
+    (record/store/index.py) moves the file aside and rebuilds it, or reads the directories."""
 
 
 class RunNotFound(LauncherError):
@@ -44,10 +66,18 @@ class SealError(LauncherError):
         self.path = path
 
 
+class SnapshotError(SealError):
+    """A snapshot object is missing or does not match its name: the store was damaged (exit 4)."""
+
+
 class SchemaError(LauncherError):
     """A stored file has a schema version this launcher cannot read."""
 
     exit_code = 5
+
+
+class CellError(LauncherError):
+    """A notebook cell raised (``train=notebook``): the run fails, naming the cell and the line."""
 
 
 class DeterminismError(LauncherError):

@@ -259,13 +259,27 @@ def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
 
 
 def capture(
-    argv: Sequence[str], cwd: str | None = None, timeout: float = 10, *, any_status: bool = False
+    argv: Sequence[str],
+    cwd: str | None = None,
+    timeout: float = 10,
+    *,
+    any_status: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> str | None:
-    """Run a probe; its stdout, or None when the program is missing or fails (``any_status``:
-    its stdout whatever its exit status, for programs such as ``qemu-x86_64 -cpu help`` that
-    exit 1 after printing what was asked)."""
+    """Run a probe; its stdout, or None when the program is missing, fails or runs past ``timeout``
+    seconds (``any_status``: its stdout whatever its exit status, for programs such as
+    ``qemu-x86_64 -cpu help`` that exit 1 after printing what was asked). ``env``: its whole
+    environment (None: ours), for a probe of another Python environment."""
     try:
-        done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            list(argv),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 or any_status else None
@@ -323,9 +337,10 @@ def place_argv(python: str, placed: Mapping[str, str], argv: Sequence[str]) -> l
     from the environment's ``PYTHONPATH``); ``argv`` as it is when nothing is placed."""
     if not placed:
         return list(argv)
-    safe = ["-P"] if sys.version_info >= (3, 11) else []  # never a `launcher/` of the working directory
+    from launcher import entrypoints  # here, not at the top: the job process (which imports proc) never needs it
+
     binds = [part for target, source in sorted(placed.items()) for part in ("--bind", source, target)]
-    return [python, *safe, "-m", "launcher.proc", "place", *binds, "--", *argv]
+    return entrypoints.argv(python, entrypoints.PLACE, "place", *binds, "--", *argv, safe_path=True)
 
 
 def _parse_place(args: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:

@@ -5,15 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from launcher.errors import ConfigError
-
-
-class UsageError(ConfigError):
-    """Bad command-line usage: the one-line error, then ``hint`` (a usage line) below it."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
+from launcher.errors import UsageError
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -26,16 +18,19 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
     return _Parser(prog=f"launch {prog}", description=description)
 
 
+def renamed(old: str, new: str) -> None:
+    """Say on stderr that ``old`` (an option or a word of a subcommand) is now ``new``: the old
+    spelling still works for one more release (docs/errors.md)."""
+    print(f"[launch] note: {old} is now {new} (the old spelling goes in the next release)", file=sys.stderr)
+
+
 def old_spelling(p: argparse.ArgumentParser, old: str, new: str, dest: str) -> None:
     """``old`` as a hidden alias of the store_true option ``new`` (dest ``dest``), noting the rename
     on stderr when used: one word, one meaning on the command line (docs/errors.md)."""
 
     class _Renamed(argparse.Action):
         def __call__(self, parser, namespace, values, option_string=None):
-            print(
-                f"[launch] note: {option_string} is now {new} (the old spelling goes in the next release)",
-                file=sys.stderr,
-            )
+            renamed(option_string, new)
             setattr(namespace, self.dest, True)
 
     p.add_argument(old, dest=dest, nargs=0, action=_Renamed, help=argparse.SUPPRESS)

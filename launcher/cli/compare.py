@@ -4,27 +4,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.cli import storeargs
 from launcher.cli.args import old_spelling, parser
 from launcher.errors import ConfigError
 
 
 def main(argv: list[str]) -> int:
-    from launcher.cli.pack import split_settings
     from launcher.record.store import signing
     from launcher.verdict import compare
 
-    words, argv = split_settings(argv)  # store.allowed_signers=F store.require_signed=true
+    words, argv = storeargs.split(argv)  # store.allowed_signers=F store.require_signed=true
 
     p = parser("compare", "Compare two sealed runs bit for bit (or within a tolerance).")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
+    storeargs.add_config_dir(p)
     p.add_argument(
         "--allow-mismatch",
-        dest="force",
+        dest="allow_mismatch",
         action="store_true",
         help="compare even when the keys differ (labelled NOT COMPARABLE)",
     )
-    old_spelling(p, "--force", "--allow-mismatch", "force")
+    old_spelling(p, "--force", "--allow-mismatch", "allow_mismatch")
     p.add_argument("--tolerance", metavar="RTOL,ATOL", help="equivalence within allclose tolerances")
     p.add_argument(
         "--migration",
@@ -51,11 +52,11 @@ def main(argv: list[str]) -> int:
 
         if tolerance is None or not args.migration:
             raise ConfigError("--migration needs --tolerance RTOL,ATOL (and --mapping needs --migration)")
-        result, text = migration.compare_runs(args.run_a, args.run_b, *tolerance, args.mapping, args.force)
+        result, text = migration.compare_runs(args.run_a, args.run_b, *tolerance, args.mapping, args.allow_mismatch)
         print(text)
         return result.exit_code
-    sealed = compare.sealed_by([args.run_a, args.run_b], signing.trust_from(signing.store_settings(words)))
-    result = compare.compare_runs(args.run_a, args.run_b, force=args.force, tolerance=tolerance)
+    sealed = compare.sealed_by([args.run_a, args.run_b], signing.trust_from(storeargs.settings(words, args.config_dir)))
+    result = compare.compare_runs(args.run_a, args.run_b, allow_mismatch=args.allow_mismatch, tolerance=tolerance)
     print(compare.report(result, Path(args.run_a), Path(args.run_b)))
     print("; ".join(sealed))  # who sealed each run, on one line
     if Path(args.run_a).resolve() == Path(args.run_b).resolve():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from launcher.cli import storeargs
 from launcher.cli.args import parser
 
 
@@ -13,14 +14,17 @@ def main(argv: list[str]) -> int:
     list, a ``snapshot.json`` replay would refuse, a link to a run outside the store)."""
     from launcher.record.store import gc
 
+    words, argv = storeargs.split(argv)  # store.root=DIR, as --store DIR
     p = parser(
         "gc",
         "Remove the objects of a store that no run references (mark and sweep; "
         "safe while other launches write to the store).",
     )
-    p.add_argument("--store", default="runs", help="the store root (default ./runs)")
+    p.add_argument("--store", metavar="DIR", help="the store root: store.root (default ./runs)")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
+    storeargs.add_config_dir(p)
     args = p.parse_args(argv)
-    report = gc.collect(args.store, dry_run=args.dry_run, echo=lambda line: print(line, flush=True))
+    root = str(storeargs.settings(words, args.config_dir, root=args.store)["root"])
+    report = gc.collect(root, dry_run=args.dry_run, echo=lambda line: print(line, flush=True))
     print(gc.summary(report))
     return 1 if report.failed else 0

@@ -16,8 +16,7 @@ import logging
 import os
 from collections.abc import Sequence
 
-from launcher.cli.args import UsageError
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, UsageError
 
 PROG = "launch"
 USAGE = (

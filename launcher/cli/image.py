@@ -7,6 +7,7 @@ The work is done by ``imagebuild`` (build), ``baseimage`` (bootstrap-base, lock)
 from __future__ import annotations
 
 from launcher.cli.args import old_spelling, parser
+from launcher.console import table
 
 
 def _spec(overrides: list[str]):
@@ -86,10 +87,8 @@ def _list() -> int:
     if not rows:
         print(f"no launch images; make the base with `launch image bootstrap-base` ({images.LOCAL_BASE})")
         return 0
-    header = ("IMAGE", "ID", "SIZE", "CREATED", "PACKAGES")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *sorted(rows)]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    for line in table(("IMAGE", "ID", "SIZE", "CREATED", "PACKAGES"), sorted(rows)):
+        print(line)
     return 0
 
 

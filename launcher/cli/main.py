@@ -21,8 +21,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 
 from launcher.cli import hydraflags
-from launcher.cli.args import UsageError
-from launcher.errors import LauncherError
+from launcher.errors import LauncherError, UsageError
 
 # name -> ("module:function", help). A static table: no registration by import.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -49,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("launcher.cli.verify:main", "RUN|FILE [store.allowed_signers=F]: check the seal and who signed it"),
     "gc": ("launcher.cli.gc:main", "[--store DIR] [--dry-run]: remove the store's objects no run references"),
     "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
-    "sweep": ("launcher.cli.sweep:main", "verify SWEEP_DIR | plot SWEEP_DIR PNG: replay every job | draw the spread"),
+    "sweep": ("launcher.cli.sweeps:main", "replay SWEEP_DIR | plot SWEEP_DIR PNG: replay every job | draw the spread"),
     "image": ("launcher.cli.image:image_command", "build|list|prune|bootstrap-base [OVERRIDES]: images"),
     "lock": ("launcher.cli.image:lock_command", "image=NAME [--host]: pin an image's packages (pip-compile)"),
 }
@@ -63,10 +62,12 @@ def command(name: str):
 
 def run_single(overrides: list[str], config_dir: str | None = None) -> int:
     from launcher.job import determinism
-    from launcher.run import composition, config, pipeline
+    from launcher.run import composition, config, pipeline, runtime
 
     cfg = composition.compose(overrides, config_dir=config_dir)
     config.validate(cfg)
+    if str(cfg.runtime.name) == "local":  # a container has the image's TensorFlow
+        runtime.require_tensorflow()
     config.check_entrypoint(cfg, os.getcwd())
     note = determinism.idle_note(str(cfg.determinism.level), cfg.determinism.intra_op_threads, os.cpu_count() or 1)
     if note:
@@ -224,7 +225,8 @@ def usage() -> str:
         "search: -m hydra/sweeper=optuna hydra.sweeper.n_trials=N 'KEY=interval(LO,HI)' sweep.objective=val_loss",
         "one word, one meaning: --allow-mismatch goes on where the keys differ (compare, replay, resume, sweep);",
         "  --reindex (runs), --force (image: make it again), --rebuild (replay: the run's Python environment);",
-        "  old spellings (compare/replay/resume --force, runs --rebuild, image build --rebuild) work one more release",
+        "  old spellings (compare/replay/resume --force, runs --rebuild, image build --rebuild, sweep verify)",
+        "  work one more release",
     ]
     return "\n".join(lines)
 

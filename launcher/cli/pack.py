@@ -5,22 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from launcher.cli import storeargs
 from launcher.cli.args import parser
-
-
-def split_settings(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(``store.KEY=VALUE`` words, the rest): the store settings a subcommand takes after its arguments."""
-    words = [a for a in argv if a.startswith("store.") and "=" in a]
-    return words, [a for a in argv if a not in words]
 
 
 def main(argv: list[str]) -> int:
     from launcher.record.store import signing
     from launcher.share import pack as packing
 
-    words, rest = split_settings(argv)
+    words, rest = storeargs.split(argv)
     p = parser("pack", "Write a sealed run, its code and data (and with --with-env its wheels) into one file.")
     p.add_argument("run", metavar="RUN")
+    storeargs.add_config_dir(p)
     p.add_argument(
         "-o",
         "--output",
@@ -29,9 +25,10 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument(
         "--with-env",
-        dest="with_env",
+        dest="with_wheels",
         action="store_true",
-        help="also the wheels of every distribution the job used and of the launcher (a folder wheels/)",
+        help="also the wheels of the run's Python environment: every distribution the job used and the "
+        "launcher (a folder wheels/)",
     )
     p.add_argument(
         "--compression",
@@ -45,12 +42,12 @@ def main(argv: list[str]) -> int:
         help="the archive file's mode (default: the most private of the files it holds, 600 or 644)",
     )
     args = p.parse_args(rest)
-    trust = signing.trust_from(signing.store_settings(words))
+    trust = signing.trust_from(storeargs.settings(words, args.config_dir))
     compression = "plain" if args.compression == "none" else args.compression
     packed = packing.pack(
-        args.run, args.output, with_env=args.with_env, compression=compression, trust=trust, mode=args.mode
+        args.run, args.output, with_wheels=args.with_wheels, compression=compression, trust=trust, mode=args.mode
     )
-    data = packed.manifest
+    data = packed.index
     wheels = f", {len(data['wheels'])} wheel(s)" if data["wheels"] else ""
     left = f"; {len(data['left_out'])} data file(s) left out (listed with their hashes)" if data["left_out"] else ""
     print(

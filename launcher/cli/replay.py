@@ -3,7 +3,7 @@ whether it reproduced, bit for bit, and who sealed it."""
 
 from __future__ import annotations
 
-from launcher.cli.pack import split_settings
+from launcher.cli import storeargs
 from launcher.cli.rerun import refused, rerun_args
 from launcher.errors import ConfigError, NotComparable
 
@@ -13,7 +13,7 @@ def main(argv: list[str]) -> int:
     from launcher.share import unpack as unpacking
     from launcher.verdict import replay
 
-    words, rest = split_settings(argv)
+    words, rest = storeargs.split(argv)
     args = rerun_args(
         "replay",
         "Rerun a stored run (or the run of an archive, launch pack's file) from its snapshot, "
@@ -31,12 +31,12 @@ def main(argv: list[str]) -> int:
         from launcher.run import emulation
 
         emulation.check_model(args.cpu)
-    settings = signing.store_settings(words)
+    settings = storeargs.settings(words, args.config_dir)
     trust = signing.trust_from(settings)
     run = args.run
     if unpacking.is_archive(run):  # checked whole and imported into store.root before anything runs
         from launcher.cli.unpack import imported_line
-        from launcher.share.manifest import limits_from
+        from launcher.share.archive_index import limits_from
 
         imported = unpacking.unpack(run, str(settings["root"]), trust, limits_from(settings))
         print(imported_line(imported), flush=True)

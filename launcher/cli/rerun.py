@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from launcher.cli import storeargs
 from launcher.cli.args import old_spelling, parser
 from launcher.errors import NotComparable
 
 
 def rerun_args(name: str, description: str, argv: list[str], replay: bool = False) -> argparse.Namespace:
-    """The arguments shared by replay and resume: a run, and --allow-mismatch (replay: --data)."""
+    """The arguments shared by replay and resume: a run, --allow-mismatch and -cd DIR (replay: --data)."""
     p = parser(name, description)
     p.add_argument("run", metavar="RUN")
+    storeargs.add_config_dir(p)
     p.add_argument(
         "--allow-mismatch",
         dest="allow_mismatch",

@@ -1,26 +1,26 @@
-"""``launch resume RUN [store.KEY=VALUE ...]``: continue an interrupted run from its newest complete
+"""``launch resume RUN [-cd DIR] [store.KEY=VALUE ...]``: continue an interrupted run from its newest complete
 checkpoint, with the resumer's own trust settings (``store.signing_key``, ``store.require_signed``;
-``store.allowed_signers`` is taken, as replay takes it, and an interrupted run has no seal for it)."""
+``store.allowed_signers`` is taken, as replay takes it, and an interrupted run has no seal for it), composed
+as a run's are (``storeargs``). The run continues in its own store, whatever store.root says."""
 
 from __future__ import annotations
 
-from launcher.cli.pack import split_settings
+from launcher.cli import storeargs
 from launcher.cli.rerun import refused, rerun_args
 from launcher.errors import ConfigError, NotComparable
 
 
 def main(argv: list[str]) -> int:
     from launcher.cli.main import resume_hint
-    from launcher.record.store import signing
     from launcher.run import pipeline, resume
 
-    words, rest = split_settings(argv)
+    words, rest = storeargs.split(argv)
     args = rerun_args("resume", "Continue an interrupted run from its newest complete checkpoint.", rest)
     if any(word.startswith("store.root=") for word in words):
         raise ConfigError("launch resume continues a run in the store it is in: store.root cannot be given")
     try:
         outcome, notes = resume.resume(
-            args.run, allow_mismatch=args.allow_mismatch, store=signing.store_settings(words)
+            args.run, allow_mismatch=args.allow_mismatch, store=storeargs.settings(words, args.config_dir)
         )
     except NotComparable as exc:
         return refused(exc)

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+from launcher.cli import storeargs
 from launcher.cli.args import parser
-from launcher.cli.pack import split_settings
 
 
 def main(argv: list[str]) -> int:
     from launcher.record.store import signing
     from launcher.share import unpack as unpacking
-    from launcher.share.manifest import limits_from
+    from launcher.share.archive_index import limits_from
 
-    words, rest = split_settings(argv)
+    words, rest = storeargs.split(argv)
     p = parser("unpack", "Import an archive (launch pack's file) into a store, checked, without running it.")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--store", metavar="DIR", help="the store to import into (default: store.root, ./runs)")
+    p.add_argument("--store", metavar="DIR", help="the store to import into: store.root (default ./runs)")
+    storeargs.add_config_dir(p)
     args = p.parse_args(rest)
-    settings = signing.store_settings(words)
-    imported = unpacking.unpack(
-        args.file, args.store or str(settings["root"]), signing.trust_from(settings), limits_from(settings)
-    )
+    settings = storeargs.settings(words, args.config_dir, root=args.store)
+    imported = unpacking.unpack(args.file, str(settings["root"]), signing.trust_from(settings), limits_from(settings))
     print(imported_line(imported))
     return 0
 

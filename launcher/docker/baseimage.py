@@ -88,7 +88,7 @@ def bootstrap_base(
         _run(debootstrap_argv(rootfs, suite, mirror), logs / "bootstrap-base.log", "debootstrap", echo=False)
         clean_rootfs(rootfs)
         _run(tar_argv(rootfs, tar), logs / "bootstrap-base.log", "tar", echo=False)
-        from launcher.record.store.runs import file_sha256
+        from launcher.record.hashing import file_sha256
 
         digest = file_sha256(tar)
         image_id = containers.import_rootfs(cli, tar, ref, import_changes(digest))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from launcher import proc
+from launcher import entrypoints, proc
 from launcher.console import NoiseFilter
 from launcher.docker import container_spec
 from launcher.errors import BuildFailed, DockerUnavailable, ImageError
@@ -218,7 +218,7 @@ def run_job(args: dict, log_path: Path, echo: bool = True, stop_timeout_s: int =
     image = kwargs.pop("image")
     container = cli.containers.create(image, **kwargs)
     watchdog = proc.spawn_detached(
-        [sys.executable, "-m", "launcher.docker.containers", "reap", str(os.getpid()), container.id]
+        entrypoints.argv(sys.executable, entrypoints.REAP, "reap", str(os.getpid()), container.id)
     )
     try:
         with open(log_path, "ab") as log:

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from launcher import proc
+from launcher import entrypoints, proc
 from launcher.docker import container_spec, containers, images
 from launcher.errors import ImageError, PackagesMismatch
+from launcher.record import hashing
 from launcher.record.store import runs
 from launcher.version import __version__
 
@@ -253,7 +254,7 @@ def _tag_verified(cli, image_id: str, ref: str, packages: str) -> str:
 
 def packages_sha256(cli, image_id: str) -> str:
     """The hash of the image's installed tree, computed inside it with no network."""
-    status, out = containers.run_tool(cli, image_id, [PYTHON, "-m", "launcher.docker.treehash", TREE])
+    status, out = containers.run_tool(cli, image_id, entrypoints.argv(PYTHON, entrypoints.TREEHASH, TREE))
     digest = out.decode().strip()
     if status != 0 or len(digest) != 64:
         containers.remove_image(cli, image_id)
@@ -279,7 +280,7 @@ def say(echo: bool, message: str) -> None:
 # ---------------------------------------------------------------- wheel cache and context
 def fill_wheelhouse(spec: images.ImageSpec, inputs: BuildInputs, echo: bool) -> dict[str, Path]:
     """The locked files for the image, downloaded by hash into the wheel cache when missing."""
-    wheelhouse = spec.wheelhouse or cache_dir("wheels")
+    wheelhouse = spec.wheelhouse or cache_dir("wheels")  # not layout's: the image build's cache, no store's
     try:
         wheelhouse.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -321,7 +322,7 @@ def _hashes(wheelhouse: Path) -> dict[str, str]:
         st = path.stat()
         stamp = [st.st_size, st.st_mtime_ns]
         entry = known.get(path.name)
-        digest = entry[1] if entry and entry[0] == stamp else runs.file_sha256(path)
+        digest = entry[1] if entry and entry[0] == stamp else hashing.file_sha256(path)
         out[path.name] = digest
         fresh[path.name] = [stamp, digest]
     if fresh != known:

@@ -23,7 +23,6 @@ from launcher.errors import PackagesMismatch
 from launcher.record import layout
 from launcher.record.store import runs
 
-CONTAINER = layout.CONTAINER  # merged into the fingerprint
 RUN_IMAGE_DIR = "image"  # RUN_DIR/image/{Dockerfile,lockfile.txt}: what replay rebuilds from
 
 
@@ -38,7 +37,7 @@ def store_in_run(run_dir: Path, dockerfile: str, lockfile: str) -> None:
 def _spec_of_run(run_dir: Path) -> tuple[images.ImageSpec, object]:
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg = OmegaConf.load(layout.RunPaths(run_dir).config)
     return images.spec_from_config(OmegaConf.to_container(cfg.image, resolve=True)), cfg
 
 
@@ -88,7 +87,7 @@ def run_in_container(job) -> int:
         info = ensure_image(spec, inputs=inputs, echo=job.echo, cli=cli)
         dockerfile, lockfile = inputs.dockerfile, inputs.lockfile
     store_in_run(job.run_dir, dockerfile, lockfile)
-    runs.write_json(job.run_dir / CONTAINER, info.record(uid, gid))
+    runs.write_json(layout.RunPaths(job.run_dir).container, info.record(uid, gid))  # merged into the fingerprint
 
     skeletons = [_mask(mask, mounts) for mask in masks]
     try:
@@ -107,7 +106,7 @@ def run_in_container(job) -> int:
         owner = _lend(job.run_dir, uid, gid)
         try:
             return containers.run_job(
-                args, job.run_dir / layout.LOG, job.echo, int(runtime_cfg.get("stop_timeout_s", 10))
+                args, layout.RunPaths(job.run_dir).log, job.echo, int(runtime_cfg.get("stop_timeout_s", 10))
             )
         finally:
             if owner:
@@ -162,14 +161,15 @@ def _give_back(run_dir: Path, owner: tuple[int, int]) -> None:
 
 def _replayed_run(run_dir: Path) -> Path | None:
     """The Docker run that ``run_dir`` replays (job.json's ``replay_of``, same store), if any."""
-    name = runs.read_json(run_dir / "job.json").get("replay_of") if (run_dir / "job.json").exists() else None
+    job = layout.RunPaths(run_dir).job
+    name = runs.read_json(job).get("replay_of") if job.exists() else None
     original = run_dir.parent / name if name else None
-    return original if original is not None and (original / CONTAINER).is_file() else None
+    return original if original is not None and layout.RunPaths(original).container.is_file() else None
 
 
 def _image_for_run(run_dir: Path, cli, echo: bool = True) -> tuple[ImageInfo, str, str]:
     """The image a Docker run used (rebuilt and checked when gone), its Dockerfile and lockfile."""
-    record = runs.read_json(run_dir / CONTAINER)
+    record = runs.read_json(layout.RunPaths(run_dir).container)
     stored = run_dir / RUN_IMAGE_DIR
     dockerfile = imagebuild.read_stored(stored / "Dockerfile", "the run's Dockerfile")
     lockfile = imagebuild.read_stored(stored / "lockfile.txt", "the run's lockfile")

@@ -16,7 +16,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from launcher.record.layout import ERROR, JOB, JOB_FACTS, OUTPUT_DIR, RESULT
+from launcher.record import layout
 
 # Variables read once when the interpreter or TensorFlow starts (both before any task code):
 # a job that sets them itself changes nothing but the environment it reports.
@@ -39,23 +39,23 @@ def main(argv: list[str] | None = None) -> int:
         _run(run_dir)
         return 0
     except LauncherError as exc:
-        runs.write_json(run_dir / ERROR, {"type": type(exc).__name__, "message": str(exc)})
+        runs.write_json(layout.RunPaths(run_dir).error, {"type": type(exc).__name__, "message": str(exc)})
         print(f"launch: error: {exc}", file=sys.stderr)
         return 1
     except SystemExit as exc:  # a user script's sys.exit(n)
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code:
-            runs.write_json(run_dir / ERROR, {"type": "SystemExit", "message": f"exit status {code}"})
+            runs.write_json(layout.RunPaths(run_dir).error, {"type": "SystemExit", "message": f"exit status {code}"})
         return code
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the launcher says so in one line; no traceback from here
         reason = interrupts.stopping()  # further signals are ignored
-        runs.write_json(run_dir / ERROR, {"type": "KeyboardInterrupt", "message": reason})
+        runs.write_json(layout.RunPaths(run_dir).error, {"type": "KeyboardInterrupt", "message": reason})
         _exit_now(130)
         return 130
     except BaseException as exc:
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-        runs.write_json(run_dir / ERROR, {"type": type(exc).__name__, "message": message})
+        runs.write_json(layout.RunPaths(run_dir).error, {"type": type(exc).__name__, "message": message})
         return 1
 
 
@@ -91,11 +91,12 @@ def _run(run_dir: Path) -> None:
     from launcher.record.store import runs
 
     started = time.perf_counter()
-    job = runs.read_json(run_dir / JOB)
+    paths = layout.RunPaths(run_dir)
+    job = runs.read_json(paths.job)
     plan, effective = _apply_plan(job)
     ctx = _task_context(run_dir, job, plan)
     # Written now and again at the end: an interrupted run keeps the software it ran on.
-    runs.write_json(run_dir / JOB_FACTS, fingerprint.job_facts(effective, {}))
+    runs.write_json(paths.job_facts, fingerprint.job_facts(effective, {}))
     bootstrap_s = time.perf_counter() - started
     laid_out = observers.watch(run_dir, ctx.root)
     observers.install_for_task()
@@ -126,8 +127,9 @@ def _task_context(run_dir: Path, job: dict, plan):
 
     from launcher.job import tasks
 
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    output_dir = run_dir / OUTPUT_DIR
+    paths = layout.RunPaths(run_dir)
+    cfg = OmegaConf.load(paths.config)
+    output_dir = paths.outputs
     output_dir.mkdir(exist_ok=True)
     trace_every = int(cfg.determinism.get("trace_every") or 0)
     os.environ.update(
@@ -188,8 +190,9 @@ class _Recorder:
         observers.stop()
         facts = self._facts(final)
         timings["fingerprint_s"] = time.perf_counter() - measured
-        runs.write_json(self.run_dir / JOB_FACTS, facts)
-        runs.write_json(self.run_dir / RESULT, result)
+        paths = layout.RunPaths(self.run_dir)
+        runs.write_json(paths.job_facts, facts)
+        runs.write_json(paths.result, result)
 
     def _facts(self, final: dict) -> dict:
         """The job's facts: the settings ``final``, and what it used (modules, distributions, data)."""
@@ -208,8 +211,8 @@ class _Recorder:
         (gathered again only when the job's code has read more files since: files opened
         natively in a watched directory, by any process, alone do not trigger it, or a busy
         /tmp would cost a gathering at every epoch, measured)."""
+        from launcher.errors import StoreBusy
         from launcher.job.observe import observers
-        from launcher.record.probe import fingerprint
         from launcher.record.store import keep, runs, snapshot
 
         seen = observers.reads_seen()
@@ -219,7 +222,7 @@ class _Recorder:
         ctx = self.ctx
         with observers.paused():
             facts = self._facts({**self.effective, **ctx.effective})
-            runs.write_json(self.run_dir / JOB_FACTS, facts)
+            runs.write_json(layout.RunPaths(self.run_dir).job_facts, facts)
             if str(ctx.cfg.runtime.name) == "local":  # a container sees only its run directory of the store
                 # the code so far, kept in the store: a resume reruns the code the run ran (its data is
                 # kept by the launcher after the job: the checkpoint never waits for a dataset's copy)
@@ -227,14 +230,14 @@ class _Recorder:
                     keep.keep_so_far(
                         self.run_dir,
                         ctx.cfg,
-                        runs.read_json(self.run_dir / fingerprint.FILE),
+                        runs.read_json(layout.RunPaths(self.run_dir).fingerprint),
                         facts,
                         snapshot.unrooted(self.launch_dir, ctx.root),
                         ctx.root,
                         code_only=True,
                         wait_s=0,
                     )
-                except keep.StoreBusy:  # a launch gc runs: never wait for it, keep the code next time
+                except StoreBusy:  # a launch gc runs: never wait for it, keep the code next time
                     self.gathered_at = -1
 
 

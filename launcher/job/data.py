@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import gzip
-import hashlib
 import os
 import struct
 import zipfile
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.errors import DataError
+from launcher.record.hashing import file_sha256
 
 KERAS_MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 KERAS_MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
@@ -44,10 +44,6 @@ class Mnist:
     y_test: np.ndarray
     source: str  # a human description, printed at the start of a run
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of each file read
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load(spec: str) -> Mnist:
@@ -78,7 +74,7 @@ def _download_full() -> Path:
         raise DataError(
             f"could not download MNIST from {KERAS_MNIST_URL}: {detail}; use train.data=sample or a local .npz/IDX path"
         ) from None
-    if _sha256(path) != KERAS_MNIST_SHA256:
+    if file_sha256(path) != KERAS_MNIST_SHA256:
         raise DataError(f"{path} does not have the official mnist.npz sha256; delete it and retry")
     return path
 
@@ -90,7 +86,7 @@ def _load_npz(path: Path, source: str) -> Mnist:
             arrays = {key: f[key] for key in IDX_FILES}
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
         raise DataError(f"{path} is not a readable .npz file: {exc}") from None
-    data = Mnist(**arrays, source=source, files={str(path): _sha256(path)})
+    data = Mnist(**arrays, source=source, files={str(path): file_sha256(path)})
     _check_shapes(data, str(path))
     return data
 
@@ -121,7 +117,7 @@ def _load_idx_dir(directory: Path) -> Mnist:
     data = Mnist(
         **arrays,
         source=f"MNIST IDX files in {directory}",
-        files={str(p): _sha256(p) for p in paths.values()},
+        files={str(p): file_sha256(p) for p in paths.values()},
     )
     _check_shapes(data, str(directory))
     return data
@@ -275,7 +271,7 @@ def _check_full(in_container: bool) -> None:
             "train.data=full is downloaded by the job, and a job's container has no network: "
             "download it once with runtime=local, then pass the file: train.data=~/.keras/datasets/mnist.npz"
         )
-    if any(p.is_file() and _sha256(p) == KERAS_MNIST_SHA256 for p in keras_cache()):
+    if any(p.is_file() and file_sha256(p) == KERAS_MNIST_SHA256 for p in keras_cache()):
         return
     reason = _unreachable(KERAS_MNIST_URL)
     if reason:

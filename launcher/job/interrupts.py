@@ -126,7 +126,7 @@ def _note_stopped() -> None:
 
         with reads.paused():  # the launcher's own file, not a write of the job's
             runs.write_json(
-                os.path.join(run_dir, layout.ERROR),
+                layout.RunPaths(run_dir).error,
                 {"type": "KeyboardInterrupt", "message": REASONS.get(_requested, "Ctrl-C")},
             )
     except Exception:  # noqa: BLE001 - the stop must happen; the exit code then decides, as before
@@ -140,9 +140,9 @@ def was_stopped(run_dir) -> str | None:
     from launcher.record import layout
     from launcher.record.store import runs
 
-    path = os.path.join(str(run_dir), layout.ERROR)
+    path = layout.RunPaths(run_dir).error
     try:
-        error = runs.read_json(path) if os.path.exists(path) else None
+        error = runs.read_json(path) if path.exists() else None
     except LauncherError:  # unreadable: not a stop on record
         return None
     if isinstance(error, dict) and error.get("type") == "KeyboardInterrupt":

@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from launcher.errors import ConfigError, LauncherError
+from launcher.errors import CellError, ConfigError
 from launcher.job.observe import reads
 from launcher.record import notebooks
 from launcher.record.store import runs
@@ -42,10 +42,6 @@ NO_INPUT = (
     "a notebook run by launch is headless: nobody can answer input(); put the value in the "
     "parameters cell and set it with train.params"
 )
-
-
-class CellError(LauncherError):
-    """A notebook cell raised: the run fails, naming the cell and the line."""
 
 
 def execute(path: str, params: dict, executed: Path) -> dict[str, float]:

@@ -22,9 +22,11 @@ def run_dir() -> Path | None:
 def output_dir() -> Path:
     """Where user code saves what it produces; every file here is hashed into result.json.
 
-    Outside ``launch`` this is ``./outputs``.
+    Outside ``launch`` this is ``./outputs``, named as a run's.
     """
-    path = Path(os.environ.get("LAUNCH_OUTPUT_DIR", "outputs"))
+    from launcher.record import layout
+
+    path = Path(os.environ.get("LAUNCH_OUTPUT_DIR", layout.OUTPUT_DIR))
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -12,10 +12,8 @@ import json
 from pathlib import Path
 
 from launcher.errors import SealError
-from launcher.record import layout
-from launcher.record.store import runs
+from launcher.record import hashing, layout
 
-DIRNAME = layout.CHECKPOINTS
 MANIFEST = "checkpoint.json"
 PREFIX = "state"  # TensorFlow writes state.index and state.data-00000-of-00001
 EXTRA = "extra.json"  # what a caller keeps beside the variables (an observed fit's state)
@@ -50,14 +48,14 @@ def verify(path: Path) -> str | None:
     for file, digest in files.items():
         if not (path / file).is_file():
             return f"{file} is missing"
-        if runs.file_sha256(path / file) != digest:
+        if hashing.file_sha256(path / file) != digest:
             return f"{file} does not match its hash (torn write?)"
     return None
 
 
 def latest_complete(run_dir: Path) -> tuple[Path | None, int, list[str]]:
     """The newest complete checkpoint, its epoch, and a note for each newer one skipped."""
-    root = run_dir / DIRNAME
+    root = layout.RunPaths(run_dir).checkpoints
     candidates = sorted(root.glob("epoch-*"), reverse=True) if root.is_dir() else []
     notes: list[str] = []
     for path in candidates:

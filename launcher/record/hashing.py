@@ -50,8 +50,7 @@ def tree_digest(root: Path) -> dict[str, str]:
     for dirpath, _dirs, files in sorted(os.walk(root)):
         for name in sorted(files):
             path = Path(dirpath) / name
-            h = hashlib.sha256(path.read_bytes()).hexdigest()
-            out[path.relative_to(root).as_posix()] = h
+            out[path.relative_to(root).as_posix()] = file_sha256(path)
     return out
 
 
@@ -69,7 +68,7 @@ def source_version(version: str, files: list[tuple[str, Path]]) -> str:
     """``0.1.0+src.<hash>``: the launcher's version and the hash of its installed source."""
     h = hashlib.sha256()
     for rel, path in files:
-        h.update(f"{rel}\n{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+        h.update(f"{rel}\n{file_sha256(path)}\n".encode())
     return f"{version}+src.{h.hexdigest()[:16]}"
 
 
@@ -132,10 +131,10 @@ def launcher_modules(stored: dict[str, str]) -> dict[str, str]:
     for name, digest in stored.items():
         path = here.get(name)
         if path is not None:
-            out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[name] = file_sha256(path)
             continue
         if not by_content:
-            by_content = {hashlib.sha256(p.read_bytes()).hexdigest(): n for n, p in here.items()}
+            by_content = {file_sha256(p): n for n, p in here.items()}
         out[by_content.get(digest, name)] = digest if digest in by_content else "missing"
     return out
 

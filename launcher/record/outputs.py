@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.record import notebooks
-from launcher.record.hashing import array_digest
+from launcher.record.hashing import array_digest, file_sha256
 
 EVENTS = re.compile(r"^events\.out\.tfevents\.")
 _DATA_SHARD = re.compile(r"\.data-\d+-of-\d+$")
@@ -77,7 +77,7 @@ def _one(path: Path, rel: str, checkpoints: set[str]) -> dict:
             return _parts("notebook", notebooks.output_parts(json.loads(path.read_text(encoding="utf-8"))))
     except Exception:  # noqa: BLE001 - unreadable as its kind: compared by bytes, never an error
         pass
-    return {"kind": "bytes", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "parts": {}}
+    return {"kind": "bytes", "sha256": file_sha256(path), "parts": {}}
 
 
 def _parts(kind: str, parts: dict[str, str]) -> dict:

@@ -36,9 +36,8 @@ from pathlib import Path
 from launcher.record import layout
 from launcher.record.layout import METRICS, TRACE
 
-DIR = layout.TENSORBOARD
 FILE = "events.out.tfevents.launch"  # TensorBoard reads any file whose name holds ".tfevents."
-SWEEP_DIR = "tensorboard"  # <sweep>/tensorboard/<job>: links to the jobs' run directories
+SWEEP_DIR = layout.TENSORBOARD  # <sweep>/tensorboard/<job>: links to the jobs' run directories, named as a run's
 
 POLL_S = 2.0
 
@@ -145,7 +144,7 @@ class EventLog:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / DIR / FILE
+        self.path = layout.RunPaths(self.run_dir).tensorboard / FILE
         self.offsets = {METRICS: 0, TRACE: 0}  # bytes of each source already turned into events
 
     def start(self) -> None:
@@ -246,7 +245,7 @@ def link_sweep_job(sweep_dir: Path, num: int, label: str, run_dir: Path) -> None
     ``tensorboard --logdir <sweep>/tensorboard`` then shows the sweep's jobs together, named
     by their swept values; ``--logdir <store>`` shows them under the sweep as well. Best effort.
     """
-    target = Path(run_dir) / DIR
+    target = layout.RunPaths(run_dir).tensorboard
     link = Path(sweep_dir) / SWEEP_DIR / job_link_name(num, label)
     try:
         link.parent.mkdir(exist_ok=True)

@@ -25,7 +25,6 @@ from pathlib import Path
 from launcher.record import layout
 from launcher.record.hashing import weights_digest
 
-FILE = layout.TRACE
 LAYER_DIGITS = 16  # 64 bits per layer: enough to tell "differs" with a 2**-64 false-equal chance
 
 
@@ -47,7 +46,7 @@ def read(run_dir: Path) -> list[dict]:
     A line that does not parse ends the trace: only the tail written after the last
     epoch's fsync can be torn (a crash), and resume drops that part anyway.
     """
-    path = Path(run_dir) / FILE
+    path = layout.RunPaths(run_dir).trace
     if not path.is_file():
         return []
     points = []
@@ -62,7 +61,7 @@ def read(run_dir: Path) -> list[dict]:
 def count(run_dir: Path) -> int:
     """How many points the run's trace holds (its complete lines): what a checkpoint counts, read
     without parsing them, as it is read at every checkpoint."""
-    path = Path(run_dir) / FILE
+    path = layout.RunPaths(run_dir).trace
     if not path.is_file():
         return 0
     with open(path, "rb") as f:
@@ -78,7 +77,7 @@ def keep_through(run_dir: Path, epoch: int, points: int | None = None) -> None:
     would number the retrained steps after it."""
     from launcher.record.store import runs
 
-    path = Path(run_dir) / FILE
+    path = layout.RunPaths(run_dir).trace
     if path.exists():
         recorded = read(run_dir)
         kept = recorded[:points] if points is not None else [p for p in recorded if (p.get("epoch") or 0) <= epoch]
@@ -91,7 +90,7 @@ def _line(p: dict) -> str:
 
 def append(run_dir: Path, p: dict, sync: bool = False) -> None:
     """Append one point to the run's trace (``sync``: make it durable now, as at an epoch's end)."""
-    with open(Path(run_dir) / FILE, "a", encoding="utf-8") as f:
+    with open(layout.RunPaths(run_dir).trace, "a", encoding="utf-8") as f:
         f.write(_line(p))
         f.flush()
         if sync:

@@ -11,7 +11,7 @@ metrics with the epoch as step; tags ``launch.run_id``, ``launch.level``, ``laun
 ``launch.status``, ``launch.key_sha256`` (the comparability-key hash),
 ``launch.weights_sha256`` and a few more; ``fingerprint.json``, ``config.yaml`` and
 ``result.json`` as artifacts. A sweep is a parent run (the summary's mean/std per metric
-as its metrics) with its jobs as children. ``launch replay`` and ``launch sweep verify``
+as its metrics) with its jobs as children. ``launch replay`` and ``launch sweep replay``
 tag the runs they judged with ``launch.verdict``.
 
 The default tracking URI is a SQLite database in the store, ``sqlite:///<store>/mlflow.db``
@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from launcher.record import layout
+
 T = TypeVar("T")
 DB = "mlflow.db"
 ARTIFACTS = "mlartifacts"
-ARTIFACT_FILES = ("fingerprint.json", "config.yaml", "result.json")
+ARTIFACT_FILES = (layout.FINGERPRINT, layout.CONFIG, layout.RESULT)  # logged as the MLflow run's artifacts
 TAG = "launch."
 # MLflow's HTTP client retries for minutes by default: a launcher must not hang on a dead server.
 # Its usage telemetry (a background thread posting to MLflow's servers) is not something a run
@@ -225,7 +227,7 @@ def tag_verdict(run_dirs: list[Path], verdict: str, detail: dict[str, str] | Non
 
 
 def tag_sweep(sweep_dir: Path, job_run_dir: Path | None, tags: dict[str, str]) -> None:
-    """Tag a sweep's parent run (found by ``launch.sweep_id``), e.g. with ``launch sweep verify``'s verdict.
+    """Tag a sweep's parent run (found by ``launch.sweep_id``), e.g. with ``launch sweep replay``'s verdict.
 
     ``job_run_dir``: one of the sweep's runs, whose config and store say where the sweep is tracked.
     """
@@ -250,14 +252,15 @@ def _log_run(
     from launcher.record.probe import key
     from launcher.record.store import runs
 
-    fp = _read_json(run_dir / "fingerprint.json")
-    result = _read_json(run_dir / "result.json") or {}
+    paths = layout.RunPaths(run_dir)
+    fp = _read_json(paths.fingerprint)
+    result = _read_json(paths.result) or {}
     status = runs.status(run_dir)
     key_sha = None
     if fp and status.get("state") == "complete":
         key_sha = key.key_sha256(fp)
     tags = run_tags(run_dir, cfg, fp, result, status, key_sha)
-    replay_of = (_read_json(run_dir / "job.json") or {}).get("replay_of")
+    replay_of = (_read_json(paths.job) or {}).get("replay_of")
     if replay_of:
         tags[TAG + "replay_of"] = str(replay_of)
     tags.update(extra or {})
@@ -267,7 +270,7 @@ def _log_run(
     rid = run.info.run_id
     try:
         now = _now_ms()
-        metrics = [Metric(n, v, now, step) for n, v, step in epoch_metrics(_read_jsonl(run_dir / "metrics.jsonl"))]
+        metrics = [Metric(n, v, now, step) for n, v, step in epoch_metrics(_read_jsonl(paths.metrics))]
         param_items = [Param(k, v) for k, v in params(cfg).items()]
         for i in range(0, max(len(param_items), len(metrics), 1), BATCH):
             client.log_batch(rid, metrics=metrics[i : i + BATCH], params=param_items[i : i + BATCH])
@@ -350,7 +353,7 @@ def _config(run_dir: Path) -> dict:
     try:
         from omegaconf import OmegaConf
 
-        return _plain(OmegaConf.load(run_dir / "config.yaml"))
+        return _plain(OmegaConf.load(layout.RunPaths(run_dir).config))
     except Exception:  # an unreadable config: nothing to track
         return {}
 

@@ -19,6 +19,9 @@ from launcher.errors import ConfigError
 CONFIG_MODULE = "launcher.configs"
 PRIMARY = "launch"
 USER_PROVIDER = "command-line"  # the search-path provider Hydra names a --config-dir
+# The group of a user's store settings: launch.yaml's optional `store: default`, after its own
+# store block, so DIR/store/default.yaml (or store=NAME's file) of a --config-dir DIR wins over it.
+STORE_GROUP = "store"
 # Hydra plugins the launcher works with, by the config they add: the extra that installs them.
 PLUGIN_EXTRAS = {
     "hydra/sweeper/optuna": "optuna",
@@ -42,12 +45,28 @@ def compose(overrides: Sequence[str], config_dir: str | None = None):
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from launcher.run import schema
+
     try:
         cfg = _compose(overrides, config_dir=config_dir)
-        return with_config_files(cfg, overrides, config_dir) if config_dir else cfg
+        cfg = with_config_files(cfg, overrides, config_dir) if config_dir else cfg
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         # ``from exc``: LAUNCH_FULL_ERROR=1 prints Hydra's whole message as well.
         raise ConfigError(hydra_message(exc, overrides, config_dir)) from exc
+    schema.check(cfg)  # a value its type does not take is refused here, as Hydra refuses a bad override
+    return cfg
+
+
+def compose_store(overrides: Sequence[str], config_dir: str | None = None) -> dict:
+    """The ``store`` settings of the config a run composes with the same ``config_dir`` and
+    ``overrides``: launch.yaml's, then the user's ``store/default.yaml`` (or ``store=NAME``'s) in
+    ``config_dir``, then the ``store.KEY=VALUE`` words, each value checked by its type.
+
+    What every subcommand that reads a store (compare, replay, resume, pack, unpack, verify, gc,
+    runs) takes its settings from: where the store is, and whose signatures it trusts, are the
+    same for ``launch -cd DIR`` and ``launch verify RUN -cd DIR``.
+    """
+    return OmegaConf.to_container(compose(overrides, config_dir=config_dir).store, resolve=True)
 
 
 def compose_hydra(overrides: Sequence[str], config_dir: str | None = None) -> DictConfig:
@@ -74,7 +93,11 @@ def with_config_files(cfg: DictConfig, overrides: Sequence[str], config_dir: str
 
 def user_config_files(overrides: Sequence[str], config_dir: str) -> list[str]:
     """The files of ``config_dir`` that composing ``overrides`` reads (``train/tiny.yaml``),
-    in the order of Hydra's defaults list: each config is looked up as Hydra looks it up."""
+    in the order of Hydra's defaults list: each config is looked up as Hydra looks it up.
+
+    The ``store`` group's files are left out, as the ``store`` node is left out of the config
+    hash: where runs are written and whose signatures count never change what a run computes,
+    and the fingerprint hashes these files into the comparability key."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
@@ -84,7 +107,7 @@ def user_config_files(overrides: Sequence[str], config_dir: str) -> list[str]:
         defaults = loader.compute_defaults_list(config_name=PRIMARY, overrides=list(overrides), run_mode=RunMode.RUN)
         for element in defaults.defaults:
             name = f"{element.config_path}.yaml"
-            if element.config_path is None or name in files:
+            if element.config_path is None or name in files or name.startswith(f"{STORE_GROUP}/"):
                 continue
             found = loader.repository.load_config(element.config_path)
             if found is not None and found.provider == USER_PROVIDER:
@@ -96,7 +119,25 @@ def _compose(overrides: Sequence[str], return_hydra_config: bool = False, config
     from hydra import compose as hydra_compose
 
     with _hydra(config_dir):
+        _check_store_option(overrides)
         return hydra_compose(config_name=PRIMARY, overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+def _check_store_option(overrides: Sequence[str]) -> None:
+    """``store=NAME`` names an option of a ``store`` group of the user's config folder: Hydra skips an
+    optional default whose option is missing, which would put runs silently where NAME's did not
+    say. Without such a group, ``store=VALUE`` replaces the settings, and the schema says so."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import MissingConfigException
+
+    chosen = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == STORE_GROUP]
+    repository = GlobalHydra.instance().hydra.config_loader.repository
+    if not chosen or not repository.group_exists(STORE_GROUP):
+        return
+    options = repository.get_group_options(STORE_GROUP)
+    if chosen[-1] not in options:
+        missing = f"{STORE_GROUP}/{chosen[-1]}"
+        raise MissingConfigException(f"Could not find '{missing}'", missing_cfg_file=missing, options=options)
 
 
 @contextmanager

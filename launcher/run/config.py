@@ -1,8 +1,8 @@
 """The project's rules over a composed launch config, in one place.
 
-Hydra composes the YAML groups in ``launcher/configs`` (``launcher.run.composition``);
-this module enforces the cross-field rules (allowed values named in each message),
-resolves what must be fixed once at launch (the seed, ``auto`` thread counts) and hashes
+Hydra composes the YAML groups in ``launcher/configs`` (``launcher.run.composition``), and
+each section's schema checks every value on its own (``launcher.run.schema``); this module
+enforces the rules that span settings (allowed values named in each message), resolves what must be fixed once at launch (the seed, ``auto`` thread counts) and hashes
 the parts of the config that can change a result.
 """
 
@@ -14,8 +14,9 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.errors import ConfigError, LauncherError
+from launcher.errors import ConfigError
 from launcher.job import determinism
+from launcher.run import schema
 
 TASKS = ("mnist", "custom", "script", "notebook")
 RUNTIMES = ("local", "docker")
@@ -42,40 +43,15 @@ NOT_IN_HASH_DOCKER = (
 )  # where data is visible; what the job reads is hashed by content
 
 
-def _positive_int(value: object, name: str, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _positive_number(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{name} must be a positive number, got {value!r}")
-
-
-# The config's sections: each a mapping of settings (a group, or a block of launch.yaml).
-SECTIONS = ("train", "determinism", "runtime", "image", "tracking", "store", "sweep")
-
-
-def _section_keys(section: str) -> list[str]:
-    """The settings of a block of launch.yaml (``store``: root, snapshot_max_mb), for the error."""
-    from importlib import resources
-
-    primary = OmegaConf.create(resources.files("launcher.configs").joinpath("launch.yaml").read_text())
-    block = primary.get(section)
-    return [str(k) for k in block] if OmegaConf.is_dict(block) else []
-
-
 def validate(cfg: DictConfig) -> None:
-    """Raise ``ConfigError`` for the first invalid value, naming what is allowed."""
-    for section in SECTIONS:  # `store=DIR` replaces the mapping with a string; Hydra lets it
-        value = cfg.get(section)
-        if value is not None and not OmegaConf.is_dict(value):
-            keys = ", ".join(f"{section}.{k}" for k in _section_keys(section)) or f"{section}.KEY"
-            raise ConfigError(
-                f"{section} is a set of settings, not a value ({section}={value!r}); set one of them: {keys}"
-            )
+    """Raise ``ConfigError`` for the first invalid value, naming what is allowed.
+
+    Each value on its own, its type and its range, is its schema's (``schema.check``: each section
+    a mapping, ``train.epochs`` a positive integer); here are the options' names and the rules that
+    span settings: a level's thread counts, XLA for user code, a task's inputs where its job will
+    read them, a tracker's package.
+    """
+    schema.check(cfg)
     train, det = cfg.train, cfg.determinism
     if train.name not in TASKS:
         raise ConfigError(f"train={train.name!r} is unknown; choose one of {', '.join(TASKS)}")
@@ -83,63 +59,35 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"determinism={det.level!r} is unknown; choose one of {', '.join(determinism.LEVELS)}")
     if cfg.runtime.name not in RUNTIMES:
         raise ConfigError(f"runtime={cfg.runtime.name!r} is unknown; choose one of {', '.join(RUNTIMES)}")
-    if "seed" in cfg and cfg.seed is not None:
-        seed = cfg.seed
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-            raise ConfigError(f"seed must be an integer in [0, 2**32), got {seed!r}")
-    if det.seed is not None and (not isinstance(det.seed, int) or det.seed < 0):
-        raise ConfigError(f"determinism.seed must be a non-negative integer, got {det.seed!r}")
+    tracking = cfg.get("tracking")
+    if tracking is not None and tracking.get("name") not in TRACKERS:
+        raise ConfigError(f"tracking={tracking.get('name')!r} is unknown; choose one of {', '.join(TRACKERS)}")
     for key in ("intra_op_threads", "inter_op_threads"):
-        value = det[key]
-        if det.level in ("strict", "portable") and value is None:
+        if det.level in ("strict", "portable") and det[key] is None:
             raise ConfigError(f"determinism.{key} must be set in {det.level} mode (an integer or auto)")
-        try:
-            determinism.resolve_threads(value, 1)
-        except LauncherError as exc:
-            raise ConfigError(f"determinism.{key}: {exc}") from None
-    if det.level == "portable" and det.get("isa_baseline") not in determinism.ISA_BASELINES:
-        raise ConfigError(
-            f"determinism.isa_baseline must be one of {', '.join(determinism.ISA_BASELINES)}, "
-            f"got {det.get('isa_baseline')!r}"
-        )
-    if det.get("random_ops") not in determinism.RANDOM_OPS:
-        raise ConfigError(
-            f"determinism.random_ops must be null, num_random_ops or constant, got {det.get('random_ops')!r}"
-        )
-    for key in ("onednn_opts", "jit_compile", "deterministic_data"):
-        if det.get(key) is not None and not isinstance(det.get(key), bool):
-            raise ConfigError(f"determinism.{key} must be true, false or null, got {det.get(key)!r}")
     if det.get("jit_compile") and train.name != "mnist":
         raise ConfigError(
             f"determinism.jit_compile applies to train=mnist; train={train.name} code passes "
             "jit_compile to its own model.compile()"
         )
-    trace_every = det.get("trace_every", 0)
-    if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
-        raise ConfigError(f"determinism.trace_every must be an integer >= 0 (0 = no trace), got {trace_every!r}")
-    if "checkpoint_keep" in train:
-        _positive_int(train.checkpoint_keep, "train.checkpoint_keep")
-    if "checkpoint_every" in train and (
-        isinstance(train.checkpoint_every, bool)
-        or not isinstance(train.checkpoint_every, int)
-        or train.checkpoint_every < 0
-    ):
-        raise ConfigError(f"train.checkpoint_every must be an integer >= 0, got {train.checkpoint_every!r}")
+    _check_task(cfg)
+    if tracking is not None and tracking.get("name") == "mlflow":
+        import importlib.util
+
+        if importlib.util.find_spec("mlflow") is None:  # before training, not a warning after it
+            raise ConfigError("tracking=mlflow needs mlflow: pip install 'tf-repro-launcher[mlflow]'")
+
+
+def _check_task(cfg: DictConfig) -> None:
+    """What the task needs from outside the config: mnist's data where the job will read it (in a
+    container: without network), custom's entrypoint, a script or notebook file."""
+    train = cfg.train
     if train.name == "mnist":
-        _positive_int(train.epochs, "train.epochs")
-        _positive_int(train.batch_size, "train.batch_size")
-        _positive_int(train.max_samples, "train.max_samples", allow_none=True)
-        _positive_number(train.learning_rate, "train.learning_rate")
-        if not isinstance(train.data, str) or not train.data:
-            raise ConfigError("train.data must be sample, full, or a path to an .npz file or IDX directory")
         if train.data not in ("sample", "full") and not os.path.exists(os.path.expanduser(train.data)):
             raise ConfigError(f"train.data {train.data!r} does not exist (use sample, full, or a path)")
         from launcher.job import data  # numpy, only now
 
         data.check(train.data, in_container=cfg.runtime.name == "docker")
-        calls = train.get("data_parallel_calls", 1)
-        if calls != "autotune":
-            _positive_int(calls, "train.data_parallel_calls (or autotune)")
     elif train.name == "custom":
         if OmegaConf.is_missing(train, "entrypoint") or ":" not in str(train.entrypoint):
             raise ConfigError("train=custom needs train.entrypoint=package.module:function")
@@ -150,25 +98,6 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"train.script {train.script!r} is not a file")
     elif train.name == "notebook":
         _check_notebook(train)
-    tracking = cfg.get("tracking")
-    if tracking is not None and tracking.get("name") not in TRACKERS:
-        raise ConfigError(f"tracking={tracking.get('name')!r} is unknown; choose one of {', '.join(TRACKERS)}")
-    if tracking is not None and tracking.get("name") == "mlflow":
-        import importlib.util
-
-        if importlib.util.find_spec("mlflow") is None:  # before training, not a warning after it
-            raise ConfigError("tracking=mlflow needs mlflow: pip install 'tf-repro-launcher[mlflow]'")
-    if not str(cfg.store.root):
-        raise ConfigError("store.root must be a directory path")
-    for name in ("snapshot_max_mb", "snapshot_max_files", "snapshot_max_total_mb"):  # docs/store.md, Bounds
-        value = cfg.store.get(name, 0)
-        if value is None and name != "snapshot_max_mb":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(
-                f"store.{name} must be a whole number, 0 or more"
-                f"{'' if name == 'snapshot_max_mb' else ' (null: no cap)'}, got {value!r}"
-            )
 
 
 def check_entrypoint(cfg: DictConfig, cwd: str) -> None:

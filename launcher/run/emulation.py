@@ -17,7 +17,7 @@ import platform
 import re
 import shutil
 
-from launcher import proc
+from launcher import entrypoints, proc
 from launcher.errors import ConfigError
 from launcher.record.probe import cpuid, probes
 
@@ -72,7 +72,7 @@ def _emulated_cpu(model: str, python: str, launcher_root: str) -> dict:
     (vendor, brand, family/model/stepping, flags), the emulator and the model asked for. Caches
     and microcode are the emulator's inventions or the host's: recorded as unknown."""
     path = check_model(model)
-    code = f"import sys; sys.path.insert(0, {launcher_root!r}); import launcher.record.probe.cpuid as c; c.main()"
+    code = f"import sys; sys.path.insert(0, {launcher_root!r}); import {entrypoints.CPUID.module} as c; c.main()"
     out = proc.capture([path, "-cpu", model, python, "-P", "-c", code], timeout=300)
     try:
         seen = json.loads(out or "")

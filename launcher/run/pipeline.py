@@ -19,20 +19,50 @@ from omegaconf import DictConfig, OmegaConf
 from launcher.errors import DeterminismError, LauncherError
 from launcher.job import determinism, interrupts
 from launcher.record import layout, tbevents, tracking
-from launcher.record.layout import ERROR, JOB, JOB_FACTS, RESULT
 from launcher.record.probe import fingerprint, key, probes
 from launcher.record.store import index, runs, snapshot
 from launcher.record.store.keep import keep_snapshot, keep_so_far
 from launcher.run import config, gpus, runtime, signals
 
-FINGERPRINT = fingerprint.FILE
-CONFIG = layout.CONFIG
-CONTAINER = layout.CONTAINER
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])
-# ``execute``'s ``signing_key`` when not given: the ``store.signing_key`` of the config it is handed,
+# ``Options.signing_key`` when not given: the ``store.signing_key`` of the config it is handed,
 # composed by this invocation (a fresh run's; a replay's, with the replayer's key merged in). A resume
 # hands over the run's own stored config, so it passes its resumer's key instead.
 COMPOSED = object()
+
+
+@dataclass(frozen=True)
+class Options:
+    """How ``execute`` runs a prepared job, beyond its config and its directory: what each caller
+    (a launch, a sweep's job, a replay, a resume, an audit's trial) says differently, in one value
+    handed on whole instead of a dozen keywords passed on blind.
+
+    ``cwd``: the directory the job starts in (default: this process's). ``root``: a laid-out code
+    snapshot (``launcher.record.store.snapshot``) the job runs from (a replay, a sweep's jobs):
+    ``cwd`` lies inside it, and the script, ``PYTHONPATH`` and a task's data are looked up there
+    first. ``cpus``: the cores the job is pinned to (a sweep's slot). ``echo``: the job's output on
+    the terminal too. ``extra_env``: environment variables set for the job over the launcher's (a
+    slot's, a replay's). ``replay_of``, ``replay_notes``: the run this one replays, and what the
+    replay noted (in ``job.json``). ``resume``: what a resume continues from. ``track``: MLflow
+    (``tracking=mlflow``) hears of the run when it ended (a sweep logs its jobs itself, as children
+    of the sweep). ``python``: the job's interpreter when not ours (a rebuilt Python environment).
+    ``cpu``: a CPU model the job process runs as, under qemu-user (``replay --cpu``).
+    ``signing_key``: the key a completed run's seal is signed with (``COMPOSED``: the config's
+    ``store.signing_key``).
+    """
+
+    cwd: str | None = None
+    cpus: frozenset[int] | None = None
+    echo: bool = True
+    extra_env: dict[str, str] | None = None
+    replay_of: str | None = None
+    replay_notes: dict | None = None
+    resume: dict | None = None
+    track: bool = True
+    root: str | None = None
+    python: str | None = None
+    cpu: str | None = None
+    signing_key: object = COMPOSED
 
 
 @dataclass
@@ -89,65 +119,46 @@ def create_run(resolved: DictConfig, root: Path, cwd: str | None = None, cpu: st
     check_baseline(resolved, cpu)
     run_dir = runs.create(root, ledger=True)  # noted in the store's ledger: made here (launch resume asks)
     runs.set_status(run_dir, "running", pid=os.getpid())
-    runs.write_bytes(run_dir / CONFIG, OmegaConf.to_yaml(resolved).encode())
+    runs.write_bytes(layout.RunPaths(run_dir).config, OmegaConf.to_yaml(resolved).encode())
     return run_dir
 
 
-def execute(
-    resolved: DictConfig,
-    run_dir: Path,
-    *,
-    cwd: str | None = None,
-    cpus: frozenset[int] | None = None,
-    echo: bool = True,
-    extra_env: dict[str, str] | None = None,
-    replay_of: str | None = None,
-    replay_notes: dict | None = None,
-    resume: dict | None = None,
-    track: bool = True,
-    root: str | None = None,
-    python: str | None = None,
-    cpu: str | None = None,
-    signing_key: object = COMPOSED,
-) -> Outcome:
-    """Run the prepared job in ``run_dir`` to its end and record how it ended.
+def execute(resolved: DictConfig, run_dir: Path, options: Options = Options()) -> Outcome:
+    """Run the prepared job in ``run_dir`` to its end, as ``options`` say, and record how it ended.
 
-    ``root`` is a laid-out code snapshot (``launcher.record.store.snapshot``) the job runs from
-    (a replay, a sweep's jobs): ``cwd`` lies inside it, and the script, ``PYTHONPATH`` and
-    a task's data are looked up there first. The run's TensorBoard events follow the job
-    live and are sealed with it; MLflow (``tracking=mlflow``) hears of the run after it
-    ended, unless ``track`` is false (a sweep logs its jobs itself, as children of the sweep).
-    ``python`` is the job's interpreter when not ours (a rebuilt environment); ``cpu`` a CPU
-    model the job process runs as, under qemu-user (``replay --cpu``). ``signing_key``: the key a
-    completed run's seal is signed with (``COMPOSED``: ``resolved``'s ``store.signing_key``).
+    The run's TensorBoard events follow the job live and are sealed with it; MLflow hears of the
+    run after it ended, unless ``options.track`` is false.
     """
+    o = options
+    signing_key = o.signing_key
     if signing_key is COMPOSED:
         signing_key = (resolved.get("store") or {}).get("signing_key")
-    cwd = cwd or os.getcwd()
-    plan, env, fp = launch_fingerprint(resolved, cwd, extra_env, root, cpu=cpu, python=python)
-    runs.write_json(run_dir / FINGERPRINT, fp)
+    cwd, root = o.cwd or os.getcwd(), o.root
+    plan, env, fp = launch_fingerprint(resolved, cwd, o.extra_env, root, cpu=o.cpu, python=o.python)
+    paths = layout.RunPaths(run_dir)
+    runs.write_json(paths.fingerprint, fp)
     runs.write_json(
-        run_dir / JOB,
+        paths.job,
         {
             "plan": plan.to_dict(),
-            "progress": echo and sys.stdout.isatty(),
+            "progress": o.echo and sys.stdout.isatty(),
             "launch_dir": cwd,
             "root": root,
-            "replay_of": replay_of,
-            "replay": replay_notes,
-            "resume": resume,
+            "replay_of": o.replay_of,
+            "replay": o.replay_notes,
+            "resume": o.resume,
         },
     )
-    row = _row(run_dir, resolved, "running", replay_of=replay_of)
+    row = _row(run_dir, resolved, "running", replay_of=o.replay_of)
     index.record(run_dir.parent, row)
-    job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=cpus, echo=echo, python=python, cpu_model=cpu)
+    job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=o.cpus, echo=o.echo, python=o.python, cpu_model=o.cpu)
     with tbevents.follow(run_dir):
         try:
             returncode = runtime.get(str(resolved.runtime.name)).run(job)
         except KeyboardInterrupt:
             returncode = 130
     outcome = finish(run_dir, resolved, fp, returncode, row, snapshot.unrooted(cwd, root), root, signing_key)
-    if track:
+    if o.track:
         tracking.log_run(run_dir, resolved)
     return outcome
 
@@ -232,15 +243,16 @@ def _finish(
     signing_key: object,
 ) -> Outcome:
     seed = int(resolved.seed)
+    paths = layout.RunPaths(run_dir)
     if returncode == 0 and interrupts.was_stopped(run_dir) is not None:
         returncode = 130  # stopped, its code caught the stop and ended by itself: a stop is never a completion
-    if returncode == 0 and (run_dir / RESULT).exists() and (run_dir / JOB_FACTS).exists():
-        container = runs.read_json(run_dir / CONTAINER) if (run_dir / CONTAINER).exists() else None
-        fp = fingerprint.merge_job_facts(fp, runs.read_json(run_dir / JOB_FACTS), container)
-        runs.write_json(run_dir / FINGERPRINT, fp)
-        (run_dir / JOB_FACTS).unlink()
+    if returncode == 0 and paths.result.exists() and paths.job_facts.exists():
+        container = runs.read_json(paths.container) if paths.container.exists() else None
+        fp = fingerprint.merge_job_facts(fp, runs.read_json(paths.job_facts), container)
+        runs.write_json(paths.fingerprint, fp)
+        paths.job_facts.unlink()
         keep_snapshot(run_dir, resolved, fp, launch_dir or os.getcwd(), root)
-        result = runs.read_json(run_dir / RESULT)
+        result = runs.read_json(paths.result)
         runs.seal(run_dir, signing_key=signing_key)  # the key passed in, never one the run directory names
         row.status, row.key_sha256 = "complete", key.key_sha256(fp)
         row.metrics = json.dumps(result.get("final_metrics", {}), sort_keys=True)
@@ -248,8 +260,8 @@ def _finish(
         index.record(run_dir.parent, row)
         return Outcome(run_dir, "complete", seed, result=result, returncode=0)
     state = "interrupted" if returncode in (130, -2, -15, -9, -10, -12) else "failed"
-    if (run_dir / JOB_FACTS).exists():  # what it ran so far, kept for launch resume
-        keep_so_far(run_dir, resolved, fp, runs.read_json(run_dir / JOB_FACTS), launch_dir or os.getcwd(), root)
+    if paths.job_facts.exists():  # what it ran so far, kept for launch resume
+        keep_so_far(run_dir, resolved, fp, runs.read_json(paths.job_facts), launch_dir or os.getcwd(), root)
     error = _job_error(run_dir, returncode)
     runs.set_status(run_dir, state, error=error, returncode=returncode)
     row.status = state
@@ -257,15 +269,15 @@ def _finish(
     return Outcome(run_dir, state, seed, error=error, returncode=returncode)
 
 
-def run(cfg: DictConfig, *, store_root: Path | None = None, on_created=None, **kwargs) -> Outcome:
-    """Prepare and execute one run; a config or store error raises before a run exists.
-    ``on_created(run_dir)`` hears of the run directory before the job starts (a sweep job's
-    record names it, so that a requeued job resumes it)."""
-    resolved, run_dir = prepare(cfg, store_root, kwargs.get("cwd"), kwargs.get("cpu"))
+def run(cfg: DictConfig, options: Options = Options(), *, store_root: Path | None = None, on_created=None) -> Outcome:
+    """Prepare and execute one run (``execute``, as ``options`` say); a config or store error raises
+    before a run exists. ``on_created(run_dir)`` hears of the run directory before the job starts (a
+    sweep job's record names it, so that a requeued job resumes it)."""
+    resolved, run_dir = prepare(cfg, store_root, options.cwd, options.cpu)
     if on_created is not None:
         on_created(run_dir)
     try:
-        return execute(resolved, run_dir, **kwargs)
+        return execute(resolved, run_dir, options)
     except Exception as exc:  # an expected error or a bug: either way the run never stays "running"
         runs.set_status(run_dir, "failed", error=str(exc) if isinstance(exc, LauncherError) else repr(exc))
         raise
@@ -287,15 +299,16 @@ def summary_line(outcome: Outcome) -> str:
 
 
 def _job_error(run_dir: Path, returncode: int) -> str:
-    if (run_dir / ERROR).exists():
-        return runs.read_json(run_dir / ERROR).get("message", "job failed")
+    paths = layout.RunPaths(run_dir)
+    if paths.error.exists():
+        return runs.read_json(paths.error).get("message", "job failed")
     if returncode < 0:
         return f"job killed by signal {-returncode}"
     if returncode == 130:  # stopped without a word from the job (a container, or a sweep aborted at once)
         return "Ctrl-C"
     if returncode == 0:
-        return "job ended without writing result.json"
-    return f"job exited with status {returncode} (see {run_dir / 'log.txt'})"
+        return f"job ended without writing {layout.RESULT}"
+    return f"job exited with status {returncode} (see {paths.log})"
 
 
 def _row(run_dir: Path, resolved: DictConfig, status: str, replay_of: str | None) -> index.Row:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from launcher.record import hashing
+from launcher.record import hashing, layout
 from launcher.record.filecache import FileHashes
 from launcher.record.probe import distributions, environment, fingerprint, key, probes
 from launcher.record.store import runs, snapshot
@@ -78,7 +78,7 @@ def precheck(
 ) -> list[tuple[str, object, object]]:
     """Key differences between the stored run and a rerun here, now, before running it
     (as CPU model ``cpu`` under qemu-user, when given)."""
-    stored = runs.read_json(run_dir / pipeline.FINGERPRINT)
+    stored = runs.read_json(layout.RunPaths(run_dir).fingerprint)
     return key_differences_now(stored, run_dir, cwd, extra_env, root, probed=probed, cpu=cpu, at_own_path=at_own_path)
 
 
@@ -102,7 +102,7 @@ def key_differences_now(
     (``current_data_hashes``).
     """
     fingerprint.check_schema(stored, str(run_dir))
-    resolved = OmegaConf.load(run_dir / pipeline.CONFIG)
+    resolved = OmegaConf.load(layout.RunPaths(run_dir).config)
     python = (probed or {}).get("python")
     _, _, current = pipeline.launch_fingerprint(resolved, cwd, extra_env, root, cpu=cpu, python=python)
     # The launcher files the run's job imported, as this launcher has them. A run whose job did

@@ -29,8 +29,8 @@ abandoned only by a launch that holds that lock: on a shared (NFS) cache another
 build in progress is never removed.
 
 Pure: ``recorded_packages``, ``plan``, ``cache_key``, the command builders, ``requirements``,
-``pth_text``, ``mismatches``, ``explain``. I/O: ``environment``, ``probe``, ``verify``,
-``remove_abandoned``, ``file_sha256``.
+``pth_text``, ``mismatches``, ``explain``. I/O: ``python_environment``, ``probe``, ``verify``,
+``remove_abandoned``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import re
 import shutil
 import site
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -54,15 +53,13 @@ from pathlib import Path
 
 from launcher import proc
 from launcher.errors import RebuildError
-from launcher.record import layout
+from launcher.record import hashing, layout
 from launcher.record.probe import distributions
 
 LAUNCHER_DISTRIBUTION = "tf-repro-launcher"  # the launcher itself: the replay runs this one's code
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])  # put on the job's PYTHONPATH (job.LAUNCHER_ROOT)
 SHARED_PTH = "_launch_shared.pth"
-INFO = layout.REBUILD  # what was built, for reading
 LAYOUT = 3  # how an overlay is made (3: --no-compile, checked statically); in the cache key
-CHUNK = 1 << 20  # bytes hashed at a time: a wheel (TensorFlow's: 0.5-1 GB) is never read whole
 
 
 @dataclass(frozen=True)
@@ -317,7 +314,7 @@ def here_versions() -> dict[str, str]:
     return out
 
 
-def environment(
+def python_environment(
     stored_fp: dict,
     *,
     cache_root: Path | None = None,
@@ -325,7 +322,7 @@ def environment(
     find_links: Path | None = None,
     wheel_hashes: Mapping[str, str] | None = None,
 ) -> Path:
-    """The Python interpreter of an environment holding the run's recorded distributions,
+    """The Python interpreter of a Python environment holding the run's recorded distributions,
     built (or found in the cache under ``cache_root``, default ``default_cache_root()``) and
     verified; raises ``RebuildError``. ``find_links``: a folder of wheels (an archive's,
     ``launch pack --with-env``, checked against the run's record: ``wheel_hashes``, file name
@@ -530,7 +527,7 @@ def probe(python: Path, names: list[str]) -> dict:
     its metadata lies and which of its top-level modules import from elsewhere."""
     from launcher.run import runtime
 
-    out = _capture(probe_argv(python, names), runtime.job_env(dict(os.environ), {}, LAUNCHER_ROOT))
+    out = proc.capture(probe_argv(python, names), timeout=300, env=runtime.job_env(dict(os.environ), {}, LAUNCHER_ROOT))
     try:
         probed = json.loads(out or "")
     except ValueError:
@@ -568,7 +565,7 @@ def _build(
             _install(p.install, tmp, log, find_links, wheel_hashes)
         (overlay_site(tmp) / SHARED_PTH).write_text(pth_text(shared))
         info = {"install": list(p.install), "shared": shared, "seconds": round(time.monotonic() - started, 1)}
-        (tmp / INFO).write_text(json.dumps(info, indent=2) + "\n")
+        (tmp / layout.REBUILD).write_text(json.dumps(info, indent=2) + "\n")  # what was built, for reading
         tmp.rename(final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -583,7 +580,7 @@ def _install(
     find_links: Path | None = None,
     wheel_hashes: Mapping[str, str] | None = None,
 ) -> None:
-    wheels = venv / "wheels"
+    wheels = venv / "wheels"  # not layout's: the overlay's downloads, no store's
     if (
         find_links
         and proc.run_streaming(
@@ -609,7 +606,7 @@ def _install(
                 )
     found = {}
     for wheel in sorted(wheels.glob("*.whl")):
-        found[wheel_name(wheel.name)[0]] = (wheel_name(wheel.name)[1], file_sha256(wheel))
+        found[wheel_name(wheel.name)[0]] = (wheel_name(wheel.name)[1], hashing.file_sha256(wheel))
         checked = (wheel_hashes or {}).get(wheel.name)
         if checked is not None and checked != found[wheel_name(wheel.name)[0]][1]:
             raise RebuildError(
@@ -630,23 +627,6 @@ def _run(argv: list[str], log: Path, what: str) -> None:
     if proc.run_streaming(argv, os.environ, log, echo=False) != 0:
         tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
         raise RebuildError(f"rebuilding the run's environment failed {what} (see {log}): {tail}")
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file, read ``CHUNK`` bytes at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _capture(argv: list[str], env: dict[str, str]) -> str | None:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
 
 
 def lock_path(final: Path) -> Path:

@@ -31,8 +31,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from launcher.errors import NotComparable, ResumeError, SealError, SignatureError, StoreError, UnsafeRun
-from launcher.record import checkpoints, trace
-from launcher.record.layout import ERROR, JOB, JOB_FACTS, METRICS, RESULT
+from launcher.record import checkpoints, layout, trace
 from launcher.record.probe import fingerprint, key
 from launcher.record.store import runs, signing, snapshot
 from launcher.run import gpus, pipeline, precheck
@@ -56,7 +55,7 @@ USER_CODE = ("script", "custom", "notebook")  # tasks whose observed fits are ch
 
 def _task(run_dir: Path) -> str | None:
     try:
-        return str(OmegaConf.load(run_dir / pipeline.CONFIG).train.name)
+        return str(OmegaConf.load(layout.RunPaths(run_dir).config).train.name)
     except Exception:  # no readable config: the generic reason
         return None
 
@@ -74,7 +73,7 @@ def _why_none(run_dir: Path) -> str:
 
 def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
     """The checkpoint to resume from, its epoch and fallback notes; or ResumeError saying why not."""
-    if (run_dir / runs.MANIFEST).exists():
+    if layout.RunPaths(run_dir).manifest.exists():
         runs.verify_seal(run_dir)  # a sealed run that was changed is refused as such (SealError, exit 4)
         raise ResumeError(f"run {run_dir.name} is complete; nothing to resume (use launch replay to rerun it)")
     status = runs.status(run_dir)
@@ -112,7 +111,7 @@ def _epoch_of(line: str, where: str) -> int:
 
 def keep_metrics_through(run_dir: Path, epoch: int) -> None:
     """Rewrite metrics.jsonl atomically with only the epochs up to ``epoch``."""
-    path = run_dir / METRICS
+    path = layout.RunPaths(run_dir).metrics
     if not path.exists():
         return
     lines = [
@@ -142,7 +141,7 @@ def origin(run_dir: Path, require_created: bool = False) -> str:
             f"{_shown(entry.get('host'))} on {_shown(entry.get('time'))}"
         )
     said = (
-        f"run {run_dir.name} was not created in this store (copied in from elsewhere: {runs.CREATED} "
+        f"run {run_dir.name} was not created in this store (copied in from elsewhere: {layout.CREATED} "
         "does not name this directory)"
     )
     if require_created:
@@ -157,13 +156,12 @@ def origin(run_dir: Path, require_created: bool = False) -> str:
 def _stored_fingerprint(run_dir: Path) -> dict:
     """The run's fingerprint as far as it ran: the launcher's side merged with the job's facts
     of its last checkpoint."""
-    stored = runs.read_json(run_dir / pipeline.FINGERPRINT)
-    if (run_dir / JOB_FACTS).exists():
-        facts = runs.read_json(run_dir / JOB_FACTS)
+    paths = layout.RunPaths(run_dir)
+    stored = runs.read_json(paths.fingerprint)
+    if paths.job_facts.exists():
+        facts = runs.read_json(paths.job_facts)
         if facts.get("modules") is not None:  # what the job had used by its last checkpoint (user code)
-            container = (
-                runs.read_json(run_dir / pipeline.CONTAINER) if (run_dir / pipeline.CONTAINER).exists() else None
-            )
+            container = runs.read_json(paths.container) if paths.container.exists() else None
             stored = fingerprint.merge_job_facts(stored, facts, container)
         else:
             stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
@@ -177,7 +175,7 @@ def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None
     kept = snapshot.read(run_dir)
     if kept is None:
         return None
-    where = f"run {run_dir.name}: {snapshot.SNAPSHOT}"
+    where = f"run {run_dir.name}: {layout.SNAPSHOT}"
     ran_in = previous.get("launch_dir")
     if isinstance(ran_in, str):
         root = previous.get("root")
@@ -185,19 +183,19 @@ def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None
         if ran_in != kept["launch_dir"]:
             raise UnsafeRun(
                 f"{where}: launch_dir {kept['launch_dir']!r} is not where the run ran ({ran_in!r}, "
-                f"in {JOB}): refused before anything was written (a forged or damaged run; "
+                f"in {layout.JOB}): refused before anything was written (a forged or damaged run; "
                 "see docs/store.md)",
                 kept["launch_dir"],
             )
     try:
-        resolved = OmegaConf.load(run_dir / pipeline.CONFIG)
+        resolved = OmegaConf.load(layout.RunPaths(run_dir).config)
         config_dir = resolved.get("config_dir")
         script = {"script": resolved.train.get("script"), "notebook": resolved.train.get("notebook")}.get(
             str(resolved.train.name)
         )  # the file of code its config names, as keep.code_file says
         config_path = str(config_dir["path"]) if config_dir else None
     except Exception as exc:  # noqa: BLE001 - any unreadable config: the one line below
-        raise UnsafeRun(f"{where}: the run's {pipeline.CONFIG} cannot be read to check it ({exc})") from None
+        raise UnsafeRun(f"{where}: the run's {layout.CONFIG} cannot be read to check it ({exc})") from None
     snapshot.check_recorded(kept, stored, script, config_path, where)
     return kept
 
@@ -212,15 +210,31 @@ def resume(
     key the run's own config names), and ``require_signed`` (resume only a run this store made,
     ``origin``). Whose run it is comes first, then the unsealed run's own files
     (``runs.refuse_links_out``, ``checked_snapshot``): a crafted run is refused before anything is
-    written."""
+    written.
+
+    Raises:
+        RunNotFound: ``run`` does not exist or is not a run directory (exit 2).
+        SignatureError: ``require_signed`` and this store did not create the run (its ledger does not
+            name it) (exit 3).
+        UnsafeRun: the unsealed run holds a link out of it, or a snapshot entry its own record does
+            not name (exit 2).
+        SealError: a sealed run was changed after sealing, or a checkpoint's record is damaged (exit 4).
+        ResumeError: the run is complete, still running (or may be, on another host), has no complete
+            checkpoint, or its launch directory is gone (exit 2).
+        NotComparable: this environment's comparability key differs from the run's, without
+            ``allow_mismatch`` (exit 3).
+        GpuUnavailable: the GPUs the run asked for cannot be had here (exit 2).
+        StoreError: the run's code cannot be laid out in its store (exit 2).
+    """
     settings = {**signing.DEFAULTS, **(store or {})}
     run_dir = runs.require_run(run)
     said = origin(run_dir, signing.trust_from(settings).require_signed)
-    sealed = (run_dir / runs.MANIFEST).exists()  # a sealed run is judged by its seal (check_resumable)
+    paths = layout.RunPaths(run_dir)
+    sealed = paths.manifest.exists()  # a sealed run is judged by its seal (check_resumable)
     if not sealed:
         runs.refuse_links_out(run_dir)
-    previous = runs.read_json(run_dir / JOB) if (run_dir / JOB).exists() else {}
-    stored = _stored_fingerprint(run_dir) if not sealed and (run_dir / pipeline.FINGERPRINT).exists() else None
+    previous = runs.read_json(paths.job) if paths.job.exists() else {}
+    stored = _stored_fingerprint(run_dir) if not sealed and paths.fingerprint.exists() else None
     kept = checked_snapshot(run_dir, stored, previous) if stored is not None and _task(run_dir) in USER_CODE else None
     checkpoint, epoch, notes = check_resumable(run_dir)
     if stored is None:
@@ -310,13 +324,14 @@ def _continue(
             f"cannot resume {run_dir.name} here: {key.differing(diffs)}; use --allow-mismatch to resume anyway",
             diffs,
         )
-    resolved = OmegaConf.load(run_dir / pipeline.CONFIG)
+    paths = layout.RunPaths(run_dir)
+    resolved = OmegaConf.load(paths.config)
     gpus.check(resolved)  # before anything of the run changes
     runs.unseal_for_resume(run_dir)
-    for leftover in (RESULT, ERROR, JOB_FACTS):
-        (run_dir / leftover).unlink(missing_ok=True)
+    for leftover in (paths.result, paths.error, paths.job_facts):
+        leftover.unlink(missing_ok=True)
     if not user_code:  # user code's outputs stay: what its earlier epochs wrote is kept, later ones rewritten
-        shutil.rmtree(run_dir / "outputs", ignore_errors=True)
+        shutil.rmtree(paths.outputs, ignore_errors=True)
     keep_metrics_through(run_dir, epoch)
     trace.keep_through(run_dir, epoch, checkpoints.trace_points(checkpoint))
     history = [*((previous.get("resume") or {}).get("history", [])), {"from_epoch": epoch}]
@@ -334,5 +349,7 @@ def _continue(
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
     # the resumer's key: resolved is the run's own config, whose store.signing_key is the run's to write
     return pipeline.execute(
-        resolved, run_dir, echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key
+        resolved,
+        run_dir,
+        pipeline.Options(echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key),
     )

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from launcher import proc
+from launcher import entrypoints, proc
 from launcher.errors import ConfigError
 from launcher.job import interrupts
 from launcher.record import layout
-from launcher.record.layout import ERROR
 from launcher.record.store import runs
 from launcher.run import signals
 
@@ -51,8 +50,7 @@ def bootstrap_argv(python: str, run_dir: Path, cpu_model: str | None = None) -> 
     installed (``PYTHONPATH``), never from a ``launcher/`` in the launch directory. With
     ``cpu_model``, the job process itself runs under ``qemu-x86_64 -cpu MODEL`` (its own
     children would not be emulated)."""
-    safe = ["-P"] if sys.version_info >= (3, 11) else []  # -P is new in 3.11
-    argv = [python, *safe, "-m", "launcher.bootstrap", str(run_dir)]
+    argv = entrypoints.argv(python, entrypoints.JOB, str(run_dir), safe_path=True)
     if cpu_model:
         from launcher.run import emulation
 
@@ -75,7 +73,7 @@ class LocalRuntime:
         ended = proc.run_job(
             proc.place_argv(sys.executable, placed_data(job.run_dir), argv),
             env=job.env,
-            log_path=job.run_dir / layout.LOG,
+            log_path=layout.RunPaths(job.run_dir).log,
             cwd=job.cwd,
             echo=job.echo,
             preexec_affinity=set(job.cpus) if job.cpus else None,
@@ -85,7 +83,7 @@ class LocalRuntime:
         signals.stopping_launcher()  # a second Ctrl-C has nothing left to stop
         if ended.returncode == 0 and interrupts.was_stopped(job.run_dir) is None:
             return 0  # it completed before the stop reached a place where it could stop
-        error = job.run_dir / ERROR
+        error = layout.RunPaths(job.run_dir).error
         if ended.returncode == 0:  # its code caught the stop (except KeyboardInterrupt: save) and ended
             runs.write_json(error, {"type": "KeyboardInterrupt", "message": stop_reason(ended)})
             return 130
@@ -98,7 +96,7 @@ def placed_data(run_dir: Path) -> dict[str, str]:
     """The files a replay's job reads at their paths from elsewhere: ``job.json``'s
     ``replay.placed_data`` (absolute path -> the run's kept copy, laid out), written by
     ``launcher.verdict.replay``; none for any other job."""
-    path = Path(run_dir) / "job.json"
+    path = layout.RunPaths(run_dir).job
     notes = (runs.read_json(path).get("replay") or {}) if path.exists() else {}
     return dict(notes.get("placed_data") or {})
 
@@ -125,6 +123,20 @@ def job_env(base: dict[str, str], plan_env: dict[str, str], launcher_root: str) 
     # Quiet TensorFlow's C++ start-up chatter; errors still show.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
+
+
+INSTALL_TENSORFLOW = (
+    "pip install 'tf-repro-launcher[cpu]' (no GPU), 'tf-repro-launcher[gpu]' (NVIDIA GPUs), or the TensorFlow you use"
+)
+
+
+def require_tensorflow() -> None:
+    """A local run's job imports TensorFlow in this Python: refuse (``ConfigError``) before a run exists
+    when none is installed. The launcher installs none unless asked (docs/gpu.md, "Installing")."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ConfigError(f"TensorFlow is not installed in this Python ({sys.executable}): {INSTALL_TENSORFLOW}")
 
 
 def get(name: str) -> Runtime:

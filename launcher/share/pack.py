@@ -1,5 +1,6 @@
 """``launch pack RUN``: a sealed run, every object its snapshot names and, with ``--with-env``, the
-wheels of its environment, written into one archive (``manifest`` says what it holds).
+wheels of its Python environment, written into one archive (its index, ``archive_index``, says what
+it holds).
 
 Compressed with zstd when the ``zstandard`` package is importable, else gzip; the output's
 name may choose (``.tar.zst``, ``.tar.gz``, ``.tar``).
@@ -19,19 +20,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.errors import ArchiveError
-from launcher.record import layout
+from launcher.errors import ArchiveError, SnapshotError
+from launcher.record import hashing, layout
 from launcher.record.store import objects, runs, signing, snapshot
-from launcher.share.manifest import (
+from launcher.share.archive_index import (
     NAME,
-    OBJECTS,
     RUN,
-    WHEELS,
     compression_for,
+    index,
     left_out_data,
-    manifest,
     member_name,
-    sha256_file,
 )
 from launcher.share.wheels import collect_wheels
 
@@ -39,7 +37,7 @@ from launcher.share.wheels import collect_wheels
 @dataclass
 class Packed:
     path: Path
-    manifest: dict
+    index: dict  # launch-archive.json: every member with its sha256 and size
     size: int
     seal: signing.Seal
     mode: int  # the archive file's: no wider than the most private file it holds, unless asked
@@ -58,7 +56,7 @@ def pack(
     run_dir: str | Path,
     out: str | Path | None = None,
     *,
-    with_env: bool = False,
+    with_wheels: bool = False,
     compression: str | None = None,
     trust: signing.Trust = signing.NO_TRUST,
     echo: bool = True,
@@ -68,7 +66,8 @@ def pack(
     """Write the archive of the sealed run ``run_dir`` to ``out`` (default ``<run name>.launch.tar.gz``
     or ``.tar.zst`` in the current directory), atomically. Refuses a run that is not sealed (naming
     why), whose seal or signature does not verify, or an object missing from the store.
-    ``with_env``: the wheels too (``collect_wheels``; ``wheel_dir``: reuse wheels already there).
+    ``with_wheels`` (``launch pack --with-env``): the wheels of the run's Python environment too
+    (``collect_wheels``; ``wheel_dir``: reuse wheels already there).
     ``mode``: the archive file's mode; by default the most private of what it holds (``private_mode``):
     a run of ``0600`` data packs into a ``0600`` archive.
 
@@ -89,26 +88,29 @@ def pack(
     out = Path(out) if out else Path(f"{run_dir.name}.launch{suffix}")
     store = run_dir.parent
     snap = snapshot.read(run_dir) or {"files": {}, "left_out": {}, "launch_dir": "/"}
-    fp = runs.read_json(run_dir / layout.FINGERPRINT)
+    paths = layout.RunPaths(run_dir)
+    fp = runs.read_json(paths.fingerprint)
     kept: dict[str, Path] = {}
     for path, entry in sorted(snap["files"].items()):
         source = objects.object_path(store, entry["sha256"])
         if not source.is_file():
-            raise snapshot.SnapshotError(
+            raise SnapshotError(
                 f"run {run_dir.name}: the object of {path} is missing from the store "
                 f"({source}): the run cannot travel without it"
             )
         kept[entry["sha256"]] = source
     # every file the seal lists (a link inside the run is packed as the file it names: an archive has no links)
     run_files = {
-        name: {"sha256": sha256_file(run_dir / name), "size": (run_dir / name).stat().st_size}
-        for name in runs.read_json(run_dir / layout.MANIFEST)["files"]
+        name: {"sha256": hashing.file_sha256(run_dir / name), "size": (run_dir / name).stat().st_size}
+        for name in runs.read_json(paths.manifest)["files"]
     }
-    run_files[layout.MANIFEST] = _entry(run_dir / layout.MANIFEST)
-    if (run_dir / layout.SIGNATURE).is_file():
-        run_files[layout.SIGNATURE] = _entry(run_dir / layout.SIGNATURE)
+    run_files[layout.MANIFEST] = _entry(paths.manifest)
+    if paths.signature.is_file():
+        run_files[layout.SIGNATURE] = _entry(paths.signature)
     try:
-        data, wheels = _write_archive(run_dir, out, kept, run_files, fp, snap, with_env, compression, echo, wheel_dir)
+        data, wheels = _write_archive(
+            run_dir, out, kept, run_files, fp, snap, with_wheels, compression, echo, wheel_dir
+        )
         chosen = private_mode([*(run_dir / n for n in run_files), *kept.values()]) if mode is None else mode
         os.chmod(out, chosen)
     except OSError as exc:  # no such directory, a full disk, no permission
@@ -117,7 +119,7 @@ def pack(
 
 
 def _entry(path: Path) -> dict:
-    return {"sha256": sha256_file(path), "size": path.stat().st_size}
+    return {"sha256": hashing.file_sha256(path), "size": path.stat().st_size}
 
 
 def private_mode(paths: list[Path]) -> int:
@@ -136,29 +138,29 @@ def _write_archive(
     run_files: Mapping[str, dict],
     fp: Mapping,
     snap: Mapping,
-    with_env: bool,
+    with_wheels: bool,
     compression: str,
     echo: bool,
     wheel_dir: Path | None,
 ) -> tuple[dict, list[Path]]:
     """The archive written to a temporary file beside ``out`` (mode 0600 while it is written), renamed to
-    ``out`` once complete; its manifest and the wheels it holds."""
+    ``out`` once complete; its index and the wheels it holds."""
     with tempfile.TemporaryDirectory(prefix=".launch-pack-", dir=out.parent.resolve()) as tmp:
         wheels = {}
-        if with_env:
-            wheels = collect_wheels(fp, wheel_dir or Path(tmp) / "wheels", echo=echo)
+        if with_wheels:
+            wheels = collect_wheels(fp, wheel_dir or Path(tmp) / "wheels", echo=echo)  # not layout's: scratch
         for digest, source in objects.items():  # the store's copy is checked: a damaged one never travels
-            if sha256_file(source) != digest:
-                raise snapshot.SnapshotError(f"run {run_dir.name}: object {source} does not match its name")
+            if hashing.file_sha256(source) != digest:
+                raise SnapshotError(f"run {run_dir.name}: object {source} does not match its name")
         from launcher.version import __version__
 
-        data = manifest(
+        data = index(
             run_dir.name,
             run_files,
             {d: p.stat().st_size for d, p in objects.items()},
             left_out_data(fp, snap),
             {w.name: {**info, "size": w.stat().st_size} for w, info in wheels.items()},
-            (run_dir / layout.SIGNATURE).is_file(),
+            layout.RunPaths(run_dir).signature.is_file(),
             __version__,
             _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         )
@@ -167,9 +169,9 @@ def _write_archive(
             _add_bytes(tar, NAME, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
             _add_run(tar, run_dir, f"{RUN}/{run_dir.name}", run_files)
             for digest, source in sorted(objects.items()):
-                _add_file(tar, source, member_name(OBJECTS, digest))
+                _add_file(tar, source, member_name(layout.OBJECTS, digest))
             for wheel in sorted(wheels, key=lambda w: w.name):
-                _add_file(tar, wheel, member_name(WHEELS, wheel.name))
+                _add_file(tar, wheel, member_name(layout.WHEELS, wheel.name))
         os.replace(partial, out)
     return data, list(wheels)
 

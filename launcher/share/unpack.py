@@ -2,13 +2,13 @@
 ``launch replay FILE``).
 
 Nothing of ``tarfile`` is trusted. The archive is read once, through ``tarstream`` (bounded
-headers, no links), and every member is checked against the manifest before a byte of it is
+headers, no links), and every member is checked against the index before a byte of it is
 written: its name, its kind (files and directories only), its declared size. Each file is then
 created by this process, relative to directory descriptors it opened itself (``_Tree``:
 ``O_NOFOLLOW``, ``O_EXCL``), in a private temporary directory inside the destination store, and
 hashed as it is written. Then every JSON file of the run is parsed (bounded), the run's seal and
 signature are checked, every object its snapshot names is found, and every wheel must be one the
-run's sealed record names (``manifest.wheel_refusal``). Only then, holding the store's
+run's sealed record names (``archive_index.wheel_refusal``). Only then, holding the store's
 ``.gc.lock`` shared (so a ``launch gc`` cannot remove what the import reuses), is each object
 hashed again and moved into place, each wheel hashed again and moved into the run's own wheel
 folder (``<store>/wheels/<run id>/``), and the run renamed into place, read-only. A bad archive is
@@ -32,24 +32,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from launcher.errors import ArchiveError, RunNotFound, SealError
+from launcher.errors import ArchiveError, RunNotFound, SealError, StoreBusy
 from launcher.record import hashing, layout
 from launcher.record.store import gc, index, objects, runs, signing, snapshot
-from launcher.share.manifest import (
-    MAX_MANIFEST,
+from launcher.share.archive_index import (
+    MAX_INDEX,
     NAME,
-    OBJECTS,
     RUN,
-    WHEELS,
     Limits,
-    check_manifest,
+    check_index,
     compression_of,
     directories,
     expected_members,
     member_name,
     member_problem,
     missing_and_extra,
-    sha256_file,
     wheel_identity,
     wheel_parts,
     wheel_refusal,
@@ -116,17 +113,17 @@ def _zstd_errors() -> tuple[type[BaseException], ...]:
     return (zstandard.ZstdError,)
 
 
-def _first_manifest(tar: Reader, path: Path, limits: Limits) -> dict:
+def _first_index(tar: Reader, path: Path, limits: Limits) -> dict:
     first = tar.next()
     if first is None or first.name != NAME or first.kind != "file":
         raise ArchiveError(
             f"{path} is not a launch archive (its first member is {first.name if first else 'nothing'!r}, not {NAME})"
         )
-    if first.size > MAX_MANIFEST:
-        raise ArchiveError(f"{path}: {NAME} is {first.size} bytes, too large to be a manifest", NAME)
+    if first.size > MAX_INDEX:
+        raise ArchiveError(f"{path}: {NAME} is {first.size} bytes, too large to be an archive's index", NAME)
     data = parse_json(b"".join(tar.chunks()), f"{path}: {NAME}")
     try:
-        return check_manifest(data, limits)
+        return check_index(data, limits)
     except ArchiveError as exc:
         raise ArchiveError(f"{path}: {exc}", exc.member or NAME) from None
 
@@ -140,10 +137,10 @@ def parse_json(raw: bytes, where: str) -> object:
         raise ArchiveError(f"{where} is not JSON that can be read ({why})", where) from None
 
 
-def read_manifest(path: str | Path) -> dict:
-    """The manifest of the archive at ``path``, checked (``check_manifest``); only its first member is read."""
+def read_index(path: str | Path) -> dict:
+    """The index of the archive at ``path``, checked (``check_index``); only its first member is read."""
     with _reading(Path(path)) as tar:
-        return _first_manifest(tar, Path(path), Limits(None, None))
+        return _first_index(tar, Path(path), Limits(None, None))
 
 
 @dataclass
@@ -151,7 +148,7 @@ class Imported:
     """An archive imported into a store."""
 
     run_dir: Path
-    manifest: dict
+    index: dict  # the archive's launch-archive.json, checked
     seal: signing.Seal
     already: bool  # the store held this very run already
     wheels: list[Path] = field(default_factory=list)
@@ -163,7 +160,7 @@ def unpack(
     """Import the archive at ``path`` into the store ``store_root`` (made if missing), without running it.
 
     Everything is checked before anything lands in the store (the module's docstring): members
-    against the manifest and their hashes, the run's JSON files, seal and signature (with
+    against the archive's index and their hashes, the run's JSON files, seal and signature (with
     ``trust``), its snapshot's objects, its wheels against its sealed record. ``limits``: the
     store's caps (``store.snapshot_max_*``); the disk's free space is checked too. The same run
     imported twice is found, not copied again; another run of the same name is refused.
@@ -193,13 +190,14 @@ def unpack(
         except (RunNotFound, SealError) as exc:
             raise ArchiveError(f"{path}: the run it holds is not sealed as it says ({exc})", name) from None
         seal = signing.check(run_tmp, trust)
-        fp = runs.read_json(run_tmp / layout.FINGERPRINT) if (run_tmp / layout.FINGERPRINT).is_file() else {}
+        fp_path = layout.RunPaths(run_tmp).fingerprint
+        fp = runs.read_json(fp_path) if fp_path.is_file() else {}
         _check_wheels(tmp, data, fp, path)
         target = store / name
         already = target.exists()
         if already and (
-            not (target / layout.MANIFEST).is_file()
-            or (target / layout.MANIFEST).read_bytes() != (run_tmp / layout.MANIFEST).read_bytes()
+            not layout.RunPaths(target).manifest.is_file()
+            or layout.RunPaths(target).manifest.read_bytes() != layout.RunPaths(run_tmp).manifest.read_bytes()
         ):
             raise ArchiveError(
                 f"{store} already holds another run named {name}: unpack into another store (--store DIR)", name
@@ -211,7 +209,7 @@ def unpack(
                 if not already:
                     os.rename(run_tmp, target)
                     runs.make_read_only(target)
-        except gc.StoreBusy as exc:
+        except StoreBusy as exc:
             raise ArchiveError(f"store {store} is busy ({exc}): nothing was imported; try again") from None
         if not already:
             row = index.row_from_dir(target)
@@ -262,12 +260,12 @@ class _Tree:
 
 def _extract(path: Path, tmp: Path, limits: Limits) -> dict:
     """Extract the archive into ``tmp``, each member checked before it is written and hashed as it
-    is; returns the checked manifest."""
+    is; returns the checked index."""
     seen: set[str] = set()
     tree = _Tree(tmp)
     try:
         with _reading(path) as tar:
-            data = _first_manifest(tar, path, limits)
+            data = _first_index(tar, path, limits)
             expected = expected_members(data)
             needed = directories(expected)
             while (member := tar.next()) is not None:
@@ -276,7 +274,7 @@ def _extract(path: Path, tmp: Path, limits: Limits) -> dict:
                 if problem is None and name in seen:
                     problem = "appears twice"
                 if problem is None and member.kind == "file" and member.size != expected[name][1]:
-                    problem = f"declares {member.size} bytes, and the manifest {expected[name][1]}"
+                    problem = f"declares {member.size} bytes, and the index {expected[name][1]}"
                 if problem is not None:
                     raise ArchiveError(
                         f"{path}: member {member.name!r} {problem}: refused, nothing was imported", member.name
@@ -291,7 +289,7 @@ def _extract(path: Path, tmp: Path, limits: Limits) -> dict:
     missing, _ = missing_and_extra(expected, seen)
     if missing:
         raise ArchiveError(
-            f"{path}: the manifest names {missing[0]}, which the archive lacks"
+            f"{path}: the index names {missing[0]}, which the archive lacks"
             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}: truncated or "
             "incomplete, nothing was imported",
             missing[0],
@@ -311,8 +309,8 @@ def _write_member(tree: _Tree, tar: Reader, name: str, mode: int, digest: str, p
     if h.hexdigest() != digest:
         what = (
             "its content does not match its name"
-            if name.startswith(OBJECTS + "/")
-            else "its content is not what the manifest lists"
+            if name.startswith(layout.OBJECTS + "/")
+            else "its content is not what the index lists"
         )
         raise ArchiveError(f"{path}: member {name!r}: {what}: refused, nothing was imported", name)
 
@@ -335,16 +333,16 @@ def _parse_run_json(run: Path, path: Path) -> None:
 
 def _check_wheels(tmp: Path, data: Mapping, fp: Mapping, path: Path) -> None:
     """Each wheel must be one the run's sealed record names (``wheel_refusal``), as its own
-    METADATA and RECORD say: the manifest's word for it is not taken."""
+    METADATA and RECORD say: the index's word for it is not taken."""
     for wheel, entry in sorted(data["wheels"].items()):
         name, version = wheel_parts(wheel)
         if (entry.get("name"), entry.get("version")) != (name, version):
             raise ArchiveError(
-                f"{path}: the manifest says wheel {wheel} is {entry.get('name')} "
+                f"{path}: the index says wheel {wheel} is {entry.get('name')} "
                 f"{entry.get('version')}: refused, nothing was imported",
                 wheel,
             )
-        identity, modules = _wheel_contents(tmp / member_name(WHEELS, wheel), name, version, path)
+        identity, modules = _wheel_contents(tmp / member_name(layout.WHEELS, wheel), name, version, path)
         why = wheel_refusal(name, version, identity, fp, modules)
         if why is not None:
             raise ArchiveError(
@@ -359,7 +357,7 @@ def _wheel_contents(wheel: Path, name: str, version: str, path: Path) -> tuple[s
     once its METADATA is found to name ``name`` ``version``."""
     from email.parser import HeaderParser
 
-    from launcher.share.manifest import normalize
+    from launcher.share.archive_index import normalize
 
     def small(z: zipfile.ZipFile, member: str) -> bytes:
         info = z.getinfo(member)
@@ -401,7 +399,7 @@ def _store_objects(tmp: Path, store: Path, data: Mapping, snap: Mapping | None, 
     """Move each of the archive's objects into the store, hashed again as it goes (``objects.put``),
     and check and refresh each the snapshot names that the store held already."""
     for digest in sorted(data["objects"]):
-        if not objects.put(store, str(tmp / member_name(OBJECTS, digest)), digest, move=True):
+        if not objects.put(store, str(tmp / member_name(layout.OBJECTS, digest)), digest, move=True):
             raise ArchiveError(f"{path}: object {digest[:12]} could not be stored in {store}", digest)
         objects.refresh(store, digest)  # one the store held already is now in use again
     for file, entry in sorted(((snap or {}).get("files") or {}).items()):
@@ -426,14 +424,14 @@ def _place_wheels(tmp: Path, store: Path, data: Mapping) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     placed = []
     for wheel, entry in sorted(data["wheels"].items()):
-        target, source = directory / wheel, tmp / member_name(WHEELS, wheel)
+        target, source = directory / wheel, tmp / member_name(layout.WHEELS, wheel)
         if target.is_file() and not target.is_symlink():
-            if sha256_file(target) != entry["sha256"]:
+            if hashing.file_sha256(target) != entry["sha256"]:
                 raise ArchiveError(f"{directory} holds another {wheel} than the archive's", wheel)
         elif os.path.lexists(target):
             raise ArchiveError(f"{target} is there and is not a wheel: nothing was imported", wheel)
         else:
-            if sha256_file(source) != entry["sha256"]:
+            if hashing.file_sha256(source) != entry["sha256"]:
                 raise ArchiveError(f"wheel {wheel} changed while it was imported: nothing was imported", wheel)
             os.rename(source, target)
             os.chmod(target, 0o444)
@@ -445,7 +443,7 @@ def run_wheels(store: str | Path, run_id: str) -> Path:
     """The folder of the wheels an archive brought for run ``run_id`` (its replay ``--rebuild`` uses them)."""
     if not layout.is_run_id(run_id):
         raise ArchiveError(f"{run_id!r} is not a run's id: it has no wheel folder")
-    return Path(store) / WHEELS / run_id
+    return layout.StorePaths(store).run_wheels(run_id)
 
 
 @dataclass(frozen=True)
@@ -474,7 +472,7 @@ def checked_wheels(store: str | Path, run_id: str, fp: Mapping) -> RunWheels | N
         why = wheel_refusal(name, version, identity, fp, modules)
         if why is not None:
             raise ArchiveError(f"{wheel} is not one run {run_id}'s sealed record names ({why}): remove it")
-        hashes[wheel.name] = sha256_file(wheel)
+        hashes[wheel.name] = hashing.file_sha256(wheel)
     return RunWheels(folder, hashes)
 
 

@@ -20,11 +20,10 @@ from launcher import proc
 from launcher.errors import ArchiveError
 from launcher.record import hashing
 from launcher.record.probe import distributions
-from launcher.share.manifest import (
+from launcher.share.archive_index import (
     LAUNCHER_DISTRIBUTION,
     normalize,
     requirement_closure,
-    sha256_file,
     wheel_identity,
     wheel_parts,
     wheel_plan,
@@ -95,9 +94,9 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
                 f"(files {str(identity)[:12]}, the run's {want[:12]}): a rebuilt or different "
                 "wheel; the run's environment cannot travel"
             )
-        out[wheel] = {"sha256": sha256_file(wheel), "name": name, "version": version, "files_sha256": identity}
+        out[wheel] = {"sha256": hashing.file_sha256(wheel), "name": name, "version": version, "files_sha256": identity}
     out[built] = {
-        "sha256": sha256_file(built),
+        "sha256": hashing.file_sha256(built),
         "name": LAUNCHER_DISTRIBUTION,
         "version": wheel_parts(built.name)[1],
         "files_sha256": _wheel_record_identity(built),

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError, LauncherError
-from launcher.record import tbevents, tracking
+from launcher.record import layout, tbevents, tracking
 from launcher.record.store import runs, snapshot
 from launcher.sweep import search as _search
 from launcher.sweep import slots as _slots
@@ -290,7 +290,7 @@ def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
 
     launch_env = allowed_env(os.environ)  # before any plugin is imported
     plan = prepare(overrides, config_dir=config_dir)
-    sweep_dir = runs.create(plan.store_root / "sweeps")
+    sweep_dir = runs.create(layout.StorePaths(plan.store_root).sweeps)
     code_root = None
     if plan.code_dirs:  # every job runs the code as it is now, whatever is edited while it waits
         code_root = sweep_dir / CODE
@@ -493,13 +493,15 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
 
             outcome = pipeline.run(
                 cfg,
+                pipeline.Options(
+                    cwd=snapshot.rooted(meta["cwd"], root),
+                    root=root,
+                    cpus=slot.cpus if slot else None,
+                    echo=False,
+                    extra_env=dict(slot.env) if slot else None,
+                    track=False,  # MLflow: the sweep logs its jobs as children at the end (finalize)
+                ),
                 store_root=Path(meta["store_root"]),
-                cwd=snapshot.rooted(meta["cwd"], root),
-                root=root,
-                cpus=slot.cpus if slot else None,
-                echo=False,
-                extra_env=dict(slot.env) if slot else None,
-                track=False,  # MLflow: the sweep logs its jobs as children at the end (finalize)
                 on_created=created,
             )
     tbevents.link_sweep_job(sweep_dir, record["num"], label(record["overrides"], meta["swept"]), outcome.run_dir)
@@ -626,7 +628,7 @@ def _seeds_set_by_jobs(records: list[dict]) -> list[dict]:
         if r.get("status") != "complete" or not r.get("run_dir"):
             continue
         try:
-            fp = runs.read_json(Path(r["run_dir"]) / "fingerprint.json")
+            fp = runs.read_json(layout.RunPaths(r["run_dir"]).fingerprint)
         except LauncherError:
             continue
         for call in (fp.get("determinism") or {}).get("seeds_set_by_job") or []:

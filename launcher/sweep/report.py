@@ -2,8 +2,8 @@
 
 ``summarize`` turns the ``jobs/NNN.json`` records into ``summary.json`` (per-job rows,
 per-metric mean/std/min/max over the completed jobs, the number of distinct weight
-hashes); ``render`` prints it as a table. ``verification`` and
-``render_verification`` do the same for ``launch sweep verify``.
+hashes); ``render`` prints it as a table. ``replay_report`` and
+``render_replay_report`` do the same for ``launch sweep replay``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from pathlib import Path
+
+from launcher.console import table
 
 SUMMARY_SCHEMA = 1
 HASH_CHARS = 16  # of the weights sha256 in the table; summary.json has all 64
@@ -63,7 +65,7 @@ def render(summary: dict) -> str:
         rows.append([stat, "", *blank, "", *[_num(summary["metrics"][n][stat]) for n in names], ""])
     total = len(summary["jobs"])
     complete = summary["counts"].get("complete", 0)
-    lines = _table(head, rows)
+    lines = table(head, rows)
     lines.append(
         f"{complete} of {total} jobs complete; {summary['distinct_weights']} distinct weight "
         f"hash(es); summary: {Path(summary.get('sweep_dir', '.')) / 'summary.json'}"
@@ -91,7 +93,7 @@ def swept_value(overrides: list[str], key: str) -> str:
 
 
 def verdict(record: dict, name: str, detail: str, new_run: Path | None = None) -> dict:
-    """One job's line of a verification."""
+    """One job's line of a sweep's replay report."""
     return {
         "num": record["num"],
         "seed": record.get("seed"),
@@ -102,7 +104,7 @@ def verdict(record: dict, name: str, detail: str, new_run: Path | None = None) -
     }
 
 
-def verification(results: list[dict]) -> dict:
+def replay_report(results: list[dict]) -> dict:
     """Counts and the exit code: 0 all reproduced; 3 only incomparable; else 1."""
     counts = Counter(r["verdict"] for r in results)
     reproduced = counts.get("REPRODUCED", 0)
@@ -121,8 +123,8 @@ def verification(results: list[dict]) -> dict:
     }
 
 
-def render_verification(report: dict) -> str:
-    """The verify table; a refused job's detail is not shortened: it names the fields that differ."""
+def render_replay_report(report: dict) -> str:
+    """The replay table; a refused job's detail is not shortened: it names the fields that differ."""
     rows = [
         [
             f"{r['num']:03d}",
@@ -132,7 +134,7 @@ def render_verification(report: dict) -> str:
         ]
         for r in report["jobs"]
     ]
-    lines = _table(["job", "seed", "verdict", "detail"], rows)
+    lines = table(["job", "seed", "verdict", "detail"], rows)
     lines.append(f"{report['reproduced']} of {report['total']} jobs reproduced bit for bit")
     return "\n".join(lines)
 
@@ -152,12 +154,6 @@ def _num(value: object) -> str:
 
 def _text(value: object) -> str:
     return "" if value is None else str(value)
-
-
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*head).rstrip(), *(fmt.format(*row).rstrip() for row in rows)]
 
 
 def seed_note(summary: dict) -> str | None:

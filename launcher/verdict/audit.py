@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.errors import ConfigError
+from launcher.record import layout
 from launcher.record.store import runs
 from launcher.run import composition, config
 from launcher.verdict import audit_report, compare
@@ -234,7 +235,7 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
 
         for model in dict.fromkeys(t.cpu for t in plan if t.cpu):
             emulation.check_model(model)
-    audit_dir = runs.create(os.path.join(str(base.store.root), "audits"))
+    audit_dir = runs.create(layout.StorePaths(str(base.store.root)).audits)
     header = {
         "schema": 1,
         "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -288,7 +289,7 @@ def _run_trials(
         if t.skip:
             rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
             continue
-        outcome = pipeline.run(cfg, echo=False, **({"cpu": t.cpu} if t.cpu else {}))  # cpu: emulated (the cpu knob)
+        outcome = pipeline.run(cfg, pipeline.Options(echo=False, cpu=t.cpu or None))  # cpu: emulated (the cpu knob)
         if outcome.status == "interrupted":
             rows.append(audit_report.Row(t.knob, t.value, "interrupted", run=outcome.run_dir.name))
             return

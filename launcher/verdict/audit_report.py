@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from launcher.console import table
+
 
 @dataclass
 class Row:
@@ -99,14 +101,10 @@ def _split(row: Row) -> str:
 def render(rows: list[Row], v: Verdict) -> str:
     """The table and the verdict, as printed and saved in audit.txt."""
     header = ("knob", "value tried", "bits", "first split (step, layer)", "cost", "run")
-    table = [
+    cells = [
         (r.knob, r.value, status_text(r), _split(r), f"{r.cost:.2f}x" if r.cost else "-", r.run or "-") for r in rows
     ]
-    widths = [max(len(str(line[i])) for line in [header, *table]) for i in range(len(header))]
-    lines = [
-        "  ".join(f"{cell:<{w}}" for cell, w in zip(line, widths, strict=True)).rstrip() for line in [header, *table]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = table(header, cells, rule=True)
     for r in rows:
         if r.note:
             lines.append(f"  note: {r.knob} {r.value}: {r.note}")

@@ -8,7 +8,7 @@ the seals first. Verdicts and exit codes:
 IDENTICAL                  0    keys match; everything both runs recorded is equal
 DIFFERENT                  1    keys match, results differ: a determinism bug
 REFUSED                    3    keys differ: the comparison would mean nothing
-NOT COMPARABLE             3    keys differ, compared anyway with ``--force``
+NOT COMPARABLE             3    keys differ, compared anyway with ``--allow-mismatch``
 NOTHING COMPARED           6    keys match, but neither run recorded any result
 EQUIVALENT                 0    ``--tolerance``: allclose on weights and metrics
 NOT EQUIVALENT             1    ``--tolerance``: not allclose
@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from launcher.console import table
 from launcher.errors import ConfigError, LauncherError, SealError
-from launcher.record import outputs, trace
+from launcher.record import layout, outputs, trace
 
 # With --tolerance, runs may differ only in these key fields (a software migration).
 from launcher.record.probe import fingerprint
@@ -104,25 +105,23 @@ def verified(path: str | Path) -> Path:
     is refused (``SealError``, exit 4) saying what can be done with it (``resume_advice``)."""
     run_dir = runs.require_run(path)
     runs.refuse_links_out(run_dir)
-    if not (run_dir / runs.MANIFEST).exists():
+    if not layout.RunPaths(run_dir).manifest.exists():
         state = runs.describe_state(run_dir)
         advice = f"; {resume_advice(run_dir)}" if state.startswith(("abandoned", "interrupted")) else ""
-        raise SealError(f"run {run_dir.name} is not complete (state: {state}; no {runs.MANIFEST}){advice}")
+        raise SealError(f"run {run_dir.name} is not complete (state: {state}; no {layout.MANIFEST}){advice}")
     return runs.verify_seal(run_dir)
 
 
 def load(path: str | Path) -> RunRecord:
     """Read a run for comparison, after verifying its seal (``verified``) and fingerprint schema."""
     run_dir = verified(path)
-    fp = runs.read_json(run_dir / "fingerprint.json")
+    paths = layout.RunPaths(run_dir)
+    fp = runs.read_json(paths.fingerprint)
     fingerprint.check_schema(fp, str(run_dir))
-    cfg = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=True)
-    metrics_path = run_dir / "metrics.jsonl"
-    metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
-    job = runs.read_json(run_dir / "job.json") if (run_dir / "job.json").exists() else {}
-    return RunRecord(
-        run_dir, fp, cfg, metrics, runs.read_json(run_dir / "result.json"), trace.read(run_dir), job.get("resume")
-    )
+    cfg = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=True)
+    metrics = [json.loads(line) for line in paths.metrics.read_text().splitlines()] if paths.metrics.exists() else []
+    job = runs.read_json(paths.job) if paths.job.exists() else {}
+    return RunRecord(run_dir, fp, cfg, metrics, runs.read_json(paths.result), trace.read(run_dir), job.get("resume"))
 
 
 def resume_advice(run_dir: Path) -> str:
@@ -202,13 +201,13 @@ def _bits(value: object) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
+def decide(a: RunRecord, b: RunRecord, allow_mismatch: bool = False) -> Comparison:
     """The bitwise verdict for two loaded runs."""
     task_a, task_b = a.config["train"]["name"], b.config["train"]["name"]
     if task_a != task_b:
         raise ConfigError(f"runs of different tasks cannot be compared ({task_a} vs {task_b})")
     diffs = key_differences(a, b)
-    if diffs and not force:
+    if diffs and not allow_mismatch:
         return Comparison("REFUSED", 3, diffs)
     equal, epoch, layers, divergence = bitwise(a, b)
     compared = compared_items(a, b)
@@ -231,44 +230,15 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
         notes.append(f"neither run recorded {', '.join(unknown)} (an older launcher)")
     if equal:
         return Comparison("IDENTICAL", 0, notes=notes, divergence=divergence, equal=True, compared=compared)
-    if unknown:  # what neither run recorded may be what differs: no determinism bug is claimed
+    unclaimed = _no_bug_claimed(a, b, unknown)
+    if unclaimed is not None:
         return Comparison(
             "NOT COMPARABLE",
             3,
             [],
             epoch,
             layers,
-            [*notes, "results differ"],
-            divergence,
-            equal=False,
-            compared=compared,
-        )
-    gaps = unobserved_reads(a, b)
-    if gaps:  # the difference may come from input the key does not hold: no determinism bug is claimed
-        return Comparison(
-            "NOT COMPARABLE",
-            3,
-            [],
-            epoch,
-            layers,
-            [
-                *notes,
-                f"results differ, and the runs' reads were not fully observed: {gaps[0]}"
-                f"{f' (and {len(gaps) - 1} more)' if len(gaps) > 1 else ''}",
-            ],
-            divergence,
-            equal=False,
-            compared=compared,
-        )
-    resumed = [r.path.name for r in (a, b) if r.resumed]
-    if resumed:  # what a checkpoint does not hold may differ after a resume: no determinism bug is claimed
-        return Comparison(
-            "NOT COMPARABLE",
-            3,
-            [],
-            epoch,
-            layers,
-            [*notes, f"results differ, and {' and '.join(resumed)} {RESUMED}"],
+            [*notes, unclaimed],
             divergence,
             equal=False,
             compared=compared,
@@ -283,6 +253,23 @@ def decide(a: RunRecord, b: RunRecord, force: bool = False) -> Comparison:
             "(seed it from launcher.seed())"
         )
     return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False, compared=compared)
+
+
+def _no_bug_claimed(a: RunRecord, b: RunRecord, unknown: list[str]) -> str | None:
+    """Why two runs of one key whose results differ are not called a determinism bug (the note that
+    says so), or None when they are: what neither run recorded (``unknown``) may be what differs;
+    so may input the key does not hold (reads not fully observed), or what a checkpoint does not
+    hold after a resume."""
+    if unknown:
+        return "results differ"
+    gaps = unobserved_reads(a, b)
+    if gaps:
+        more = f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""
+        return f"results differ, and the runs' reads were not fully observed: {gaps[0]}{more}"
+    resumed = [r.path.name for r in (a, b) if r.resumed]
+    if resumed:
+        return f"results differ, and {' and '.join(resumed)} {RESUMED}"
+    return None
 
 
 ONLY_OUTPUTS = "only output files differ"
@@ -311,11 +298,11 @@ def trained_alike(a: RunRecord, b: RunRecord, epoch, layers, divergence) -> bool
     )
 
 
-def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, force: bool = False) -> Comparison:
+def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, allow_mismatch: bool = False) -> Comparison:
     """``--tolerance``: allclose on weights and per-epoch metrics, for runs that differ in software only."""
     diffs = key_differences(a, b)
     blocking = [d for d in diffs if not d[0].startswith(MIGRATION_FIELDS)]
-    if blocking and not force:
+    if blocking and not allow_mismatch:
         return Comparison("REFUSED", 3, blocking, notes=["--tolerance admits differences in software only"])
     problems = allclose_problems(a, b, rtol, atol)
     verdict = ("NOT EQUIVALENT", 1) if problems else ("EQUIVALENT", 0)
@@ -376,12 +363,23 @@ def read_weights(record: RunRecord) -> dict[str, np.ndarray]:
 
 
 def compare_runs(
-    a: str | Path, b: str | Path, force: bool = False, tolerance: tuple[float, float] | None = None
+    a: str | Path, b: str | Path, allow_mismatch: bool = False, tolerance: tuple[float, float] | None = None
 ) -> Comparison:
+    """The verdict on the sealed runs ``a`` and ``b``: bit for bit (``decide``), or within ``tolerance``
+    (rtol, atol: ``decide_equivalent``). Where their comparability keys differ the verdict is
+    REFUSED, unless ``allow_mismatch`` (then NOT COMPARABLE, with what was found).
+
+    Raises:
+        RunNotFound: a path does not exist or is not a run directory (exit 2).
+        UnsafeRun: a run holds a link pointing outside it (exit 2).
+        SealError: a run is not sealed, or was changed after sealing (exit 4).
+        SchemaError: a run's fingerprint is of a schema this launcher cannot read (exit 5).
+        ConfigError: the runs are of different tasks (exit 2).
+    """
     ra, rb = load(a), load(b)
     if tolerance is not None:
-        return decide_equivalent(ra, rb, *tolerance, force=force)
-    return decide(ra, rb, force=force)
+        return decide_equivalent(ra, rb, *tolerance, allow_mismatch=allow_mismatch)
+    return decide(ra, rb, allow_mismatch=allow_mismatch)
 
 
 def sealed_by(paths: list[str | Path], trust=None) -> list[str]:
@@ -437,15 +435,14 @@ def item_differences(x: object, y: object, a: str = "run A", b: str = "run B") -
 def difference_table(diffs: list[tuple[str, object, object]], a: str = "run A", b: str = "run B") -> list[str]:
     """One row per differing key field with both values; a list or mapping is shown by the
     items that differ (never a truncated value that hides them), wrapped onto following lines."""
-    width = max([len("field"), *(len(name) for name, _, _ in diffs)])
-    lines = [f"  {'field':<{width}}  {a:<44}  {b}"]
+    rows: list[tuple[str, ...]] = []
     for name, x, y in diffs:
         items = item_differences(x, y, a, b)
         if items is None:
-            lines.append(f"  {name:<{width}}  {_short(x):<44}  {_short(y)}")
-        else:
-            lines += [f"  {name if i == 0 else '':<{width}}  {chunk}" for i, chunk in enumerate(_wrap(items, 88))]
-    return lines
+            rows.append((name, _short(x), _short(y)))
+        else:  # rows of two cells: the items span both values' columns
+            rows += [(name if i == 0 else "", chunk) for i, chunk in enumerate(_wrap(items, 88))]
+    return table(("field", a, b), rows, indent="  ", widths=(0, 44))
 
 
 def _wrap(text: str, width: int) -> list[str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from launcher.console import table
 from launcher.errors import ConfigError
 
 # Key fields a port may change: its code, and how its TF1 sessions were configured.
@@ -168,8 +169,7 @@ def render(m: Migration, rtol: float, atol: float, a: str, b: str) -> str:
             (f"{v.name_a} / {v.name_b}", str(v.shape), f"{v.max_abs:.3g}", f"{v.max_rel:.3g}", "yes" if v.ok else "NO")
             for v in m.variables
         ]
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]]
+        lines += table(head, rows, indent="  ")
     if m.losses:
         worst = max(abs((la or 0) - (lb or 0)) for _, la, lb, _ in m.losses)
         bad = sum(1 for *_, ok in m.losses if not ok)
@@ -182,14 +182,19 @@ def render(m: Migration, rtol: float, atol: float, a: str, b: str) -> str:
 
 
 def compare_runs(
-    a: str | Path, b: str | Path, rtol: float, atol: float, mapping: str | None = None, force: bool = False
+    a: str | Path,
+    b: str | Path,
+    rtol: float,
+    atol: float,
+    mapping: str | None = None,
+    allow_mismatch: bool = False,
 ) -> tuple[Migration, str]:
     """Load and check two sealed runs; the verdict and its text (a refusal lists the fields)."""
     from launcher.verdict import compare
 
     ra, rb = compare.load(a), compare.load(b)
     refused = blocking(compare.key_differences(ra, rb))
-    if refused and not force:
+    if refused and not allow_mismatch:
         text = [
             f"REFUSED: the runs differ in {len(refused)} field(s) besides code; --migration compares a port "
             "with its model, and admits differences in code only"

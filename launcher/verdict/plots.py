@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from launcher.record import trace
+from launcher.record import layout, trace
 
 INSTALL = "pip install 'tf-repro-launcher[plot]'"
 
@@ -145,7 +145,7 @@ def _number(value: object) -> bool:
 
 def read_metrics(run_dir: Path) -> list[dict]:
     """A run's metrics.jsonl lines ([] when it has none)."""
-    path = Path(run_dir) / "metrics.jsonl"
+    path = layout.RunPaths(run_dir).metrics
     if not path.is_file():
         return []
     out = []

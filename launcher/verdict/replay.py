@@ -29,11 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from launcher import proc
 from launcher.errors import ConfigError, NotComparable, StoreError
-from launcher.record import tracking
+from launcher.record import layout, tracking
 from launcher.record.probe import key
 from launcher.record.store import objects, runs, signing, snapshot
 from launcher.run import pipeline, precheck
@@ -67,116 +67,221 @@ def replay(
     ``store``: settings of the ``store`` node the replay's own run is made with, over the run's
     (``signing_key``: who replays seals the replay; the store node is out of the config hash).
 
-    ``rebuild``: run it in an environment with the run's recorded distributions
+    ``rebuild``: run it in a Python environment with the run's recorded distributions
     (``launcher.run.rebuild``), checked against the key like this one would be. ``cpu``: run
     the job under qemu-user as that CPU model (``launcher.run.emulation``); its key holds the
     emulated CPU, so only a portable run (or ``allow_mismatch``) gets past the precheck.
+
+    Raises:
+        RunNotFound: ``run_dir`` does not exist or is not a run directory (exit 2).
+        UnsafeRun: the run holds a link out of it, or its snapshot names a path or object outside
+            where it belongs (exit 2).
+        SealError: the run is not sealed, or was changed after sealing; ``SnapshotError``: an object
+            of its snapshot is missing or damaged (exit 4).
+        ConfigError: ``cpu`` cannot be emulated here (no qemu-user, an unknown model, a run that was
+            not ``runtime=local``), or ``data`` for a run that kept no snapshot (exit 2).
+        RebuildError: ``rebuild`` cannot build or verify the run's Python environment (exit 2).
+        StoreError: the store is not writable, or the snapshot cannot be laid out in it (exit 2).
+        NotComparable: this environment's comparability key differs from the run's, without
+            ``allow_mismatch``; nothing was run (exit 3).
+        GpuUnavailable: the GPUs the run asked for cannot be had here (exit 2).
     """
     if cpu:  # no qemu here, or a model it does not know: refused before anything else
-        from launcher.run import emulation
-
-        emulation.check_model(cpu)
+        _check_model(cpu)
     # absolute: the job runs in the laid-out snapshot, not where `launch replay runs/X` was typed
     original = Path(os.path.abspath(runs.verify_seal(run_dir)))
     if cpu:
-        resolved = OmegaConf.load(original / pipeline.CONFIG)
-        if str(resolved.runtime.name) != "local":
-            raise ConfigError(
-                f"--cpu runs the job under qemu-user on this machine; {original.name} ran with "
-                f"runtime={resolved.runtime.name} (only runtime=local can be emulated)"
-            )
+        _check_emulable(original)
     stored = snapshot.read(original)
-    python, probed = None, None
-    if rebuild:
-        from launcher.run import rebuild as _rebuild
-
-        fp = runs.read_json(original / pipeline.FINGERPRINT)
-        # the wheels an archive brought for this run (unpacked into its own folder), checked again against
-        # its sealed record before pip sees them, and used first
-        wheels = unpacking.checked_wheels(original.parent, original.name, fp)
-        python = _rebuild.environment(
-            fp, echo=echo, find_links=wheels.folder if wheels else None, wheel_hashes=wheels.hashes if wheels else None
-        )
-        probed = _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
+    python, probed = _rebuilt_python(original, echo) if rebuild else (None, None)
     work = None
     try:
         if stored is not None:
-            try:
-                work = Path(tempfile.mkdtemp(prefix=".replay-", dir=original.parent)).resolve()
-            except OSError as exc:  # a replay writes its run there too
-                raise StoreError(f"store {str(original.parent)!r} is not writable ({exc.strerror})") from None
-            work.chmod(0o755)  # a container's user must reach the code
-            try:
-                snapshot.materialize(original.parent, stored, work)
-            except OSError as exc:  # a full disk, a quota
-                raise StoreError(f"cannot lay out the snapshot of {original.name} in {work}: {exc.strerror}") from None
-            resolved = OmegaConf.load(original / pipeline.CONFIG)
-            by_path = read_by_path(runs.read_json(original / pipeline.FINGERPRINT), stored, resolved)
-            runtime = str(resolved.runtime.name)
-            needs = by_path or any(os.path.isabs(os.path.expanduser(name)) for name in data or {})
-            cannot = proc.placing_refused() if needs and runtime == "local" else None
-            why = placing_refusal(runtime, cannot)
-            given_at_path: dict[str, str] = {}
-            unkept = place_data(original, stored, work, data or {}, given_at_path if why is None else None)
-            placed, at_own_path = placement(by_path, given_at_path, why)
-            root, cwd = str(work), str(work) + str(stored["launch_dir"])
-        else:  # a run from before snapshots: its code and data where they are now
-            if data:
-                raise ConfigError(f"--data needs a run that kept a code snapshot; {original.name} has none")
-            unkept, root, cwd, placed, at_own_path, why = [], None, os.getcwd(), [], [], None
-        diffs = precheck.precheck(original, cwd, extra_env, root, probed=probed, cpu=cpu, at_own_path=at_own_path)
+            work = _work_dir(original)
+        laid = _lay_out(original, stored, work, data or {})
+        diffs = precheck.precheck(
+            original, laid.cwd, extra_env, laid.root, probed=probed, cpu=cpu, at_own_path=laid.at_own_path
+        )
         if diffs and not allow_mismatch:
             tracking.tag_verdict([original], "REFUSED", {"by": "replay"})
-            left_out = (
-                {
-                    name: stored["left_out"].get(snapshot.data_path(name, str(stored["launch_dir"])) or "", "")
-                    for name in unkept
-                }
-                if stored
-                else {}
-            )
-            text = refusal(
-                original, diffs, unkept, rebuilt=rebuild, at_own_path=at_own_path, placing=why, left_out=left_out
-            )
-            raise NotComparable(text, diffs)
-        resolved = OmegaConf.load(original / pipeline.CONFIG)
-        if store:
-            resolved.store = OmegaConf.merge(resolved.store, dict(store))
-        new_run = pipeline.create_run(resolved, original.parent, cwd, cpu=cpu)  # a refused replay leaves nothing behind
-        notes = {
-            "of": original.name,
-            "comparable": not diffs,
-            "from_snapshot": stored is not None,
-            "rebuilt_environment": str(python) if python else None,
-            "precheck_differences": [list(map(str, d)) for d in diffs],
-            "emulated_cpu": cpu,
-            "placed_data": {path: str(work / path.lstrip("/")) for path in placed} if work else {},
-            "data_read_at_own_path": {path: why for path in at_own_path},
-        }
+            raise NotComparable(_refusal_text(original, stored, diffs, laid, rebuild), diffs)
+        resolved = _config(original, store)
+        # a replay refused when its run is created (its GPUs, its container) leaves nothing behind
+        new_run = pipeline.create_run(resolved, original.parent, laid.cwd, cpu=cpu)
+        notes = _notes(original, stored is not None, diffs, python, cpu, work, laid)
         outcome = pipeline.execute(
             resolved,
             new_run,
-            cwd=cwd,
-            cpus=cpus,
-            echo=echo,
-            extra_env=extra_env,
-            replay_of=original.name,
-            replay_notes=notes,
-            root=root,
-            python=str(python) if python else None,
-            cpu=cpu,
+            pipeline.Options(
+                cwd=laid.cwd,
+                cpus=cpus,
+                echo=echo,
+                extra_env=extra_env,
+                replay_of=original.name,
+                replay_notes=notes,
+                root=laid.root,
+                python=str(python) if python else None,
+                cpu=cpu,
+            ),
         )
     finally:
         if work is not None:
             snapshot.remove(work)
+    return _judged(original, new_run, outcome, allowed_mismatch=bool(diffs))
+
+
+def _judged(original: Path, new_run: Path, outcome: pipeline.Outcome, allowed_mismatch: bool) -> ReplayResult:
+    """The replay's result (FAILED when its job did not complete, else ``verdict``), tagged on both
+    runs where they are tracked."""
     if not outcome.ok:
         result = ReplayResult(original, new_run, "FAILED", 1, f"the replay {outcome.status}: {outcome.error}")
     else:
-        result = verdict(original, new_run, forced=bool(diffs))
+        result = verdict(original, new_run, allowed_mismatch=allowed_mismatch)
     tracking.tag_verdict(
         [original, new_run], result.verdict, {"by": "replay", "original": original.name, "replay": new_run.name}
     )
     return result
+
+
+def _config(original: Path, store: Mapping[str, object] | None) -> DictConfig:
+    """The run's stored config, with the replayer's ``store`` settings over its own."""
+    resolved = OmegaConf.load(layout.RunPaths(original).config)
+    if store:
+        resolved.store = OmegaConf.merge(resolved.store, dict(store))
+    return resolved
+
+
+def _check_model(cpu: str) -> None:
+    """``--cpu``: refuse a machine without qemu-user, or a model it does not know
+    (``launcher.run.emulation``, imported only when asked for)."""
+    from launcher.run import emulation
+
+    emulation.check_model(cpu)
+
+
+def _check_emulable(original: Path) -> None:
+    """``--cpu`` emulates the job process on this machine: only a ``runtime=local`` run can be."""
+    resolved = OmegaConf.load(layout.RunPaths(original).config)
+    if str(resolved.runtime.name) != "local":
+        raise ConfigError(
+            f"--cpu runs the job under qemu-user on this machine; {original.name} ran with "
+            f"runtime={resolved.runtime.name} (only runtime=local can be emulated)"
+        )
+
+
+@dataclass(frozen=True)
+class LaidOut:
+    """Where a replay's job runs from, and how it reaches the data its run read.
+
+    ``root``: the laid-out snapshot (None: a run from before snapshots, run where it is now);
+    ``cwd``: the directory the job starts in; ``unkept``: the recorded names of the data files the
+    snapshot did not keep (a refusal names them with ``--data``); ``placed``: files read by their
+    absolute path that the job is given at that path from kept (or ``--data``) copies;
+    ``at_own_path``: those it reads where they are, checked by their hash; ``placing``: why no file
+    can be placed (None: it can, or none needs to be).
+    """
+
+    root: str | None
+    cwd: str
+    unkept: list[str]
+    placed: list[str]
+    at_own_path: list[str]
+    placing: str | None
+
+
+def _rebuilt_python(original: Path, echo: bool) -> tuple[Path, dict]:
+    """``--rebuild``: the interpreter of a Python environment holding the run's recorded
+    distributions (``launcher.run.rebuild``), and what that interpreter sees of them (for the
+    precheck). The wheels an archive brought for this run (unpacked into its own folder) are
+    checked again against its sealed record before pip sees them, and used first."""
+    from launcher.run import rebuild as _rebuild
+
+    fp = runs.read_json(layout.RunPaths(original).fingerprint)
+    wheels = unpacking.checked_wheels(original.parent, original.name, fp)
+    python = _rebuild.python_environment(
+        fp, echo=echo, find_links=wheels.folder if wheels else None, wheel_hashes=wheels.hashes if wheels else None
+    )
+    return python, _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
+
+
+def _work_dir(original: Path) -> Path:
+    """A new working directory for the replay's laid-out snapshot, in the run's store (a replay writes
+    its run there too); ``StoreError`` when the store is not writable."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=".replay-", dir=original.parent)).resolve()
+    except OSError as exc:
+        raise StoreError(f"store {str(original.parent)!r} is not writable ({exc.strerror})") from None
+
+
+def _lay_out(original: Path, stored: dict | None, work: Path | None, data: Mapping[str, str]) -> LaidOut:
+    """Lay the run's snapshot out in ``work`` and make its data reachable as the job named it:
+    kept copies and ``data`` (``--data NAME=PATH``) copies, placed at their absolute paths where
+    the job read them so and this machine allows it (``placement``). A run from before snapshots
+    (``stored`` None) runs with its code and data where they are now, and takes no ``data``."""
+    if stored is None or work is None:
+        if data:
+            raise ConfigError(f"--data needs a run that kept a code snapshot; {original.name} has none")
+        return LaidOut(None, os.getcwd(), [], [], [], None)
+    work.chmod(0o755)  # a container's user must reach the code
+    try:
+        snapshot.materialize(original.parent, stored, work)
+    except OSError as exc:  # a full disk, a quota
+        raise StoreError(f"cannot lay out the snapshot of {original.name} in {work}: {exc.strerror}") from None
+    resolved = OmegaConf.load(layout.RunPaths(original).config)
+    by_path = read_by_path(runs.read_json(layout.RunPaths(original).fingerprint), stored, resolved)
+    runtime = str(resolved.runtime.name)
+    needs = by_path or any(os.path.isabs(os.path.expanduser(name)) for name in data)
+    cannot = proc.placing_refused() if needs and runtime == "local" else None
+    why = placing_refusal(runtime, cannot)
+    given_at_path: dict[str, str] = {}
+    unkept = place_data(original, stored, work, data, given_at_path if why is None else None)
+    placed, at_own_path = placement(by_path, given_at_path, why)
+    return LaidOut(str(work), str(work) + str(stored["launch_dir"]), unkept, placed, at_own_path, why)
+
+
+def _notes(
+    original: Path,
+    from_snapshot: bool,
+    diffs: list,
+    python: Path | None,
+    cpu: str | None,
+    work: Path | None,
+    laid: LaidOut,
+) -> dict:
+    """What the replay's ``job.json`` says of it (``replay``): the run it replays, whether the keys
+    matched, how its code, Python environment, CPU and data were had."""
+    return {
+        "of": original.name,
+        "comparable": not diffs,
+        "from_snapshot": from_snapshot,
+        "rebuilt_environment": str(python) if python else None,
+        "precheck_differences": [list(map(str, d)) for d in diffs],
+        "emulated_cpu": cpu,
+        "placed_data": {path: str(work / path.lstrip("/")) for path in laid.placed} if work else {},
+        "data_read_at_own_path": {path: laid.placing for path in laid.at_own_path},
+    }
+
+
+def _refusal_text(original: Path, stored: dict | None, diffs: list, laid: LaidOut, rebuilt: bool) -> str:
+    """``refusal``'s line for a replay the precheck refused, with why the snapshot left out each
+    data file it did not keep."""
+    left_out = (
+        {
+            name: stored["left_out"].get(snapshot.data_path(name, str(stored["launch_dir"])) or "", "")
+            for name in laid.unkept
+        }
+        if stored
+        else {}
+    )
+    return refusal(
+        original,
+        diffs,
+        laid.unkept,
+        rebuilt=rebuilt,
+        at_own_path=laid.at_own_path,
+        placing=laid.placing,
+        left_out=left_out,
+    )
 
 
 def replay_archive(
@@ -199,7 +304,7 @@ def place_data(
     ``given_at_path``, where the job can be given files at their paths: a copy ``given`` for
     a file the job read by its absolute path is linked in ``work`` too, and named there
     (path -> copy) to be placed at that path; without it, such a copy is refused."""
-    fp = runs.read_json(original / pipeline.FINGERPRINT)
+    fp = runs.read_json(layout.RunPaths(original).fingerprint)
     launch_dir = str(stored["launch_dir"])
     recorded = fp.get("data") or {}
     wanted = {
@@ -308,7 +413,9 @@ def refusal(
 
     text = f"cannot replay {original.name} here: {key.differing(diffs)}; use --allow-mismatch to run anyway"
     if not rebuilt and diffs and all(d[0].startswith(REBUILDABLE) for d in diffs):
-        text += "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
+        text += (
+            "; only installed distributions differ: --rebuild replays in a Python environment with the recorded ones"
+        )
     if any(d[0].startswith("hardware.cpu.") for d in diffs):
         text += (
             "; this CPU is not the run's: a run made with determinism=portable keys the x86-64 level, not the "
@@ -359,10 +466,10 @@ def _short(digest: object) -> str:
     return text[:12] + "…" if len(text) == 64 else text
 
 
-def verdict(original: Path, new_run: Path, forced: bool = False) -> ReplayResult:
-    """The replay's verdict on ``new_run``; ``forced``: it ran past the precheck's differences."""
-    c = compare.compare_runs(original, new_run, force=True)
-    if c.verdict == "NOT COMPARABLE" and not forced:  # the precheck passed: the job itself did something else
+def verdict(original: Path, new_run: Path, allowed_mismatch: bool = False) -> ReplayResult:
+    """The replay's verdict on ``new_run``; ``allowed_mismatch``: it ran past the precheck's differences."""
+    c = compare.compare_runs(original, new_run, allow_mismatch=True)
+    if c.verdict == "NOT COMPARABLE" and not allowed_mismatch:  # the precheck passed: the job itself did something else
         c = replace(
             c,
             notes=[

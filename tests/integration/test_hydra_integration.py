@@ -85,6 +85,6 @@ def test_a_two_trial_optuna_search_repeats_its_trials_and_weights(launch, projec
     rates = [o for overrides, _ in trials[0] for o in overrides if o.startswith("train.learning_rate=")]
     assert len(set(rates)) == 2 and len({w for _, w in trials[0]}) == 2
 
-    verify = launch("sweep", "verify", str(sweeps[0]), cwd=project)
-    assert verify.returncode == 0, verify.stdout[-3000:]
-    assert "2 of 2 jobs reproduced bit for bit" in verify.stdout
+    replayed = launch("sweep", "replay", str(sweeps[0]), cwd=project)
+    assert replayed.returncode == 0, replayed.stdout[-3000:]
+    assert "2 of 2 jobs reproduced bit for bit" in replayed.stdout

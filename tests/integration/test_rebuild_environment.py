@@ -2,7 +2,7 @@
 
 The same wheel installed into two venvs at other paths has one identity (files_sha256),
 though their RECORDs differ (console scripts name each venv's Python; the installer's
-markers); ``rebuild.environment`` builds an overlay holding a recorded version of a
+markers); ``rebuild.python_environment`` builds an overlay holding a recorded version of a
 distribution installed here at another one, and TensorFlow still imports in it.
 """
 
@@ -147,10 +147,10 @@ def test_a_rebuilt_environment_has_the_recorded_version_and_shares_tensorflow(tm
     fp = {"schema": 2, "software": software}
 
     started = time.monotonic()
-    python = rebuild.environment(fp, cache_root=tmp_path / "envs")
+    python = rebuild.python_environment(fp, cache_root=tmp_path / "envs")
     built = time.monotonic() - started
     started = time.monotonic()
-    assert rebuild.environment(fp, cache_root=tmp_path / "envs") == python
+    assert rebuild.python_environment(fp, cache_root=tmp_path / "envs") == python
     cached = time.monotonic() - started
     print(
         f"\nrebuild: built in {built:.1f} s (termcolor=={version} over this Python's site-packages), "

@@ -80,16 +80,10 @@ def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_whee
     subprocess.run(["tar", "-xzf", str(archive), "wheels"], cwd=elsewhere, check=True)  # plain tar gets them
     subprocess.run([sys.executable, "-m", "venv", str(elsewhere / "venv")], check=True)
     env = offline_env(elsewhere / "venv", elsewhere / "home")
+    # the recipe as docs/sharing.md writes it: `pip install --no-index --find-links wheels wheels/*.whl`
+    wheels = sorted(str(w.relative_to(elsewhere)) for w in (elsewhere / "wheels").glob("*.whl"))
     installed = subprocess.run(
-        [
-            str(elsewhere / "venv" / "bin" / "pip"),
-            "install",
-            "-q",
-            "--no-index",
-            "--find-links",
-            "wheels",
-            "tf-repro-launcher",
-        ],
+        [str(elsewhere / "venv" / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", "wheels", *wheels],
         cwd=elsewhere,
         env=env,
         capture_output=True,
@@ -199,9 +193,9 @@ def test_a_signed_run_shows_its_signer_in_verify_replay_and_compare_and_forgerie
     result["weights_sha256"] = "1" * 64
     (run / "result.json").write_text(json.dumps(result))
     manifest = json.loads((run / "manifest.json").read_text())
-    from launcher.record.store import runs
+    from launcher.record import hashing
 
-    manifest["files"]["result.json"] = runs.file_sha256(run / "result.json")
+    manifest["files"]["result.json"] = hashing.file_sha256(run / "result.json")
     (run / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n")
     for argv in (("verify", str(run)), ("replay", str(run)), ("compare", str(run), str(replay_run))):
         refused = launch(*argv)

@@ -39,7 +39,7 @@ def _by_seed(summary: dict) -> dict[int, str]:
 
 
 @pytest.mark.long(seconds=45)
-def test_a_two_seed_sweep_runs_summarizes_and_its_verify_replays_every_job_bit_for_bit(launch, store, mnist_npz):
+def test_a_two_seed_sweep_runs_summarizes_and_its_replay_reproduces_every_job_bit_for_bit(launch, store, mnist_npz):
     first, sweep_a = _sweep(launch, store, mnist_npz, "+seed=range(2)")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     a = _summary(sweep_a)
@@ -55,13 +55,13 @@ def test_a_two_seed_sweep_runs_summarizes_and_its_verify_replays_every_job_bit_f
     assert sorted(p.name for p in (sweep_a / "jobs").iterdir()) == [f"00{i}.json" for i in range(2)]
     assert "2 of 2 jobs complete; 2 distinct weight hash(es)" in first.stdout
     # The sweep again, each job replayed from what it stored: the same bits, job by job.
-    verified = launch("sweep", "verify", sweep_a)
-    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
-    assert "2 of 2 jobs reproduced bit for bit" in verified.stdout
+    replayed = launch("sweep", "replay", sweep_a)
+    assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
+    assert "2 of 2 jobs reproduced bit for bit" in replayed.stdout
     replays = [p for p in store.iterdir() if is_run(p) and p not in {Path(j["run_dir"]) for j in a["jobs"]}]
     assert len(replays) == 2  # each replay is a run of its own in the store
     # Where the key differs, each job is refused before it runs, its row naming the field in full.
-    refused = launch("sweep", "verify", sweep_a, env={"OMP_NUM_THREADS": "3"})
+    refused = launch("sweep", "replay", sweep_a, env={"OMP_NUM_THREADS": "3"})
     assert refused.returncode == 3, refused.stdout[-3000:] + refused.stderr[-3000:]
     rows = [line for line in refused.stdout.splitlines() if line.startswith(("000 ", "001 "))]
     assert len(rows) == 2 and all(

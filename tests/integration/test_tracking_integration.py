@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.record import tbevents
+from launcher.record import layout, tbevents
 from launcher.record.probe import key
 from launcher.record.store import runs
 from launcher.sweep.multirun import hydra_quote
@@ -27,7 +27,7 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """The run's TensorBoard scalars, read by TensorBoard's own EventAccumulator."""
     from tensorboard.backend.event_processing import event_accumulator
 
-    acc = event_accumulator.EventAccumulator(str(run_dir / tbevents.DIR))
+    acc = event_accumulator.EventAccumulator(str(run_dir / layout.TENSORBOARD))
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
@@ -104,7 +104,7 @@ def test_a_tracked_run_is_one_mlflow_run_and_tensorboard_events_in_the_run(three
     assert [s for s, _ in tb["trace/loss"]] == [p["step"] for p in traced]
     # Sealed with the run: the manifest covers the event file, and the seal holds.
     manifest = json.loads((run / "manifest.json").read_text())["files"]
-    assert f"{tbevents.DIR}/{tbevents.FILE}" in manifest
+    assert f"{layout.TENSORBOARD}/{tbevents.FILE}" in manifest
     runs.verify_seal(run)
 
 

@@ -28,8 +28,6 @@ _NO_CONTAINER = (
     "reports container None too; an extra entry is never read and the key maps any empty container "
     "to None"
 )
-_CHUNK = "the digest of a file does not depend on the size of the blocks it is read in (read(None) reads it whole)"
-
 _NO_FLAGS = (
     "with neither a flags nor a Features line the CPU's flags are one word that is no ISA flag: 'XXXX' "
     "is none (is_isa_flag) and completes no x86-64 level (cpuid.levels), as no flag at all"
@@ -76,9 +74,6 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), copy=None)'): _NO_COPY,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), )'): _NO_COPY,
     ("launcher.record.hashing.x_array_digest", 'a = a.astype(a.dtype.newbyteorder("<"), copy=True)'): _NO_COPY,
-    ("launcher.record.store.runs.x_file_sha256", 'for block in iter(lambda: f.read(None), b""):'): _CHUNK,
-    ("launcher.record.store.runs.x_file_sha256", 'for block in iter(lambda: f.read(2 << 20), b""):'): _CHUNK,
-    ("launcher.record.store.runs.x_file_sha256", 'for block in iter(lambda: f.read(1 << 21), b""):'): _CHUNK,
     (
         "launcher.verdict.compare.x_allclose_problems",
         "for ma, mb in zip(a.metrics, b.metrics, strict=None):",

@@ -8,7 +8,7 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "launcher.record.probe.environment": ("*",),  # the env allowlist, secret filtering
     "launcher.record.hashing": ("*",),  # the weights digest
     "launcher.verdict.compare": ("*",),  # compare's verdicts and tolerance
-    "launcher.record.store.runs": ("x_seal", "x_verify_seal", "x__files", "x_file_sha256"),  # the seal
+    "launcher.record.store.runs": ("x_seal", "x_verify_seal", "x__files"),  # the seal (its file hashes: hashing)
     "launcher.record.trace": ("x_point", "x_first_divergence", "x__differing_layers", "x_describe"),  # the locator
     # What enters the key: the job's reads and what they are, and the key checked before a rerun.
     "launcher.record.probe.usage": (
@@ -60,15 +60,16 @@ SCOPE: dict[str, tuple[str, ...]] = {
 
 # The unit tests mutants are judged by (keep in step with pyproject.toml [tool.mutmut]). Left out: six
 # tests that start the launcher in a subprocess in another directory (mutmut's trampolines would look for
-# their config there), two whose fake replay module only works when launcher.verdict.replay was not
+# their config there), three whose fake replay module only works when launcher.verdict.replay was not
 # imported before them (mutmut orders tests by duration), and three that tell the job's code from a
 # library's or the import system's by its stack frames (launcher.job.observe.reads._started_by_the_job, _hook),
 # which mutmut's trampolines add to. Each passes in the plain test suite.
 DESELECT = (
     "tests/unit/test_index.py::test_launch_runs_shows_abandoned_and_rebuilds_on_demand",
     "tests/unit/test_hydra.py::test_a_missing_sweeper_plugin_names_the_extra_that_installs_it",
-    "tests/unit/test_sweep.py::test_verify_counts_reproduced_jobs",
-    "tests/unit/test_sweep.py::test_verify_exit_codes",
+    "tests/unit/test_sweep.py::test_sweep_replay_counts_reproduced_jobs",
+    "tests/unit/test_sweep.py::test_sweep_verify_is_the_old_word_for_replay_for_one_more_release",
+    "tests/unit/test_sweep.py::test_sweep_replay_exit_codes",
     "tests/unit/test_hashing.py::test_the_launchers_source_version_follows_every_file_of_its_package_and_nothing_else",
     "tests/unit/test_portable.py::test_replay_cpu_without_qemu_refuses_in_one_line_with_the_install_command",
     "tests/unit/test_portable.py::test_audit_cpu_knob_without_qemu_refuses_before_anything_runs",

@@ -13,40 +13,31 @@ from pathlib import Path
 import pytest
 
 from launcher.cli.main import main
-from launcher.errors import ArchiveError
+from launcher.errors import ArchiveError, SnapshotError
 from launcher.record.store import objects, runs, snapshot
-from launcher.share import manifest as archive_manifest
+from launcher.share import archive_index
 from launcher.share import pack as packing
 from launcher.share import unpack as unpacking
+from tests import factories
 
 
-def sealed_run(store: Path, name: str = "20261126-120000-abcdef", data: bytes = b"digits") -> Path:
-    """A sealed run of ``store`` whose snapshot keeps a script and a data file (two objects)."""
+def sealed_run(store: Path, name: str = "20261126-120000-abcdef", data: bytes = b"digits", **over) -> Path:
+    """A sealed run of ``store`` whose snapshot keeps a script and a data file (two objects), and
+    leaves a third out. ``over``: ``factories.sealed_run``'s other arguments (a config, a key)."""
     project = store.parent / "project"
     project.mkdir(parents=True, exist_ok=True)
     (project / "train.py").write_text("print('train')\n")
     (project / "digits.npz").write_bytes(data)
-    run = store / name
-    run.mkdir(parents=True)
-    (run / "config.yaml").write_text("train:\n  name: script\nstore:\n  root: runs\n")
-    files = {}
-    for path, role in ((project / "train.py", "script"), (project / "digits.npz", "data")):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        assert objects.put(store, str(path), digest)
-        files[str(path)] = {"sha256": digest, "role": role}
-    big = str(project / "big.npz")
-    runs.write_json(
-        run / "snapshot.json",
-        {"schema": 1, "launch_dir": str(project), "files": files, "left_out": {big: "over store.snapshot_max_mb"}},
-    )
-    runs.write_json(
-        run / "fingerprint.json",
-        {"data": {"digits.npz": files[str(project / "digits.npz")]["sha256"], "big.npz": "b" * 64}},
-    )
-    runs.write_json(run / "result.json", {"weights_sha256": "0" * 64})
-    (run / "outputs").mkdir()
-    runs.seal(run)
-    return run
+    made = {
+        "config": "train:\n  name: script\nstore:\n  root: runs\n",
+        "kept": {project / "train.py": "script", project / "digits.npz": "data"},
+        "launch_dir": project,
+        "left_out": {str(project / "big.npz"): "over store.snapshot_max_mb"},
+        "fingerprint": {"data": {"digits.npz": hashlib.sha256(data).hexdigest(), "big.npz": "b" * 64}},
+        "result": {"weights_sha256": "0" * 64},
+        "outputs": {},
+    }
+    return factories.sealed_run(store, name, **{**made, **over})
 
 
 def tree(root: Path) -> set[str]:
@@ -58,12 +49,12 @@ def test_pack_and_unpack_carry_the_run_and_its_objects_to_another_store(tmp_path
     run = sealed_run(tmp_path / "a" / "runs")
     packed = packing.pack(run, tmp_path / "run.launch.tar", compression=compression)
     with open(packed.path, "rb") as f:
-        assert archive_manifest.compression_of(f.read(4)) == compression
+        assert archive_index.compression_of(f.read(4)) == compression
     with tarfile.open(packed.path) as tar:
         names = tar.getnames()
-    assert names[0] == archive_manifest.NAME  # the manifest comes first
+    assert names[0] == archive_index.NAME  # the index comes first
     assert f"run/{run.name}/manifest.json" in names and len([n for n in names if n.startswith("objects/")]) == 2
-    data = packed.manifest
+    data = packed.index
     assert data["run"] == run.name and len(data["objects"]) == 2 and data["signed"] is False
     big = str(tmp_path / "a" / "project" / "big.npz")
     assert data["left_out"] == {big: {"name": "big.npz", "sha256": "b" * 64, "why": "over store.snapshot_max_mb"}}
@@ -122,7 +113,7 @@ def test_packing_refuses_a_run_whose_object_is_gone_from_the_store(tmp_path):
     run = sealed_run(tmp_path / "runs")
     digest = next(iter(snapshot.read(run)["files"].values()))["sha256"]
     objects.object_path(tmp_path / "runs", digest).unlink()
-    with pytest.raises(snapshot.SnapshotError, match="missing from the store"):
+    with pytest.raises(SnapshotError, match="missing from the store"):
         packing.pack(run, tmp_path / "x.tar.gz")
 
 
@@ -130,12 +121,12 @@ def test_packing_refuses_a_run_whose_object_is_gone_from_the_store(tmp_path):
 def good_archive(tmp_path: Path) -> tuple[Path, dict]:
     run = sealed_run(tmp_path / "src" / "runs")
     packed = packing.pack(run, tmp_path / "good.tar", compression="plain")
-    return packed.path, packed.manifest
+    return packed.path, packed.index
 
 
 def rewrite(source: Path, target: Path, change) -> Path:
     """A copy of the plain tar ``source`` with its members passed through ``change(info, data) ->
-    [(info, data), ...]`` (the manifest too), written as it is: what a hostile archive could hold."""
+    [(info, data), ...]`` (the index too), written as it is: what a hostile archive could hold."""
     with tarfile.open(source) as tar:
         members = [(m, tar.extractfile(m).read() if m.isreg() else None) for m in tar.getmembers()]
     with tarfile.open(target, "w") as out:
@@ -147,7 +138,7 @@ def rewrite(source: Path, target: Path, change) -> Path:
     return target
 
 
-def with_manifest(data: dict) -> bytes:
+def with_index(data: dict) -> bytes:
     return json.dumps(data).encode()
 
 
@@ -206,7 +197,7 @@ def test_a_climbing_or_absolute_member_is_refused(tmp_path, capsys, name):
 
     def change(info, content):
         yield info, content
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             evil = tarfile.TarInfo(name)
             yield evil, b"owned\n"
 
@@ -220,7 +211,7 @@ def test_a_link_pointing_out_of_the_run_is_refused(tmp_path, capsys):
 
     def change(info, content):
         yield info, content
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             link = tarfile.TarInfo(f"run/{data['run']}/outputs/passwd")
             link.type, link.linkname = tarfile.SYMTYPE, "../../../../etc/passwd"
             yield link, None
@@ -243,7 +234,7 @@ def test_links_devices_and_fifos_are_refused_each_by_its_name(tmp_path, capsys, 
 
     def change(info, content):
         yield info, content
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             odd = tarfile.TarInfo(f"run/{data['run']}/outputs/odd")
             odd.type, odd.linkname = kind, f"run/{data['run']}/config.yaml"
             yield odd, None
@@ -269,7 +260,7 @@ def test_an_object_whose_content_does_not_match_its_name_is_refused(tmp_path, ca
     refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "obj.tar", change), "does not match its name")
 
 
-def test_a_manifest_naming_files_the_archive_lacks_is_refused(tmp_path, capsys):
+def test_an_index_naming_files_the_archive_lacks_is_refused(tmp_path, capsys):
     path, data = good_archive(tmp_path)
     gone = f"run/{data['run']}/result.json"
 
@@ -280,29 +271,29 @@ def test_a_manifest_naming_files_the_archive_lacks_is_refused(tmp_path, capsys):
     refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "lacks.tar", change), gone, "lacks")
 
 
-def test_a_member_the_manifest_does_not_name_is_refused(tmp_path, capsys):
+def test_a_member_the_index_does_not_name_is_refused(tmp_path, capsys):
     path, data = good_archive(tmp_path)
 
     def change(info, content):
         yield info, content
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             yield tarfile.TarInfo(f"run/{data['run']}/extra.py"), b"import os\n"
 
     refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "extra.tar", change), "not named by")
 
 
-def test_a_run_edited_and_its_manifest_relisted_is_refused_by_its_seal(tmp_path, capsys):
-    """The archive's manifest is not the seal: a run file changed and listed anew there still fails the
+def test_a_run_edited_and_relisted_in_the_index_is_refused_by_its_seal(tmp_path, capsys):
+    """The archive's index is not the seal: a run file changed and listed anew there still fails the
     run's own manifest.json."""
     path, data = good_archive(tmp_path)
     forged = b'{"weights_sha256": "' + b"1" * 64 + b'"}\n'
     name = f"run/{data['run']}/result.json"
 
     def change(info, content):
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             relisted = json.loads(content)
             relisted["run_files"]["result.json"] = {"sha256": hashlib.sha256(forged).hexdigest(), "size": len(forged)}
-            yield info, with_manifest(relisted)
+            yield info, with_index(relisted)
         elif info.name == name:
             yield info, forged
         else:
@@ -311,14 +302,14 @@ def test_a_run_edited_and_its_manifest_relisted_is_refused_by_its_seal(tmp_path,
     refused_in_one_line(capsys, tmp_path, rewrite(path, tmp_path / "forged.tar", change), "changed after sealing")
 
 
-def test_a_manifest_naming_a_climbing_run_is_refused_before_any_member_is_read(tmp_path, capsys):
+def test_an_index_naming_a_climbing_run_is_refused_before_any_member_is_read(tmp_path, capsys):
     path, _ = good_archive(tmp_path)
 
     def change(info, content):
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             data = json.loads(content)
             data["run"] = ".."
-            yield info, with_manifest(data)
+            yield info, with_index(data)
         else:
             yield info, content
 
@@ -339,7 +330,7 @@ def test_another_run_of_the_same_name_in_the_store_is_refused(tmp_path, capsys):
         ("run/R/config.yaml", "file", None),
         ("run/R/outputs/", "directory", None),
         ("objects/ab", "directory", None),
-        ("run/R/x", "file", "is not named by the archive's manifest"),
+        ("run/R/x", "file", "is not named by the archive's index"),
         ("run/R/../R/config.yaml", "file", "not a normalised relative path"),
         ("/run/R/config.yaml", "file", "absolute"),
         ("run\\R", "file", "backslash"),
@@ -353,17 +344,17 @@ def test_another_run_of_the_same_name_in_the_store_is_refused(tmp_path, capsys):
 )
 def test_member_problem(name, kind, why):
     expected = {"run/R/config.yaml": ("a" * 64, 1), "objects/ab/" + "ab" * 32: ("ab" * 32, 1)}
-    problem = archive_manifest.member_problem(name, kind, "R", expected, archive_manifest.directories(expected))
+    problem = archive_index.member_problem(name, kind, "R", expected, archive_index.directories(expected))
     assert (problem is None) if why is None else (why in problem), problem
 
 
 RUN_ID = "20261126-120000-abcdef"
 
 
-def test_check_manifest_refuses_names_that_would_become_paths_elsewhere():
+def test_check_index_refuses_names_that_would_become_paths_elsewhere():
     entry = {"sha256": "a" * 64, "size": 1}
-    good = archive_manifest.manifest(RUN_ID, {"manifest.json": entry}, {"b" * 64: 3}, {}, {}, False, "0", "now")
-    assert archive_manifest.check_manifest(good) is good
+    good = archive_index.index(RUN_ID, {"manifest.json": entry}, {"b" * 64: 3}, {}, {}, False, "0", "now")
+    assert archive_index.check_index(good) is good
     for change, words in (
         ({"run": "../x"}, "not a run's id"),
         ({"run": "a/b"}, "not a run's id"),
@@ -378,7 +369,7 @@ def test_check_manifest_refuses_names_that_would_become_paths_elsewhere():
         ({"format": "zip"}, "not a launch archive"),
     ):
         with pytest.raises(ArchiveError, match=words):
-            archive_manifest.check_manifest({**good, **change})
+            archive_index.check_index({**good, **change})
 
 
 def test_wheel_identity_is_the_installed_distributions_files_sha256():
@@ -396,8 +387,8 @@ def test_wheel_identity_is_the_installed_distributions_files_sha256():
         "pkg-1.0.dist-info/METADATA,sha256=DDD,3\npkg-1.0.dist-info/INSTALLER,sha256=FFF,4\n"
         "pkg/__pycache__/__init__.cpython-311.pyc,,\npkg-1.0.dist-info/RECORD,,\n"
     )
-    assert archive_manifest.wheel_identity(wheel) == distributions.files_sha256(distributions.parse_record(installed))
-    assert archive_manifest.wheel_identity(wheel.replace("BBB", "XXX")) != distributions.files_sha256(
+    assert archive_index.wheel_identity(wheel) == distributions.files_sha256(distributions.parse_record(installed))
+    assert archive_index.wheel_identity(wheel.replace("BBB", "XXX")) != distributions.files_sha256(
         distributions.parse_record(installed)
     )
 
@@ -416,7 +407,7 @@ def test_requirement_closure_follows_this_platforms_requirements_only():
     }
     import platform
 
-    closure = archive_manifest.requirement_closure("tf-repro-launcher", requires)
+    closure = archive_index.requirement_closure("tf-repro-launcher", requires)
     assert {"tf-repro-launcher", "hydra-core", "omegaconf", "antlr4-python3-runtime", "pyyaml"} <= closure
     assert "mlflow" not in closure
     if platform.machine() == "x86_64":
@@ -430,25 +421,25 @@ def test_wheel_plan_is_what_the_job_used_and_what_the_launcher_needs_at_the_reco
             "distributions": {"numpy": {"version": "2.4.6"}, "tf-repro-launcher": {"version": "0.1.0"}, "gone": None},
         }
     }
-    plan = archive_manifest.wheel_plan(fp, {"pyyaml", "tf-repro-launcher", "nvidia-ml-py"}, {"nvidia-ml-py": "13.6"})
+    plan = archive_index.wheel_plan(fp, {"pyyaml", "tf-repro-launcher", "nvidia-ml-py"}, {"nvidia-ml-py": "13.6"})
     assert plan == {"numpy": "2.4.6", "nvidia-ml-py": "13.6", "pyyaml": "6.0.3"}  # nvidia-ml-py: installed after
     with pytest.raises(ArchiveError, match="needs not-installed"):
-        archive_manifest.wheel_plan(fp, {"not-installed"}, {})
+        archive_index.wheel_plan(fp, {"not-installed"}, {})
 
 
 def test_the_output_name_chooses_the_compression(tmp_path):
     run = sealed_run(tmp_path / "runs")
-    compression_for = archive_manifest.compression_for
+    compression_for = archive_index.compression_for
     assert compression_for("x.tar.gz") == "gzip" and compression_for("x.tar") == "plain"
     assert compression_for("x.tar.zst") == "zstd" and compression_for("x.bin") is None
     with open(packing.pack(run, tmp_path / "a.tar.gz").path, "rb") as f:
-        assert archive_manifest.compression_of(f.read(4)) == "gzip"
+        assert archive_index.compression_of(f.read(4)) == "gzip"
 
 
 def test_compression_of():
-    assert archive_manifest.compression_of(b"\x1f\x8b\x08\x00") == "gzip"
-    assert archive_manifest.compression_of(b"\x28\xb5\x2f\xfd") == "zstd"
-    assert archive_manifest.compression_of(b"laun") == "plain"
+    assert archive_index.compression_of(b"\x1f\x8b\x08\x00") == "gzip"
+    assert archive_index.compression_of(b"\x28\xb5\x2f\xfd") == "zstd"
+    assert archive_index.compression_of(b"laun") == "plain"
 
 
 def _installed(site: Path, files: dict[str, bytes]) -> str:

@@ -1,5 +1,5 @@
 """The archive reader under random input (issue 50), for a bounded time: random member trees (links,
-hard links, fifos, climbing and long names, pax and GNU headers, sizes unlike the manifest's), and
+hard links, fifos, climbing and long names, pax and GNU headers, sizes unlike the index's), and
 random damage to a good archive. Whatever comes in, the import ends as the project's one-line error
 or a checked import, nothing is written outside the destination, and memory stays bounded."""
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import LauncherError
-from launcher.share import manifest as archive_manifest
+from launcher.share import archive_index
 from launcher.share import unpack as unpacking
 from tests.unit.test_archive import good_archive
 
@@ -86,12 +86,12 @@ def test_random_member_trees_never_write_outside_and_end_in_one_line(tmp_path_fa
         if n.startswith(f"run/{RUN}/") and n.count("/") >= 2
     }
     run_files.setdefault("manifest.json", {"sha256": "0" * 64, "size": 0})
-    data = archive_manifest.manifest(RUN, run_files, {}, {}, {}, False, "0", "now") if declare else {"format": 1}
+    data = archive_index.index(RUN, run_files, {}, {}, {}, False, "0", "now") if declare else {"format": 1}
     path = tmp / "fuzz.tar"
     try:
         with tarfile.open(path, "w", format=fmt) as tar:
             raw = json.dumps(data).encode()
-            info = tarfile.TarInfo(archive_manifest.NAME)
+            info = tarfile.TarInfo(archive_index.NAME)
             info.size = len(raw)
             tar.addfile(info, io.BytesIO(raw))
             for name, kind, content, link, absolute in tree:

@@ -22,9 +22,8 @@ import pytest
 from launcher.cli.main import main
 from launcher.errors import ArchiveError
 from launcher.record.store import gc, objects, runs
-from launcher.share import manifest as archive_manifest
+from launcher.share import archive_index, tarstream
 from launcher.share import pack as packing
-from launcher.share import tarstream
 from launcher.share import unpack as unpacking
 from tests.unit.test_archive import good_archive, refused_in_one_line, rewrite, sealed_run, tree
 
@@ -34,12 +33,12 @@ def _members(path: Path) -> list[tuple[tarfile.TarInfo, bytes | None]]:
         return [(m, tar.extractfile(m).read() if m.isreg() else None) for m in tar.getmembers()]
 
 
-def _after_manifest(path: Path, target: Path, extra) -> Path:
-    """``path`` rewritten with the members ``extra()`` yields right after its manifest."""
+def _after_index(path: Path, target: Path, extra) -> Path:
+    """``path`` rewritten with the members ``extra()`` yields right after its index."""
 
     def change(info, content):
         yield info, content
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             yield from extra()
 
     return rewrite(path, target, change)
@@ -62,7 +61,7 @@ def test_a_chain_of_links_inside_the_run_writes_nothing_anywhere(tmp_path, capsy
             name = f"{name}/l{n}"
         yield tarfile.TarInfo(f"{name}/authorized_keys"), b"ssh-ed25519 AAAA attacker\n"
 
-    bad = _after_manifest(path, tmp_path / "chain.tar", extra)
+    bad = _after_index(path, tmp_path / "chain.tar", extra)
     refused_in_one_line(capsys, tmp_path, bad, "is a symbolic link")
     assert list(outside.iterdir()) == []
 
@@ -88,11 +87,11 @@ def test_a_huge_pax_or_long_name_header_is_refused_without_being_read(tmp_path, 
     reader refuses it from its size, holding one block."""
     path, _ = good_archive(tmp_path)
     first = path.read_bytes()
-    manifest_end = 512 + -(-_members(path)[0][0].size // 512) * 512  # the manifest's header and data
+    index_end = 512 + -(-_members(path)[0][0].size // 512) * 512  # the index's header and data
     size = 64 << 20
     bomb = tmp_path / "bomb.tar.gz"
     with gzip.open(bomb, "wb", compresslevel=1) as out:
-        out.write(first[:manifest_end])
+        out.write(first[:index_end])
         out.write(_raw_header(b"run/x", size, typeflag))
         zeros = bytes(1 << 20)
         for _ in range(size >> 20):
@@ -106,8 +105,8 @@ def test_a_huge_pax_or_long_name_header_is_refused_without_being_read(tmp_path, 
     assert peak < 8 << 20, f"{peak} bytes held to refuse it: {err}"
 
 
-def test_a_member_larger_than_the_manifest_declares_is_refused_before_it_is_written(tmp_path, capsys):
-    """A member whose header declares 1 GiB where the manifest says 6 bytes: refused from its header,
+def test_a_member_larger_than_the_index_declares_is_refused_before_it_is_written(tmp_path, capsys):
+    """A member whose header declares 1 GiB where the index says 6 bytes: refused from its header,
     nothing of it read or stored (it was stored whole, then hashed)."""
     path, data = good_archive(tmp_path)
     raw = bytearray(path.read_bytes())
@@ -118,20 +117,20 @@ def test_a_member_larger_than_the_manifest_declares_is_refused_before_it_is_writ
     bad = tmp_path / "big.tar"
     bad.write_bytes(bytes(raw))
     started = time.monotonic()
-    refused_in_one_line(capsys, tmp_path, bad, f"declares {1 << 30} bytes, and the manifest 6")
+    refused_in_one_line(capsys, tmp_path, bad, f"declares {1 << 30} bytes, and the index 6")
     assert time.monotonic() - started < 5
 
 
 def test_an_archive_beyond_the_stores_caps_or_its_disk_is_refused_before_any_member(tmp_path):
     path, data = good_archive(tmp_path)
     with pytest.raises(ArchiveError, match="over store.snapshot_max_files"):
-        unpacking.unpack(path, tmp_path / "dest", limits=archive_manifest.Limits(max_objects=1))
+        unpacking.unpack(path, tmp_path / "dest", limits=archive_index.Limits(max_objects=1))
     with pytest.raises(ArchiveError, match="over store.snapshot_max_total_mb"):
-        unpacking.unpack(path, tmp_path / "dest", limits=archive_manifest.Limits(max_object_bytes=5))
+        unpacking.unpack(path, tmp_path / "dest", limits=archive_index.Limits(max_object_bytes=5))
     too_big = json.loads(json.dumps(data))
     too_big["objects"][next(iter(too_big["objects"]))] = 1 << 39
     with pytest.raises(ArchiveError, match="free"):
-        archive_manifest.check_manifest(too_big, archive_manifest.Limits(None, None, free_bytes=1 << 30))
+        archive_index.check_index(too_big, archive_index.Limits(None, None, free_bytes=1 << 30))
     assert not [p for p in (tmp_path / "dest").iterdir() if not p.name.startswith(".")]
 
 
@@ -141,7 +140,7 @@ def test_a_run_named_as_the_store_keeps_its_own_files_is_refused(tmp_path, capsy
     path, data = good_archive(tmp_path)
 
     def change(info, content):
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             yield info, json.dumps({**json.loads(content), "run": name}).encode()
         else:
             yield info, content
@@ -186,7 +185,7 @@ def _resealed(tmp_path: Path, changes: dict[str, bytes]) -> Path:
     files["manifest.json"] = json.dumps(seal).encode()
     data["run_files"] = {n: {"sha256": hashlib.sha256(c).hexdigest(), "size": len(c)} for n, c in files.items()}
     out = tmp_path / "resealed.tar"
-    entries = [(tarfile.TarInfo(archive_manifest.NAME), json.dumps(data).encode())]
+    entries = [(tarfile.TarInfo(archive_index.NAME), json.dumps(data).encode())]
     entries += [(tarfile.TarInfo(f"run/{data['run']}/{n}"), c) for n, c in files.items()]
     entries += [(m, c) for m, c in members if m.name.startswith("objects/") and m.isreg()]
     with tarfile.open(out, "w") as tar:
@@ -238,9 +237,9 @@ def _with_wheel(tmp_path: Path, wheel: Path, fp_software: dict) -> Path:
     (run / "manifest.json").unlink()
     runs.seal(run)
     packed = packing.pack(run, tmp_path / "plain.tar", compression="plain")
-    data = packed.manifest
+    data = packed.index
     content = wheel.read_bytes()
-    name, version = archive_manifest.wheel_parts(wheel.name)
+    name, version = archive_index.wheel_parts(wheel.name)
     data["wheels"] = {
         wheel.name: {
             "sha256": hashlib.sha256(content).hexdigest(),
@@ -251,7 +250,7 @@ def _with_wheel(tmp_path: Path, wheel: Path, fp_software: dict) -> Path:
     }
 
     def change(info, c):
-        if info.name == archive_manifest.NAME:
+        if info.name == archive_index.NAME:
             yield info, json.dumps(data).encode()
             yield tarfile.TarInfo(f"wheels/{wheel.name}"), content
         else:
@@ -273,7 +272,7 @@ def test_a_wheel_of_a_used_distribution_with_other_files_is_refused(tmp_path, ca
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     good = _wheel(tmp_path / "a", "toolz", "1.0", {"toolz/__init__.py": b"x = 1\n"})
-    identity = archive_manifest.wheel_identity(zipfile.ZipFile(good).read("toolz-1.0.dist-info/RECORD").decode())
+    identity = archive_index.wheel_identity(zipfile.ZipFile(good).read("toolz-1.0.dist-info/RECORD").decode())
     evil = _wheel(tmp_path / "b", "toolz", "1.0", {"toolz/__init__.py": b"x = 1\n", "toolz.pth": b"import os\n"})
     software = {"packages": ["toolz==1.0"], "distributions": {"toolz": {"version": "1.0", "files_sha256": identity}}}
     refused_in_one_line(capsys, tmp_path, _with_wheel(tmp_path, evil, software), "installs other files")

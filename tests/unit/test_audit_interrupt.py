@@ -34,7 +34,7 @@ def _report(audit_dir: Path) -> dict:
 def test_ctrl_c_in_a_job_ends_the_audit_with_its_report_and_exit_130(tmp_path, monkeypatch):
     calls = []
 
-    def interrupted(cfg, echo=True, **_):
+    def interrupted(cfg, options=None, **_):
         calls.append(cfg)
         return Outcome(tmp_path / "store" / "20261123-120000-abcdef", "interrupted", 0, returncode=130)
 
@@ -51,7 +51,7 @@ def test_ctrl_c_in_a_job_ends_the_audit_with_its_report_and_exit_130(tmp_path, m
 
 
 def test_ctrl_c_between_jobs_still_writes_the_report(tmp_path, monkeypatch):
-    def ctrl_c(cfg, echo=True, **_):
+    def ctrl_c(cfg, options=None, **_):
         raise KeyboardInterrupt
 
     code, audit_dir, _ = _audit(tmp_path, monkeypatch, ctrl_c)
@@ -62,7 +62,7 @@ def test_ctrl_c_between_jobs_still_writes_the_report(tmp_path, monkeypatch):
 
 
 def test_a_crash_still_writes_the_report_and_is_raised(tmp_path, monkeypatch):
-    def crash(cfg, echo=True, **_):
+    def crash(cfg, options=None, **_):
         raise RuntimeError("bug")
 
     code, audit_dir, printed = _audit(tmp_path, monkeypatch, crash)
@@ -73,7 +73,7 @@ def test_a_crash_still_writes_the_report_and_is_raised(tmp_path, monkeypatch):
 
 
 def test_a_job_that_fails_as_configured_ends_the_audit_with_exit_1(tmp_path, monkeypatch):
-    def failing(cfg, echo=True, **_):
+    def failing(cfg, options=None, **_):
         return Outcome(tmp_path / "store" / "20261123-120000-abcdef", "failed", 0, error="boom")
 
     code, audit_dir, _ = _audit(tmp_path, monkeypatch, failing)

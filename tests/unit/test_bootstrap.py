@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from launcher.job import bootstrap, determinism, tasks
 from launcher.job.observe import reads
+from launcher.record import layout
 from launcher.record.probe import fingerprint
 from launcher.record.store import runs
 from launcher.run import composition, config
@@ -28,11 +29,13 @@ class PastVerification(Exception):
 def job(tmp_path, monkeypatch):
     """A prepared run directory with a strict plan; the job's outside effects faked."""
     plan = determinism.plan("strict", 7, 1, 1, False)
-    runs.write_json(tmp_path / bootstrap.JOB, {"plan": plan.to_dict(), "progress": False, "launch_dir": str(tmp_path)})
+    runs.write_json(
+        layout.RunPaths(tmp_path).job, {"plan": plan.to_dict(), "progress": False, "launch_dir": str(tmp_path)}
+    )
     resolved = config.resolve(
         composition.compose(["+seed=7", "determinism.intra_op_threads=1", "determinism.inter_op_threads=1"])
     )
-    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
+    layout.RunPaths(tmp_path).config.write_text(OmegaConf.to_yaml(resolved))
     for name in ("LAUNCH_RUN_DIR", "LAUNCH_OUTPUT_DIR", "LAUNCH_SEED", "LAUNCH_TRACE_EVERY"):
         monkeypatch.setenv(name, "restored after the test")  # the bootstrap sets them
     monkeypatch.setattr(reads, "install", lambda: None)  # an audit hook cannot be removed again
@@ -82,7 +85,7 @@ def test_a_setting_that_did_not_take_effect_stops_the_job_before_its_task(job, m
     run_dir, plan, applied, trained = job
     monkeypatch.setattr(determinism, "read_back", lambda p: _read_back(p, **changed))
     assert bootstrap.main([str(run_dir)]) == 1
-    error = json.loads((run_dir / bootstrap.ERROR).read_text())
+    error = json.loads(layout.RunPaths(run_dir).error.read_text())
     assert error["type"] == "DeterminismError", error
     assert error["message"].startswith("determinism settings did not take effect: ") and named in error["message"]
     assert applied == [plan] and trained == []
@@ -92,5 +95,5 @@ def test_a_faithful_read_back_goes_on_past_the_check(job, monkeypatch):
     run_dir, plan, applied, trained = job
     monkeypatch.setattr(determinism, "read_back", _read_back)
     assert bootstrap.main([str(run_dir)]) == 1
-    assert json.loads((run_dir / bootstrap.ERROR).read_text())["type"] == "PastVerification"
+    assert json.loads(layout.RunPaths(run_dir).error.read_text())["type"] == "PastVerification"
     assert applied == [plan]

@@ -2,7 +2,7 @@
 
 import json
 
-from launcher.record import checkpoints
+from launcher.record import checkpoints, hashing
 from launcher.record.store import runs
 from launcher.run.resume import keep_metrics_through
 
@@ -11,7 +11,7 @@ def _checkpoint(run_dir, epoch, payload=b"weights"):
     path = run_dir / "checkpoints" / checkpoints.name(epoch)
     path.mkdir(parents=True)
     (path / "state.index").write_bytes(payload)
-    files = {"state.index": runs.file_sha256(path / "state.index")}
+    files = {"state.index": hashing.file_sha256(path / "state.index")}
     runs.write_json(path / checkpoints.MANIFEST, {"epoch": epoch, "files": files})
     return path
 

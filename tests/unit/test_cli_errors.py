@@ -92,7 +92,7 @@ def test_a_missing_argument_shows_the_usage_line_not_argparse_field_names(capsys
     assert err[0] == "launch: error: launch compare: the following arguments are required: RUN_B"
     assert err[1].startswith("usage: launch compare [-h] [--allow-mismatch]") and err[1].endswith(" RUN_A RUN_B")
     assert len(err) == 2
-    for args in (["replay"], ["resume"], ["sweep", "verify"]):
+    for args in (["replay"], ["resume"], ["sweep", "replay"]):
         _, err = _launch(capsys, *args)
         assert len(err) == 2 and err[1].startswith(f"usage: launch {args[0]}"), err
         assert err[0].endswith(("RUN", "SWEEP_DIR")), err  # the metavar, never the argparse field name

@@ -62,7 +62,7 @@ def test_refused_shows_config_fields_not_a_hash():
     c = compare.decide(_record(), b)
     assert (c.verdict, c.exit_code) == ("REFUSED", 3)
     assert c.differences == [("config.determinism.intra_op_threads", 1, 2)]
-    forced = compare.decide(_record(), b, force=True)
+    forced = compare.decide(_record(), b, allow_mismatch=True)
     assert (forced.verdict, forced.exit_code) == ("NOT COMPARABLE", 3)
     assert forced.notes == ["forced: results are bitwise equal"]
 
@@ -153,7 +153,7 @@ def test_forced_comparison_of_different_keys_shows_where_the_bits_split():
     b.fingerprint = copy.deepcopy(b.fingerprint)
     b.fingerprint["determinism"] = {**b.fingerprint["determinism"], "intra_op_threads": 2}
     b.result = {**b.result, "weights_sha256": "x"}
-    c = compare.decide(_record(steps=_steps()), b, force=True)
+    c = compare.decide(_record(steps=_steps()), b, allow_mismatch=True)
     assert (c.verdict, c.equal, c.divergence.step) == ("NOT COMPARABLE", False, 10)
     text = compare.report(c, Path("a"), Path("b"))
     assert text.startswith("NOT COMPARABLE (forced: results differ)")
@@ -357,7 +357,7 @@ def test_tolerance_admits_the_launcher_version_and_software_but_not_code_or_conf
     c = compare.decide_equivalent(_record(), b, rtol=0, atol=0)
     assert c.verdict == "REFUSED" and [d[0] for d in c.differences] == ["code.modules.helper"]
     assert c.notes == ["--tolerance admits differences in software only"]
-    forced = compare.decide_equivalent(_record(), b, rtol=0, atol=0, force=True)
+    forced = compare.decide_equivalent(_record(), b, rtol=0, atol=0, allow_mismatch=True)
     assert forced.verdict == "EQUIVALENT" and len(forced.differences) == 3
 
 

@@ -9,7 +9,6 @@ written without training.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ import pytest
 from launcher.errors import ConfigError, SchemaError, SealError
 from launcher.record import trace
 from launcher.record.probe import key
-from launcher.record.store import runs
 from launcher.verdict import compare
+from tests import factories
 from tests.unit.test_compare import _record, _steps
 from tests.unit.test_fingerprint import _fp
 
@@ -50,7 +49,7 @@ def test_refused_report():
 
 def test_forced_reports_say_whether_results_differ_and_where():
     a, b = _refused_pair()
-    c = compare.decide(a, b, force=True)
+    c = compare.decide(a, b, allow_mismatch=True)
     assert (c.exit_code, c.equal, c.compared) == (3, True, ["weights", "2 epochs' metrics"])
     assert compare.report(c, Path("a"), Path("b")).splitlines() == [
         "NOT COMPARABLE (forced: results are bitwise equal)",
@@ -58,7 +57,7 @@ def test_forced_reports_say_whether_results_differ_and_where():
     ]
     b.metrics = [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.3}]
     b.result = {**b.result, "weights_sha256": "x", "layer_sha256": {"conv1": "c2", "logits": "l1"}}
-    c = compare.decide(a, b, force=True)
+    c = compare.decide(a, b, allow_mismatch=True)
     assert (c.first_differing_epoch, c.differing_layers, c.differences[0][0]) == (
         2,
         ["conv1"],
@@ -77,7 +76,7 @@ def test_forced_runs_that_recorded_nothing_say_so():
     a, b = _refused_pair()
     for r in (a, b):
         r.metrics, r.result = [], {}
-    c = compare.decide(a, b, force=True)
+    c = compare.decide(a, b, allow_mismatch=True)
     assert c.notes == ["forced: neither run recorded any result"] and c.compared == []
 
 
@@ -270,21 +269,18 @@ def _sealed(
     steps: list | None = None,
     seal: bool = True,
 ) -> Path:
-    run_dir = store / name
-    run_dir.mkdir(parents=True)
-    config = b"seed: 0\ntrain:\n  name: mnist\n  epochs: 2\nstore:\n  root: ${oc.env:HOME}\n"  # resolved on load
-    runs.write_bytes(run_dir / "config.yaml", config)
-    runs.write_json(run_dir / "fingerprint.json", fp or _fp())
-    runs.write_bytes(
-        run_dir / "metrics.jsonl",
-        "".join(json.dumps({"epoch": i + 1, "loss": v}) + "\n" for i, v in enumerate(metrics)).encode(),
+    """A sealed run (``seal``: False, unsealed) whose ``metrics`` are its epochs' losses (None: no
+    metrics.jsonl) and ``steps`` its trace."""
+    return factories.sealed_run(
+        store,
+        name,
+        config="seed: 0\ntrain:\n  name: mnist\n  epochs: 2\nstore:\n  root: ${oc.env:HOME}\n",  # resolved on load
+        fingerprint=fp or _fp(),
+        metrics=None if metrics is None else [{"epoch": i + 1, "loss": v} for i, v in enumerate(metrics)],
+        result={"weights_sha256": weights, "outputs": {}},
+        trace=steps,
+        state="complete" if seal else None,
     )
-    runs.write_json(run_dir / "result.json", {"weights_sha256": weights, "outputs": {}})
-    if steps is not None:
-        runs.write_bytes(run_dir / trace.FILE, "".join(json.dumps(p) + "\n" for p in steps).encode())
-    if seal:
-        runs.seal(run_dir)
-    return run_dir
 
 
 def test_compare_runs_reads_sealed_runs(tmp_path):
@@ -305,9 +301,7 @@ def test_compare_runs_reads_sealed_runs(tmp_path):
     assert compare.compare_runs(a, _sealed(tmp_path, "d", metrics=(0.5, 0.2500001)), tolerance=(1e-5, 0)).verdict == (
         "EQUIVALENT"
     )
-    no_metrics = _sealed(tmp_path, "e", seal=False)
-    (no_metrics / "metrics.jsonl").unlink()
-    runs.seal(no_metrics)
+    no_metrics = _sealed(tmp_path, "e", metrics=None)
     assert compare.load(no_metrics).metrics == []
 
 
@@ -316,9 +310,9 @@ def test_compare_runs_forces_a_refused_comparison_only_when_asked(tmp_path):
     other["determinism"]["intra_op_threads"] = 2
     a, b = _sealed(tmp_path, "a"), _sealed(tmp_path, "b", fp=other)
     assert compare.compare_runs(a, b).verdict == "REFUSED"
-    assert compare.compare_runs(a, b, force=True).verdict == "NOT COMPARABLE"
+    assert compare.compare_runs(a, b, allow_mismatch=True).verdict == "NOT COMPARABLE"
     assert compare.compare_runs(a, b, tolerance=(1, 1)).verdict == "REFUSED"
-    assert compare.compare_runs(a, b, force=True, tolerance=(1, 1)).verdict == "EQUIVALENT"
+    assert compare.compare_runs(a, b, allow_mismatch=True, tolerance=(1, 1)).verdict == "EQUIVALENT"
 
 
 def test_compare_runs_checks_seals_and_schemas_first(tmp_path):

@@ -1,4 +1,4 @@
-"""What of a job's output the terminal shows (launcher.console), and a closed pipe."""
+"""What of a job's output the terminal shows (launcher.console), a closed pipe, and the one table printer."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from launcher.console import NoiseFilter
+from launcher.console import NoiseFilter, table
 from tests.conftest import REPO
 
 ONEDNN = (
@@ -63,3 +63,27 @@ def test_a_closed_pipe_is_a_quiet_exit():
     )
     os.close(write)
     assert done.returncode == 141 and done.stderr == ""
+
+
+def test_a_table_pads_each_column_to_its_longest_cell_and_ends_no_line_in_spaces():
+    assert table(("job", "seed", "status"), [("000", 7, "complete"), ("001", None, "")]) == [
+        "job  seed  status",
+        "000  7     complete",
+        "001  None",
+    ]
+
+
+def test_a_table_takes_least_widths_right_aligned_columns_an_indent_and_a_rule():
+    lines = table(("id", "seed", "status"), [("a", 12, "ok")], sep=" ", widths=(4, 6), right={1}, indent="  ")
+    assert lines == ["  id     seed status", "  a        12 ok"]
+    assert table(("knob", "bits"), [("threads", "same")], rule=True) == [
+        "knob     bits",
+        "-------  ----",
+        "threads  same",
+    ]
+    assert table(("a",), [("longer than its least width",)], widths=(3,)) == ["a", "longer than its least width"]
+
+
+def test_a_short_rows_last_cell_spans_the_columns_left_and_widens_none():
+    lines = table(("field", "run A", "run B"), [("seed", "1", "2"), ("", "only in run A: x, y, z and a long tail")])
+    assert lines == ["field  run A  run B", "seed   1      2", "       only in run A: x, y, z and a long tail"]

@@ -6,6 +6,7 @@ import pytest
 
 from launcher.errors import DataError
 from launcher.job import data
+from launcher.record import hashing
 
 
 def test_packaged_sample_is_real_mnist_and_says_so():
@@ -19,7 +20,7 @@ def test_packaged_sample_is_real_mnist_and_says_so():
 def test_npz(mnist_npz):
     d = data.load(str(mnist_npz))
     assert d.x_train.shape == (600, 28, 28) and d.y_test.shape == (200,)
-    assert d.files == {str(mnist_npz): data._sha256(mnist_npz)}
+    assert d.files == {str(mnist_npz): hashing.file_sha256(mnist_npz)}
 
 
 def test_idx_directory_matches_the_same_images(mnist_idx_dir, mnist_npz):
@@ -227,7 +228,7 @@ def test_full_without_network_names_the_reason(no_full_cache, monkeypatch):
 def test_full_in_the_keras_cache_needs_no_network(no_full_cache, monkeypatch):
     no_full_cache.parent.mkdir(parents=True)
     no_full_cache.write_bytes(b"pretend mnist")
-    monkeypatch.setattr(data, "KERAS_MNIST_SHA256", data._sha256(no_full_cache))
+    monkeypatch.setattr(data, "KERAS_MNIST_SHA256", hashing.file_sha256(no_full_cache))
     monkeypatch.setattr(data, "_unreachable", lambda url: pytest.fail("the network was asked"))
     data.check("full")
 

@@ -13,6 +13,7 @@ import pytest
 from launcher.errors import ResumeError
 from launcher.job.training import checkpoints, fitstate, jobstate
 from launcher.record import checkpoints as stored
+from launcher.record import hashing, layout
 from launcher.record.store import runs
 from launcher.run import resume
 
@@ -156,11 +157,11 @@ def test_a_fits_last_epoch_is_its_end_and_named_for_later_fits():
 
 
 def _checkpoint(run_dir, epoch: int, extra: dict) -> None:
-    path = run_dir / stored.DIRNAME / stored.name(epoch)
+    path = layout.RunPaths(run_dir).checkpoints / stored.name(epoch)
     path.mkdir(parents=True)
     runs.write_json(path / stored.EXTRA, extra)
     runs.write_json(
-        path / stored.MANIFEST, {"epoch": epoch, "files": {stored.EXTRA: runs.file_sha256(path / stored.EXTRA)}}
+        path / stored.MANIFEST, {"epoch": epoch, "files": {stored.EXTRA: hashing.file_sha256(path / stored.EXTRA)}}
     )
 
 
@@ -199,7 +200,7 @@ def test_pruning_keeps_the_newest_and_every_fits_end(tmp_path):
     for epoch, final in ((1, False), (2, True), (3, False), (4, True), (5, False), (6, False)):
         _checkpoint(run_dir, epoch, {"fit": 1 + (epoch > 2), "final": final})
     checkpointer = object.__new__(checkpoints.Checkpointer)  # no model: pruning only
-    checkpointer.root, checkpointer.keep = run_dir / stored.DIRNAME, 2
+    checkpointer.root, checkpointer.keep = layout.RunPaths(run_dir).checkpoints, 2
     checkpointer._prune()
     assert sorted(p.name for p in checkpointer.root.iterdir()) == [
         "epoch-000002",

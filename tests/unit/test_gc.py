@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main as cli
-from launcher.record.store import gc, objects, runs, snapshot
+from launcher.record import layout
+from launcher.record.store import gc, objects, snapshot
+from tests import factories
 
 HOUR_AGO = time.time() - 3600
 
@@ -33,17 +35,13 @@ def _object(store: Path, data: bytes, age: float | None = HOUR_AGO) -> str:
 
 
 def _run(store: Path, state: str, *kept: bytes, name: str | None = None) -> Path:
-    """A run directory in ``state`` whose snapshot names ``kept`` (sealed when complete)."""
-    run_dir = runs.create(store) if name is None else store / name
-    run_dir.mkdir(exist_ok=True)
-    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\n")
+    """A run directory in ``state`` whose snapshot names ``kept`` (sealed when complete; the objects
+    are the test's to store, or not)."""
     files = {f"/w/f{n}.py": {"sha256": _sha(data), "role": "module"} for n, data in enumerate(kept)}
-    runs.write_json(run_dir / snapshot.SNAPSHOT, {"schema": 1, "launch_dir": "/w", "files": files, "left_out": {}})
-    if state == "complete":
-        runs.seal(run_dir)
-    else:
-        runs.set_status(run_dir, state, pid=os.getpid())
-    return run_dir
+    snap = {"schema": 1, "launch_dir": "/w", "files": files, "left_out": {}}
+    return factories.sealed_run(
+        store, name, config="seed: 0\n", snapshot_json=snap, state=state, status={"pid": os.getpid()}
+    )
 
 
 @pytest.fixture
@@ -144,7 +142,7 @@ def test_a_run_whose_reused_object_a_gc_removed_meanwhile_stores_it_again(store,
 def test_a_snapshot_that_cannot_be_read_stops_the_gc_before_anything_is_removed(store, capsys):
     orphan = _object(store, b"orphan")
     run_dir = _run(store, "interrupted")
-    (run_dir / snapshot.SNAPSHOT).write_text("{truncated")
+    (run_dir / layout.SNAPSHOT).write_text("{truncated")
     assert cli.main(["gc", "--store", str(store)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"cannot tell what {run_dir.name} references" in err[0] and "nothing was removed" in err[0]
@@ -153,14 +151,14 @@ def test_a_snapshot_that_cannot_be_read_stops_the_gc_before_anything_is_removed(
 
 def test_only_objects_are_swept(store):
     _object(store, b"orphan")
-    fans = store / objects.OBJECTS
+    fans = store / layout.OBJECTS
     (fans / "ab").mkdir(exist_ok=True)
     strays = [fans / "ab" / ".obj.x.tmp", fans / "ab" / ("cd" * 32), fans / "README", store / "notes.txt"]
     for stray in strays:  # a write in progress, a misplaced name, the user's own files
         stray.write_text("x")
         os.utime(stray, (HOUR_AGO, HOUR_AGO))
     (store / ".replay-abc" / "w").mkdir(parents=True)  # a replay's layout holds no references
-    (store / ".replay-abc" / "w" / snapshot.SNAPSHOT).write_text("not json")
+    (store / ".replay-abc" / "w" / layout.SNAPSHOT).write_text("not json")
     assert len(gc.collect(store).removed) == 1
     assert all(stray.exists() for stray in strays)
 

@@ -19,7 +19,8 @@ import pytest
 from launcher.cli import gc as _cli_gc  # noqa: F401 - imported before a child process drops its privileges
 from launcher.cli import main as cli
 from launcher.errors import StoreError
-from launcher.record.store import gc, objects, runs, snapshot
+from launcher.record import layout
+from launcher.record.store import gc, objects, runs
 from tests.unit.test_gc import _object, _run, _sha
 
 NOBODY = 65534
@@ -27,7 +28,7 @@ NOBODY = 65534
 
 def _objects(store: Path) -> list[Path]:
     """Every object file of the store: what "nothing was removed" compares."""
-    return sorted(p for p in (store / objects.OBJECTS).rglob("*") if p.is_file())
+    return sorted(p for p in (store / layout.OBJECTS).rglob("*") if p.is_file())
 
 
 def _refused(store: Path, capsys, *names: str) -> str:
@@ -126,7 +127,7 @@ def test_a_run_the_gc_user_cannot_read_stops_the_gc(open_store, private):
     _run(store, "interrupted", b"mine")
     private_run = _run(store, "interrupted", b"their private helper")
     _open_to_all(store)
-    locked = private_run if private == "run directory" else private_run / snapshot.SNAPSHOT
+    locked = private_run if private == "run directory" else private_run / layout.SNAPSHOT
     before = _objects(store)
     locked.chmod(0)
     try:
@@ -201,7 +202,7 @@ def test_an_objects_directory_that_cannot_be_listed_is_one_line(store, capsys, m
 
 
 # ---------------------------------------------------------------- 2. a store root that is a run
-@pytest.mark.parametrize("marker", ["config.yaml", "fingerprint.json", "manifest.json"])
+@pytest.mark.parametrize("marker", [layout.CONFIG, layout.FINGERPRINT, layout.MANIFEST])
 def test_a_store_root_that_looks_like_a_run_is_refused(store, capsys, marker):
     """A ``config.yaml`` at the root made the whole store one run without a snapshot: every
     object went, exit 0."""
@@ -218,7 +219,7 @@ def test_a_store_root_that_looks_like_a_run_is_refused(store, capsys, marker):
         marker,
         "give the store (the directory holding the runs",
     )
-    assert not (store / gc.LOCK).exists()
+    assert not (store / layout.GC_LOCK).exists()
 
 
 def test_gc_given_a_run_directory_writes_nothing_into_it(store, capsys):
@@ -280,7 +281,7 @@ def test_a_snapshot_of_the_wrong_shape_stops_the_gc(store, capsys, content):
     _object(store, b"kept")
     _run(store, "complete", b"kept")
     damaged = _run(store, "interrupted")
-    (damaged / snapshot.SNAPSHOT).write_text(content)
+    (damaged / layout.SNAPSHOT).write_text(content)
     _refused(store, capsys, f"cannot tell what {damaged.name} references", "repair or delete that run")
 
 
@@ -288,9 +289,9 @@ def test_a_snapshot_read_as_replay_reads_it_is_the_mark(store):
     """A snapshot replay accepts still marks exactly its objects (``read_snapshot``)."""
     run_dir = _run(store, "interrupted", b"a", b"b")
     assert gc.references(gc.read_snapshot(run_dir)) == {_sha(b"a"), _sha(b"b")}
-    (run_dir / snapshot.SNAPSHOT).unlink()  # deleted while the mark ran: references nothing
+    (run_dir / layout.SNAPSHOT).unlink()  # deleted while the mark ran: references nothing
     assert gc.read_snapshot(run_dir) == {}
-    (run_dir / snapshot.SNAPSHOT).write_text("[" * 200_000)
+    (run_dir / layout.SNAPSHOT).write_text("[" * 200_000)
     with pytest.raises(StoreError, match="RecursionError|nested too deeply"):
         gc.read_snapshot(run_dir)
 
@@ -312,8 +313,8 @@ def test_a_snapshot_json_that_is_a_link_stops_the_gc(store, tmp_path, capsys):
     _object(store, b"a")
     _object(store, b"orphan")
     run_dir = _run(store, "interrupted")
-    (run_dir / snapshot.SNAPSHOT).unlink()
-    (run_dir / snapshot.SNAPSHOT).symlink_to(elsewhere)
+    (run_dir / layout.SNAPSHOT).unlink()
+    (run_dir / layout.SNAPSHOT).symlink_to(elsewhere)
     _refused(store, capsys, f"cannot tell what {run_dir.name} references", "is a link")
 
 
@@ -342,8 +343,8 @@ def test_an_objects_directory_that_is_a_link_is_never_swept(store, tmp_path, cap
     other.mkdir()
     _object(other, b"the other store's")
     _run(store, "complete")
-    (store / objects.OBJECTS).symlink_to(other / objects.OBJECTS)
-    _refused(store, capsys, f"{store / objects.OBJECTS} is a link", "inside the store only")
+    (store / layout.OBJECTS).symlink_to(other / layout.OBJECTS)
+    _refused(store, capsys, f"{store / layout.OBJECTS} is a link", "inside the store only")
     assert objects.object_path(other, _sha(b"the other store's")).is_file()
 
 

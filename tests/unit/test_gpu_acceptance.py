@@ -123,7 +123,7 @@ def test_strict_twice_passes_only_identical_and_on_the_gpu():
     assert cpu == ga.Row("strict twice", "FAIL", "run 2 saw no GPU: it ran on the CPU")
 
 
-def test_the_split_is_read_from_compare_force():
+def test_the_split_is_read_from_compare_allow_mismatch():
     row = ga.split_row(3, SPLIT, weights_equal=False)
     assert row.verdict == "PASS"
     assert row.detail.startswith("first diverging step: 10 (epoch 1)") and row.detail.endswith("(also dense)")

@@ -226,3 +226,30 @@ def test_trace_points_carry_the_same_digests(layer):
     total, per_layer = hashing.weights_digest(WEIGHTS)
     assert p["weights"] == "30c464de0b14cef7e9064101572ffe4e76116e70ab0988fb40e6133ab8333283" == total
     assert dict(p["layers"])[layer] == per_layer[layer][: trace.LAYER_DIGITS] and len(dict(p["layers"])[layer]) == 16
+
+
+def test_a_file_is_hashed_in_chunks_never_read_whole(tmp_path, monkeypatch):
+    """``file_sha256``, the one file-hash helper: a wheel (TensorFlow's: 0.5-1 GB), a dataset, an
+    object of the store are hashed ``CHUNK`` bytes at a time."""
+    big = tmp_path / "big.whl"
+    big.write_bytes(os.urandom(1000))
+    reads = []
+
+    class Spy:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def read(self, n=-1):
+            reads.append(n)
+            return self.f.read(n)
+
+    monkeypatch.setattr(hashing, "CHUNK", 64)
+    monkeypatch.setattr(hashing, "open", lambda path, mode: Spy(open(path, mode)), raising=False)
+    assert hashing.file_sha256(big) == hashlib.sha256(big.read_bytes()).hexdigest()
+    assert len(reads) == 17 and set(reads) == {64}  # 16 chunks and the empty read that ends it

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SealError
+from launcher.record import layout
 from launcher.record.store import index, runs
+from tests import factories
 from tests.conftest import run_launch
 
 
@@ -26,16 +28,14 @@ def _dead_pid() -> int:
 
 def _run(store: Path, state: str = "complete", seed: int = 1, **status) -> Path:
     """A run directory as the launcher leaves it, without training."""
-    run_dir = runs.create(store)
-    config = f"seed: {seed}\ntrain:\n  name: mnist\ndeterminism:\n  level: strict\n"
-    runs.write_bytes(run_dir / "config.yaml", config.encode())
-    runs.write_json(run_dir / "job.json", {"replay_of": None})
-    if state == "complete":
-        runs.write_json(run_dir / "result.json", {"weights_sha256": "ab" * 32, "final_metrics": {"loss": 0.5}})
-        runs.seal(run_dir)
-    else:
-        runs.set_status(run_dir, state, **status)
-    return run_dir
+    return factories.sealed_run(
+        store,
+        config=f"seed: {seed}\ntrain:\n  name: mnist\ndeterminism:\n  level: strict\n",
+        job={"replay_of": None},
+        result={"weights_sha256": "ab" * 32, "final_metrics": {"loss": 0.5}} if state == "complete" else None,
+        state=state,
+        status=status,
+    )
 
 
 def _row(run_dir: Path, status: str) -> index.Row:
@@ -44,7 +44,7 @@ def _row(run_dir: Path, status: str) -> index.Row:
 
 def test_a_corrupt_index_is_moved_aside_and_rebuilt_by_the_next_write(tmp_path, capsys):
     done = _run(tmp_path)
-    (tmp_path / index.INDEX).write_bytes(b"this is not a database" * 100)
+    (tmp_path / layout.INDEX).write_bytes(b"this is not a database" * 100)
     new = _run(tmp_path, "running", pid=os.getpid())
     index.record(tmp_path, _row(new, "running"))  # must not raise
     assert "was unreadable; moved it aside to index.sqlite.unreadable-" in capsys.readouterr().err
@@ -60,8 +60,8 @@ def test_a_missing_index_is_rebuilt_by_a_reader(tmp_path):
     notes: list[str] = []
     rows = index.query(tmp_path, notes=notes)
     assert sorted(r.id for r in rows) == sorted(p.name for p in runs_made)
-    assert notes == [f"the run index {tmp_path / index.INDEX} was missing; rebuilt it from 3 run directories"]
-    assert (tmp_path / index.INDEX).exists() and index.query(tmp_path, notes=(again := [])) and again == []
+    assert notes == [f"the run index {tmp_path / layout.INDEX} was missing; rebuilt it from 3 run directories"]
+    assert (tmp_path / layout.INDEX).exists() and index.query(tmp_path, notes=(again := [])) and again == []
 
 
 def test_a_new_store_says_nothing(tmp_path, capsys):
@@ -81,7 +81,7 @@ def test_a_new_store_whose_first_jobs_start_together_says_nothing(tmp_path, caps
 def test_an_index_write_that_fails_never_raises_and_the_reader_catches_up(tmp_path, capsys):
     run_dir = _run(tmp_path, "running", pid=os.getpid())
     index.record(tmp_path, _row(run_dir, "running"))
-    blocker = sqlite3.connect(tmp_path / index.INDEX, isolation_level=None)
+    blocker = sqlite3.connect(tmp_path / layout.INDEX, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # another process holds the index
     try:
         index.WRITE_TIMEOUT_S, saved = 0.2, index.WRITE_TIMEOUT_S
@@ -136,7 +136,7 @@ def test_a_reused_pid_does_not_keep_a_ghost_alive(tmp_path):
 def test_launch_runs_shows_abandoned_and_rebuilds_on_demand(tmp_path):
     ghost = _run(tmp_path, "running", pid=_dead_pid())
     _run(tmp_path)
-    (tmp_path / index.INDEX).write_bytes(b"garbage" * 1000)
+    (tmp_path / layout.INDEX).write_bytes(b"garbage" * 1000)
     done = run_launch("runs", "--store", tmp_path)
     assert done.returncode == 0, done.stderr
     assert "was unreadable; moved it aside" in done.stderr and len(done.stderr.splitlines()) == 1

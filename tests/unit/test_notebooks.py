@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import ConfigError
+from launcher.errors import CellError, ConfigError
 from launcher.record import notebooks, outputs
 from launcher.run import composition, config
 
@@ -163,7 +163,7 @@ def _execute(tmp_path, monkeypatch, *sources: str, params: dict | None = None) -
     try:
         notebook.execute(str(path), params or {}, executed)
         error = None
-    except notebook.CellError as exc:
+    except CellError as exc:
         error = str(exc)
     return json.loads(executed.read_text()), error
 

@@ -117,7 +117,7 @@ def test_sweep_plot_command_line_errors(tmp_path, capsys):
     assert "sweep plot needs a file" in capsys.readouterr().err
     assert cli.main(["sweep", "plot", str(tmp_path), str(tmp_path / "x.png")]) == 2
     assert "is not a sweep directory" in capsys.readouterr().err
-    assert cli.main(["sweep", "verify", str(tmp_path), str(tmp_path / "x.png")]) == 2
+    assert cli.main(["sweep", "replay", str(tmp_path), str(tmp_path / "x.png")]) == 2
     assert "extra argument" in capsys.readouterr().err
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SchemaError
-from launcher.record import hashing
+from launcher.record import hashing, layout
 from launcher.record.probe import distributions, fingerprint, probes
 from launcher.record.store import runs
 from launcher.run import pipeline, precheck
@@ -43,7 +43,7 @@ class Here:
         self.lib.write_bytes(b"\x7fELF")
         self.run_dir = tmp_path / "run"
         self.run_dir.mkdir()
-        (self.run_dir / pipeline.CONFIG).write_text("seed: 1\n")
+        (self.run_dir / layout.CONFIG).write_text("seed: 1\n")
         fp = _fp()
         fp["code"]["launcher_modules"] = hashing.launcher_modules({"launcher": "", "launcher.run.precheck": ""})
         helper = self.cwd / "helper.py"
@@ -95,7 +95,7 @@ def test_a_run_made_here_is_not_refused_here(here):
 
 
 def test_precheck_reads_the_stored_fingerprint_and_passes_the_rerun_on(here):
-    runs.write_json(here.run_dir / pipeline.FINGERPRINT, here.stored)
+    runs.write_json(here.run_dir / layout.FINGERPRINT, here.stored)
     assert precheck.precheck(here.run_dir, str(here.cwd), {"A": "1"}, None, cpu="Haswell") == []
     assert here.launched[-1]["extra_env"] == {"A": "1"} and here.launched[-1]["cpu"] == "Haswell"
     probed = {"software": here.software, "distributions": here.identities, "python": "/venv/bin/python"}
@@ -274,7 +274,7 @@ def test_a_rerun_from_a_laid_out_snapshot_is_checked_against_the_snapshot(tmp_pa
     cwd = str(root) + str(here.cwd)
     assert precheck.key_differences_now(here.stored, here.run_dir, cwd, None, str(root)) == []
     assert here.launched[-1]["root"] == str(root) and here.launched[-1]["cwd"] == cwd
-    runs.write_json(here.run_dir / pipeline.FINGERPRINT, here.stored)
+    runs.write_json(here.run_dir / layout.FINGERPRINT, here.stored)
     assert precheck.precheck(here.run_dir, cwd, None, str(root)) == []
     assert [d[0] for d in here.differences()] == ["code.modules.helper", "data.data/mnist.npz"]  # the originals'
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import RebuildError
+from launcher.record import layout
 from launcher.record.probe import distributions
 from launcher.run import rebuild
 
@@ -173,7 +174,7 @@ def test_a_failed_build_leaves_no_environment_that_looks_ready_and_keeps_its_log
     fake = FakeProc(download={"termcolor==3.2.0", "typing-extensions==4.12.0"}, install_ok=False)
     monkeypatch.setattr(rebuild.proc, "run_streaming", fake)
     with pytest.raises(RebuildError, match="failed installing the wheels .*THESE PACKAGES DO NOT MATCH") as err:
-        rebuild.environment(_fp(), cache_root=tmp_path, echo=False)
+        rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
     (log,) = tmp_path.glob("*.log")
     assert str(log) in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([log.name, f".{log.stem}.lock"])  # the lock stays
@@ -184,7 +185,7 @@ def test_a_failed_build_leaves_no_environment_that_looks_ready_and_keeps_its_log
 def test_a_distribution_the_index_lacks_is_refused_by_name(tmp_path, monkeypatch, here):
     monkeypatch.setattr(rebuild.proc, "run_streaming", FakeProc(download={"termcolor==3.2.0"}))
     with pytest.raises(RebuildError, match="no wheel of typing-extensions==4.12.0 could be downloaded") as err:
-        rebuild.environment(_fp(), cache_root=tmp_path, echo=False)
+        rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
     assert err.value.distribution == "typing-extensions"
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith((".log", ".lock"))]
 
@@ -194,10 +195,10 @@ def test_a_built_environment_is_verified_every_time_and_a_mismatch_names_the_dis
     monkeypatch.setattr(rebuild.proc, "run_streaming", fake)
     seen = {"tensorflow-cpu": TF, "termcolor": {"version": "3.2.0", "files_sha256": "t32"}}
     monkeypatch.setattr(rebuild, "probe", lambda python, names: {"software": {}, "distributions": seen})
-    python = rebuild.environment(_fp(), cache_root=tmp_path, echo=False)
+    python = rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
     venv = python.parent.parent
     assert python == venv / "bin" / "python" and venv.parent == tmp_path
-    info = json.loads((venv / rebuild.INFO).read_text())
+    info = json.loads((venv / layout.REBUILD).read_text())
     assert info["install"] == ["termcolor==3.2.0", "typing-extensions==4.12.0"] and info["shared"]
     assert (venv / "requirements.txt").read_text().startswith("termcolor==3.2.0 --hash=sha256:")
     pth = next(venv.glob(f"lib/*/site-packages/{rebuild.SHARED_PTH}")).read_text()
@@ -205,10 +206,11 @@ def test_a_built_environment_is_verified_every_time_and_a_mismatch_names_the_dis
     assert not (venv / "wheels").exists()
     assert json.loads(rebuild.lock_path(venv).read_text())["pid"] == os.getpid()  # the build held its lock
     calls = len(fake.calls)
-    assert rebuild.environment(_fp(), cache_root=tmp_path, echo=False) == python and len(fake.calls) == calls  # cached
+    again = rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
+    assert again == python and len(fake.calls) == calls  # cached
     seen["termcolor"] = {"version": "3.2.0", "files_sha256": "another wheel"}
     with pytest.raises(RebuildError, match="rebuilt environment's termcolor is 3.2.0 .files another whe") as err:
-        rebuild.environment(_fp(), cache_root=tmp_path, echo=False)
+        rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
     assert err.value.distribution == "termcolor"
 
 
@@ -224,11 +226,13 @@ def test_the_probe_sees_what_this_interpreter_sees():
 
 def test_a_launcher_the_environment_cannot_import_is_refused(monkeypatch):
     monkeypatch.setattr(
-        rebuild, "_capture", lambda argv, env: json.dumps({"error": "ModuleNotFoundError: No module named 'omegaconf'"})
+        rebuild.proc,
+        "capture",
+        lambda argv, **how: json.dumps({"error": "ModuleNotFoundError: No module named 'omegaconf'"}),
     )
     with pytest.raises(RebuildError, match="the launcher cannot be imported by .* No module named 'omegaconf'"):
         rebuild.probe(Path("/v/bin/python"), [])
-    monkeypatch.setattr(rebuild, "_capture", lambda argv, env: None)
+    monkeypatch.setattr(rebuild.proc, "capture", lambda argv, **how: None)
     with pytest.raises(RebuildError, match="does not start"):
         rebuild.probe(Path("/v/bin/python"), [])
 

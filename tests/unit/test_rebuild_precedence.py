@@ -228,31 +228,6 @@ def test_the_lock_names_this_host_and_pid_while_building_and_guards_its_director
     assert rebuild.remove_abandoned(final) == [building]
 
 
-def test_wheels_are_hashed_in_chunks(tmp_path, monkeypatch):
-    wheel = tmp_path / "big.whl"
-    wheel.write_bytes(os.urandom(1000))
-    reads = []
-
-    class Spy:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def read(self, n=-1):
-            reads.append(n)
-            return self.f.read(n)
-
-    monkeypatch.setattr(rebuild, "CHUNK", 64)
-    monkeypatch.setattr(rebuild, "open", lambda path, mode: Spy(open(path, mode)), raising=False)
-    assert rebuild.file_sha256(wheel) == hashlib.sha256(wheel.read_bytes()).hexdigest()
-    assert len(reads) == 17 and set(reads) == {64}  # 16 chunks and the empty read that ends it
-
-
 def test_a_launch_that_waited_for_the_lock_uses_what_the_holder_built(held_elsewhere, monkeypatch):
     final, holder = held_elsewhere
     fp = {"software": {"python": "3.11.7", "container": None, "packages": ["tinydist==2.0"], "distributions": {}}}
@@ -269,5 +244,5 @@ def test_a_launch_that_waited_for_the_lock_uses_what_the_holder_built(held_elsew
 
     timer = threading.Timer(0.5, finish)
     timer.start()
-    assert rebuild.environment(fp, cache_root=final.parent, echo=False) == final / "bin" / "python"
+    assert rebuild.python_environment(fp, cache_root=final.parent, echo=False) == final / "bin" / "python"
     timer.join()

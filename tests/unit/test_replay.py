@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from launcher.record import layout
 from launcher.record.store import objects
 from launcher.verdict import compare, replay
 
 RUN = Path("/store/20261125-mnist-1")
-REBUILD = "; only installed distributions differ: --rebuild replays in an environment with the recorded ones"
+REBUILD = "; only installed distributions differ: --rebuild replays in a Python environment with the recorded ones"
 
 
 def _diffs(*names: str) -> list[tuple[str, object, object]]:
@@ -83,8 +84,8 @@ def test_a_differing_data_file_the_run_did_not_keep_names_data():
 def test_the_replay_verdict_follows_compares(monkeypatch, compared, verdict, code):
     calls = []
 
-    def compare_runs(a, b, force=False):
-        calls.append((a, b, force))
+    def compare_runs(a, b, allow_mismatch=False):
+        calls.append((a, b, allow_mismatch))
         return compare.Comparison(compared, 0)
 
     monkeypatch.setattr(compare, "compare_runs", compare_runs)
@@ -125,7 +126,7 @@ def test_a_kept_file_the_job_read_by_its_absolute_path_must_be_there(tmp_path):
     gone, there = tmp_path / "old project" / "small.npz", tmp_path / "here.npz"
     there.write_bytes(b"x")
     sha = hashlib.sha256(b"x").hexdigest()
-    (run / "fingerprint.json").write_text(json.dumps({"data": {str(gone): sha, str(there): sha}}))
+    layout.RunPaths(run).fingerprint.write_text(json.dumps({"data": {str(gone): sha, str(there): sha}}))
     stored = {
         "launch_dir": str(tmp_path / "old project"),
         "files": {str(gone): {"sha256": sha, "role": "data"}, str(there): {"sha256": sha, "role": "data"}},

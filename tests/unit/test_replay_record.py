@@ -24,7 +24,7 @@ def _native(monkeypatch, seen: dict) -> dict:
     """The ``native`` files ``observers.used`` hands ``usage.gather`` for natively ``seen`` opens."""
     got = {}
     monkeypatch.setattr(reads, "natively_opened", lambda: dict(seen))
-    monkeypatch.setattr(usage, "gather", lambda *a, **kw: got.update(kw["native"]) or {})
+    monkeypatch.setattr(usage, "gather", lambda seen, *a: got.update(seen.native) or {})
     return got
 
 

@@ -12,15 +12,14 @@ from launcher.cli import main as cli
 from launcher.errors import ResumeError
 from launcher.record.store import runs
 from launcher.run import resume
+from tests import factories
 
 
 def _stored_run(store: Path) -> Path:
-    run_dir = runs.create(store)
-    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: mnist\n")
-    runs.write_json(run_dir / "result.json", {"weights_sha256": "ab" * 32})
-    (run_dir / "outputs").mkdir()
-    runs.write_bytes(run_dir / "outputs" / ".state", b"step=3\n")
-    return run_dir
+    """A run with a result and an output file, neither sealed nor given a state (the test's to say)."""
+    return factories.sealed_run(
+        store, result={"weights_sha256": "ab" * 32}, outputs={".state": b"step=3\n"}, state=None
+    )
 
 
 def _writable(run_dir: Path) -> None:

@@ -12,30 +12,24 @@ import pytest
 
 from launcher.cli import main as cli
 from launcher.errors import SealError
-from launcher.record import checkpoints
+from launcher.record import checkpoints, hashing, layout
 from launcher.record.store import runs
 from launcher.verdict import compare
+from tests import factories
 
 
 def _interrupted(store: Path, fit: dict | None = None, state: str = "interrupted") -> Path:
     """An interrupted train=script run, with one epoch checkpoint of an observed fit when ``fit`` is given."""
-    run_dir = runs.create(store)
-    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n  script: /w/train.py\n")
-    runs.set_status(run_dir, state)
+    run_dir = factories.sealed_run(
+        store, config="seed: 0\ntrain:\n  name: script\n  script: /w/train.py\n", state=state
+    )
     if fit is not None:
-        ckpt = run_dir / checkpoints.DIRNAME / checkpoints.name(1)
+        ckpt = layout.RunPaths(run_dir).checkpoints / checkpoints.name(1)
         ckpt.mkdir(parents=True)
         runs.write_json(ckpt / checkpoints.EXTRA, fit)
         runs.write_json(
-            ckpt / checkpoints.MANIFEST, {"files": {checkpoints.EXTRA: runs.file_sha256(ckpt / checkpoints.EXTRA)}}
+            ckpt / checkpoints.MANIFEST, {"files": {checkpoints.EXTRA: hashing.file_sha256(ckpt / checkpoints.EXTRA)}}
         )
-    return run_dir
-
-
-def _sealed(store: Path) -> Path:
-    run_dir = runs.create(store)
-    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: mnist\n")
-    runs.seal(run_dir)
     return run_dir
 
 
@@ -59,7 +53,7 @@ def test_compare_offers_resume_only_where_resume_accepts(tmp_path, capsys, fit, 
     assert message.startswith(f"run {run_dir.name} is not complete (state: interrupted; no manifest.json); {says}")
     assert why in message
     assert (f"launch resume {run_dir}" in message) == (fit is not None and fit["steps_per_epoch"] is None)
-    assert cli.main(["compare", str(run_dir), str(_sealed(tmp_path))]) == 4  # one line, exit 4
+    assert cli.main(["compare", str(run_dir), str(factories.sealed_run(tmp_path))]) == 4  # one line, exit 4
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and "Traceback" not in err
 

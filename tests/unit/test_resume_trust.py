@@ -1,7 +1,7 @@
 """``launch resume`` and trust: the resumed run's seal is signed with the resumer's key
 (``store.signing_key`` given to resume; none by default), never with the key the run's own config
 names; resume takes the ``store.*`` words as replay does, says whose run it resumes from the store's
-ledger (``runs.CREATED``), and under ``store.require_signed=true`` refuses a run this store did not
+ledger (``layout.CREATED``), and under ``store.require_signed=true`` refuses a run this store did not
 create, before anything of it is written."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import yaml
 
 from launcher.cli import main as cli
 from launcher.errors import ConfigError, ResumeError, SealError, SignatureError
+from launcher.record import hashing, layout
 from launcher.record.store import runs, signing
 from launcher.run import pipeline, resume
 from tests.conftest import NPZ, TINY, is_run, q, run_dir_of
@@ -38,7 +39,7 @@ def _interrupted(store: Path, signing_key: str | None = CRAFTED_KEY) -> Path:
     (checkpoint / "state.index").write_bytes(b"variables")
     runs.write_json(
         checkpoint / "checkpoint.json",
-        {"epoch": 1, "files": {"state.index": runs.file_sha256(checkpoint / "state.index")}},
+        {"epoch": 1, "files": {"state.index": hashing.file_sha256(checkpoint / "state.index")}},
     )
     runs.set_status(run, "interrupted", error="SIGTERM", returncode=130)
     return run
@@ -53,15 +54,15 @@ def _tree(root: Path) -> dict:
 
 
 @pytest.fixture
-def handed_to_execute(monkeypatch) -> list[dict]:
+def handed_to_execute(monkeypatch) -> list[pipeline.Options]:
     """Resume as far as ``pipeline.execute``, which records what it was handed instead of training (the
     environment checks, which a hand-made run cannot pass, are left out)."""
     calls: list[dict] = []
     monkeypatch.setattr(resume.precheck, "key_differences_now", lambda *a, **k: [])
     monkeypatch.setattr(resume.gpus, "check", lambda *a, **k: None)
 
-    def execute(resolved, run_dir, **kwargs):
-        calls.append(kwargs)
+    def execute(resolved, run_dir, options):
+        calls.append(options)
         return pipeline.Outcome(run_dir, "complete", 0)
 
     monkeypatch.setattr(pipeline, "execute", execute)
@@ -73,20 +74,20 @@ def test_the_resumed_seal_is_signed_with_the_resumers_key_never_the_one_the_run_
     run = _interrupted(tmp_path / "store")
     resume.resume(run, echo=False)  # the resumer gave no key: none, whatever the run's config says
     resume.resume(run, echo=False, store={"signing_key": "/keys/resumer"})
-    assert [call["signing_key"] for call in handed_to_execute] == [None, "/keys/resumer"]
+    assert [call.signing_key for call in handed_to_execute] == [None, "/keys/resumer"]
 
 
 # ---------------------------------------------------------------- whose run: the store's ledger
 def test_the_store_notes_each_run_it_creates_outside_the_run(tmp_path):
     store = tmp_path / "store"
     run = runs.create(store, ledger=True)
-    (entry,) = [json.loads(line) for line in (store / runs.CREATED).read_text().splitlines()]
+    (entry,) = [json.loads(line) for line in (store / layout.CREATED).read_text().splitlines()]
     assert entry["run"] == run.name and entry["inode"] == os.stat(run).st_ino and entry["pid"] == os.getpid()
     assert entry["host"] == socket.gethostname() and entry["user"] and entry["time"]
-    assert runs.creation(run) == entry and not (run / runs.CREATED).exists()
+    assert runs.creation(run) == entry and not (run / layout.CREATED).exists()
     runs.create(store / "sweeps")  # a sweep's or an audit's directory is no run: not noted
-    assert not (store / "sweeps" / runs.CREATED).exists()
-    assert len((store / runs.CREATED).read_text().splitlines()) == 1
+    assert not (store / "sweeps" / layout.CREATED).exists()
+    assert len((store / layout.CREATED).read_text().splitlines()) == 1
 
 
 def test_resume_says_whose_run_it_resumes(tmp_path):
@@ -111,7 +112,7 @@ def test_the_ledger_names_the_very_directory_not_another_put_in_its_place(tmp_pa
 
 def test_a_damaged_or_forged_ledger_line_is_passed_over(tmp_path):
     run = _interrupted(tmp_path / "store")
-    ledger = tmp_path / "store" / runs.CREATED
+    ledger = tmp_path / "store" / layout.CREATED
     good = ledger.read_text()
     forged = json.dumps({"run": run.name, "inode": os.stat(run).st_ino + 1, "user": "mallory", "host": "x"})
     ledger.write_text(f'{run.name} {"[" * 200_000}\n{forged}\n{{"run": "{run.name}"\n[]\n')
@@ -141,7 +142,7 @@ def test_require_signed_refuses_a_run_this_store_did_not_create_before_writing_a
 def test_resume_takes_the_store_trust_words_and_no_others(tmp_path, handed_to_execute, capsys):
     run = _interrupted(tmp_path / "store")
     assert cli.main(["resume", str(run), "store.signing_key=/keys/resumer", "store.allowed_signers=none"]) == 0
-    assert handed_to_execute[-1]["signing_key"] == "/keys/resumer"
+    assert handed_to_execute[-1].signing_key == "/keys/resumer"
     out = capsys.readouterr().out
     assert f"[launch] resuming run {run.name}, created in this store by " in out
     assert cli.main(["resume", str(run), f"store.root={tmp_path}"]) == ConfigError.exit_code
@@ -208,7 +209,7 @@ def test_a_crafted_interrupted_run_naming_the_victims_key_is_not_signed_by_it(la
     resumed = launch("resume", str(run), "--allow-mismatch")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     runs.verify_seal(run)
-    assert not (run / signing.SIGNATURE).exists(), "sealed with the key the run's own config named"
+    assert not (run / layout.SIGNATURE).exists(), "sealed with the key the run's own config named"
     assert signing.describe(signing.check(run)) == "unsigned"
     assert f"[launch] resuming run {run.name}, created in this store by " in resumed.stdout
 

@@ -6,6 +6,7 @@ import stat
 import pytest
 
 from launcher.errors import RunNotFound, SealError, StoreError
+from launcher.record import hashing
 from launcher.record.store import runs
 
 
@@ -147,7 +148,7 @@ def test_the_seal_lists_hidden_files_and_leftovers_and_drops_the_reserve(tmp_pat
         ".config.yaml.k3j2.tmp",
     }
     assert not (run_dir / runs.RESERVE).exists()  # deleted before the listing: a sealed run has none
-    assert manifest["files"]["outputs/.state"] == runs.file_sha256(run_dir / "outputs" / ".state")
+    assert manifest["files"]["outputs/.state"] == hashing.file_sha256(run_dir / "outputs" / ".state")
     assert runs.verify_seal(run_dir) == run_dir
 
 
@@ -221,7 +222,7 @@ def test_the_manifest_format_is_schema_1_stored_runs_keep_verifying(tmp_path):
     assert manifest["schema"] == 1 and set(manifest) == {"schema", "run", "files"} and manifest["run"] == run_dir.name
     assert json.loads((run_dir / "manifest.json").read_text()) == manifest
     files = {
-        name: runs.file_sha256(run_dir / name)
+        name: hashing.file_sha256(run_dir / name)
         for name in ("config.yaml", "outputs/model.bin", "result.json", "status.json")
     }
     _tamper(run_dir / "manifest.json", json.dumps({"schema": 1, "files": files}).encode())  # as a stored run has it

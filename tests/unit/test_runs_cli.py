@@ -7,19 +7,18 @@ from pathlib import Path
 
 from launcher.cli import main as cli
 from launcher.record.probe import key
-from launcher.record.store import runs
+from tests import factories
 from tests.unit.test_fingerprint import _fp
 
 
 def _sealed(store: Path, task: str, fp: dict, seed: int, minute: int) -> Path:
-    run_dir = runs.create(store, now=_dt.datetime(2026, 11, 23, 12, minute))
-    runs.write_bytes(
-        run_dir / "config.yaml", f"seed: {seed}\ntrain:\n  name: {task}\ndeterminism:\n  level: strict\n".encode()
+    return factories.sealed_run(
+        store,
+        config=f"seed: {seed}\ntrain:\n  name: {task}\ndeterminism:\n  level: strict\n",
+        fingerprint=fp,
+        result={"weights_sha256": f"{seed:02d}" * 32, "final_metrics": {"loss": 0.5}},
+        now=_dt.datetime(2026, 11, 23, 12, minute),
     )
-    runs.write_json(run_dir / "fingerprint.json", fp)
-    runs.write_json(run_dir / "result.json", {"weights_sha256": f"{seed:02d}" * 32, "final_metrics": {"loss": 0.5}})
-    runs.seal(run_dir)
-    return run_dir
 
 
 def _listed(capsys, *argv: str) -> list[str]:

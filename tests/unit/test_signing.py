@@ -13,8 +13,9 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.errors import ConfigError, SignatureError
+from launcher.record import layout
 from launcher.record.store import runs, signing
-from launcher.share import manifest as archive_manifest
+from launcher.share import archive_index
 from launcher.share import pack as packing
 from tests.unit.test_archive import sealed_run
 
@@ -35,19 +36,8 @@ def keys(tmp_path_factory) -> dict:
 def signed_run(store: Path, key: Path | str | None, name: str = "20261126-120000-abcdef") -> Path:
     """``sealed_run`` sealed with ``key`` (passed to ``runs.seal``, as the pipeline passes its settings'
     ``store.signing_key``), its config naming the key too, as a launch's does."""
-    import launcher.record.store.runs as runs_module
-
-    real_seal = runs_module.seal
-
-    def seal_with_key(run_dir: Path) -> dict:
-        (run_dir / "config.yaml").write_text(f"train:\n  name: script\nstore:\n  root: runs\n  signing_key: {key}\n")
-        return real_seal(run_dir, signing_key=key)
-
-    runs_module.seal = seal_with_key
-    try:
-        return sealed_run(store, name)
-    finally:
-        runs_module.seal = real_seal
+    config = f"train:\n  name: script\nstore:\n  root: runs\n  signing_key: {key}\n"
+    return sealed_run(store, name, config=config, signing_key=key)
 
 
 def trust(keys: dict, require: bool = False) -> signing.Trust:
@@ -60,17 +50,17 @@ def reseal_without_the_key(run: Path, keep_signature: bool = True) -> None:
         path.chmod(path.stat().st_mode | stat.S_IWUSR)
     (run / "result.json").write_text('{"weights_sha256": "' + "1" * 64 + '"}\n')
     (run / "manifest.json").unlink()
-    signature = (run / signing.SIGNATURE).read_bytes()
-    (run / signing.SIGNATURE).unlink()
+    signature = (run / layout.SIGNATURE).read_bytes()
+    (run / layout.SIGNATURE).unlink()
     (run / "config.yaml").write_text("train:\n  name: script\nstore:\n  root: runs\n")
     runs.seal(run)
     if keep_signature:
-        (run / signing.SIGNATURE).write_bytes(signature)
+        (run / layout.SIGNATURE).write_bytes(signature)
 
 
 def test_a_run_sealed_with_a_key_says_who_sealed_it(tmp_path, keys):
     run = signed_run(tmp_path / "runs", keys["alice"])
-    assert (run / signing.SIGNATURE).read_bytes().startswith(b"-----BEGIN SSH SIGNATURE-----")
+    assert (run / layout.SIGNATURE).read_bytes().startswith(b"-----BEGIN SSH SIGNATURE-----")
     runs.verify_seal(run)  # the signature sits beside the manifest, not in it: the seal still holds
     assert signing.describe(signing.check(run, trust(keys))) == "sealed by alice@lab (trusted)"
     unknown = signing.check(run)  # nobody trusted
@@ -115,8 +105,8 @@ def test_launch_verify_prints_the_seal_and_the_signer(tmp_path, keys, capsys):
 def test_a_signed_runs_archive_keeps_its_signer_and_a_reseal_inside_one_is_refused(tmp_path, keys, capsys):
     run = signed_run(tmp_path / "src", keys["alice"])
     packed = packing.pack(run, tmp_path / "run.tar.gz")
-    assert packed.manifest["signed"] and f"run/{run.name}/{signing.SIGNATURE}" in archive_manifest.expected_members(
-        packed.manifest
+    assert packed.index["signed"] and f"run/{run.name}/{layout.SIGNATURE}" in archive_index.expected_members(
+        packed.index
     )
     assert main(["verify", str(packed.path), f"store.allowed_signers={keys['allowed']}"]) == 0
     assert "signature: sealed by alice@lab (trusted)" in capsys.readouterr().out
@@ -149,13 +139,13 @@ def test_an_archive_holding_a_forged_signed_run_is_refused_before_it_is_imported
     with tarfile.open(good) as tar, tarfile.open(tmp_path / "forged.tar", "w") as out:
         for member in tar.getmembers():
             data = tar.extractfile(member).read() if member.isreg() else None
-            if member.name == archive_manifest.NAME:
-                manifest = json.loads(data)
-                manifest["run_files"] = {
+            if member.name == archive_index.NAME:
+                listed = json.loads(data)
+                listed["run_files"] = {
                     name.split("/", 2)[2]: {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
                     for name, content in replaced.items()
                 }
-                data = json.dumps(manifest).encode()
+                data = json.dumps(listed).encode()
             elif member.name in replaced:
                 data = replaced[member.name]
             if data is not None:
@@ -170,7 +160,7 @@ def test_an_archive_holding_a_forged_signed_run_is_refused_before_it_is_imported
 def test_a_key_that_cannot_sign_leaves_the_run_sealed_unsigned_and_says_so(tmp_path, capsys):
     run = signed_run(tmp_path / "runs", tmp_path / "no-such-key")
     runs.verify_seal(run)
-    assert not (run / signing.SIGNATURE).exists()
+    assert not (run / layout.SIGNATURE).exists()
     assert "sealed, not signed" in capsys.readouterr().err
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.errors import SealError, SignatureError
+from launcher.record import layout
 from launcher.record.store import runs, signing
 from tests.unit.test_archive import sealed_run
 from tests.unit.test_signing import signed_run
@@ -63,14 +64,14 @@ def test_the_seal_is_never_signed_with_a_key_the_run_directory_names(tmp_path, k
     (run / "config.yaml").write_text(f"train:\n  name: mnist\nstore:\n  signing_key: {keys['victim']}\n")
     (run / "result.json").write_text("{}\n")
     runs.seal(run)  # whoever seals it configured no key
-    assert not (run / signing.SIGNATURE).exists()
+    assert not (run / layout.SIGNATURE).exists()
     assert signing.describe(signing.check(runs.verify_seal(run))) == "unsigned"
 
     other = tmp_path / "store" / "20261126-120001-abcdef"
     other.mkdir()
     (other / "config.yaml").write_text("train:\n  name: mnist\n")  # names no key: the caller's is used
     runs.seal(other, signing_key=str(keys["victim"]))
-    assert (other / signing.SIGNATURE).is_file() and signing.check(other).state == "unknown"
+    assert (other / layout.SIGNATURE).is_file() and signing.check(other).state == "unknown"
 
 
 # ---------------------------------------------------------------- 3: the run's id under the signature
@@ -113,7 +114,7 @@ def test_a_signed_seal_without_its_id_is_read_as_before_but_refused_under_requir
     manifest = json.loads((run / "manifest.json").read_text())
     manifest.pop("run", None)  # (a seal of this launcher names it)
     (run / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n")
-    (run / signing.SIGNATURE).write_bytes(signing.sign(run, str(keys["alice"])))
+    (run / layout.SIGNATURE).write_bytes(signing.sign(run, str(keys["alice"])))
     runs.verify_seal(run)
     with pytest.raises(
         SignatureError, match=f"run {run.name} is sealed by alice@lab .trusted., but its id is not under the signature"
@@ -189,7 +190,7 @@ def test_allowed_signers_lines_are_read_as_ssh_keygen_reads_them(keys):
 def test_the_signers_key_is_read_from_the_signature_itself(tmp_path, keys):
     run = signed_run(tmp_path / "runs", keys["alice"])
     (listed,) = signing.parse_allowed_signers(keys["allowed"].read_text())
-    blob = signing.signature_key((run / signing.SIGNATURE).read_bytes())
+    blob = signing.signature_key((run / layout.SIGNATURE).read_bytes())
     assert blob == listed.key
     assert signing.key_fingerprint_of(blob) == signing.check(run).key  # as ssh-keygen prints it
     assert signing.signature_key(b"-----BEGIN SSH SIGNATURE-----\nnot base64!\n-----END SSH SIGNATURE-----\n") is None
@@ -219,6 +220,6 @@ def test_a_signed_seal_nested_too_deeply_is_refused_in_one_line(tmp_path, keys):
     run = sealed_run(tmp_path / "runs")
     _writable(run)
     (run / "manifest.json").write_text(DEEP)  # signed as it is: the signature verifies, the id cannot be read
-    (run / signing.SIGNATURE).write_bytes(signing.sign(run, str(keys["alice"])))
+    (run / layout.SIGNATURE).write_bytes(signing.sign(run, str(keys["alice"])))
     with pytest.raises(SignatureError, match="its signed seal is not readable JSON .nested too deeply"):
         signing.check(run)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.errors import SnapshotError
+from launcher.record import layout
 from launcher.record.store import objects, snapshot
 
 
@@ -95,10 +97,10 @@ def test_objects_are_stored_once_checked_and_laid_out(tmp_path):
     obj = objects.object_path(store, digest)
     obj.chmod(0o644)
     obj.write_bytes(b"tampered")
-    with pytest.raises(snapshot.SnapshotError, match="damaged"):
+    with pytest.raises(SnapshotError, match="damaged"):
         snapshot.materialize(store, taken, tmp_path / "again")
     obj.unlink()
-    with pytest.raises(snapshot.SnapshotError, match="missing"):
+    with pytest.raises(SnapshotError, match="missing"):
         snapshot.materialize(store, taken, tmp_path / "third")
 
 
@@ -144,11 +146,11 @@ def test_remove_deletes_a_layout_the_job_made_read_only(tmp_path):
 
 def test_read_refuses_a_damaged_snapshot_file(tmp_path):
     assert snapshot.read(tmp_path) is None
-    (tmp_path / snapshot.SNAPSHOT).write_text("{not json")
-    with pytest.raises(snapshot.SnapshotError):
+    (tmp_path / layout.SNAPSHOT).write_text("{not json")
+    with pytest.raises(SnapshotError):
         snapshot.read(tmp_path)
-    (tmp_path / snapshot.SNAPSHOT).write_text('{"schema": 99, "files": {}}')
-    with pytest.raises(snapshot.SnapshotError, match="unknown schema"):
+    (tmp_path / layout.SNAPSHOT).write_text('{"schema": 99, "files": {}}')
+    with pytest.raises(SnapshotError, match="unknown schema"):
         snapshot.read(Path(tmp_path))
 
 
@@ -184,15 +186,15 @@ def test_an_unfinished_run_keeps_its_code_only_when_the_job_named_its_modules(tm
         "modules": {"helper": {"path": str(work / "helper.py"), "sha256": _sha(b"helper")}},
     }
     assert keep.keep_so_far(run_dir, resolved, fp, {**facts, "modules": None}, str(work)) is None
-    assert not (run_dir / snapshot.SNAPSHOT).exists()
+    assert not (run_dir / layout.SNAPSHOT).exists()
     taken = keep.keep_so_far(run_dir, resolved, fp, facts, str(work))
     assert {p: e["role"] for p, e in taken["files"].items()} == {
         str(work / "train.py"): "script",
         str(work / "helper.py"): "module",
     }
     assert snapshot.read(run_dir) == taken
-    (run_dir / snapshot.SNAPSHOT).unlink()
-    snapshot.remove(store / objects.OBJECTS)
-    (store / objects.OBJECTS).write_text("not a directory")  # a store the job cannot write (even as root)
+    (run_dir / layout.SNAPSHOT).unlink()
+    snapshot.remove(store / layout.OBJECTS)
+    (store / layout.OBJECTS).write_text("not a directory")  # a store the job cannot write (even as root)
     assert keep.keep_so_far(run_dir, resolved, fp, facts, str(work)) is None
-    assert not (run_dir / snapshot.SNAPSHOT).exists()
+    assert not (run_dir / layout.SNAPSHOT).exists()

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from launcher.errors import StoreBusy
+from launcher.record import layout
 from launcher.record.store import gc, keep, objects, snapshot
 
 HOUR_AGO = time.time() - 3600
@@ -118,7 +120,7 @@ def test_a_run_keeps_at_most_its_caps_and_records_the_rest_as_left_out(project):
     assert taken["left_out"] == {
         str(work / f"data/f{n:02d}.bin"): "over store.snapshot_max_files (5 files kept per run)" for n in range(3, 12)
     }
-    stored = [p for p in (project["store"] / objects.OBJECTS).rglob("*") if p.is_file()]
+    stored = [p for p in (project["store"] / layout.OBJECTS).rglob("*") if p.is_file()]
     assert len(stored) == 5  # nothing left out was stored
     # a cap of 0 MiB: nothing fits, not even the script
     taken = keep.keep_snapshot(run_dir, _resolved(work, snapshot_max_total_mb=0), project["fp"], str(work))
@@ -156,7 +158,7 @@ def test_the_jobs_checkpoints_keep_code_only(project):
         str(work / "helper.py"): "module",
     }
     assert taken["left_out"] == {}
-    assert len([p for p in (project["store"] / objects.OBJECTS).rglob("*") if p.is_file()]) == 2
+    assert len([p for p in (project["store"] / layout.OBJECTS).rglob("*") if p.is_file()]) == 2
     taken = keep.keep_so_far(run_dir, _resolved(work), fp, facts, str(work))  # the launcher, after the job
     assert len(taken["files"]) == 14
 
@@ -166,17 +168,17 @@ def test_the_job_never_waits_for_a_gc_and_the_launcher_waits_for_it_to_end(proje
     facts = {"software": {}, "determinism": {}, "data": {}, "modules": project["fp"]["code"]["modules"]}
     with gc.store_lock(store, shared=False, wait_s=0):  # a gc runs
         started = time.monotonic()
-        with pytest.raises(keep.StoreBusy):
+        with pytest.raises(StoreBusy):
             keep.keep_so_far(run_dir, _resolved(work), project["fp"], facts, str(work), code_only=True, wait_s=0)
         assert time.monotonic() - started < 1
-        assert not (run_dir / snapshot.SNAPSHOT).exists() and not (store / objects.OBJECTS).exists()
+        assert not (run_dir / layout.SNAPSHOT).exists() and not (store / layout.OBJECTS).exists()
         taken: list[dict] = []
         launcher = threading.Thread(
             target=lambda: taken.append(keep.keep_snapshot(run_dir, _resolved(work), project["fp"], str(work)))
         )
         launcher.start()
         launcher.join(timeout=0.5)
-        assert launcher.is_alive() and not (run_dir / snapshot.SNAPSHOT).exists()  # waiting for the gc
+        assert launcher.is_alive() and not (run_dir / layout.SNAPSHOT).exists()  # waiting for the gc
     launcher.join(timeout=10)
     assert len(taken[0]["files"]) == 14 and snapshot.read(run_dir) == taken[0]
 
@@ -211,7 +213,7 @@ def test_a_gc_never_marks_between_a_runs_objects_and_its_snapshot_json(project, 
 def test_a_run_stores_its_snapshot_without_the_hold_where_it_cannot_open_the_lock(project, monkeypatch):
     """A store the run may write objects to but whose lock file it cannot open: the hold is best effort."""
     work, run_dir, store = project["work"], project["run_dir"], project["store"]
-    (store / gc.LOCK).mkdir()  # cannot be opened as a file (even by root)
+    (store / layout.GC_LOCK).mkdir()  # cannot be opened as a file (even by root)
     taken = keep.keep_snapshot(run_dir, _resolved(work), project["fp"], str(work))
     assert len(taken["files"]) == 14
 

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main as cli
-from launcher.errors import UnsafeRun
+from launcher.errors import SnapshotError, UnsafeRun
+from launcher.record import layout
 from launcher.record.store import objects, runs, snapshot
 from launcher.run import resume
+from tests import factories
 from tests.conftest import run_launch
 
 EVIL = b"print('owned')\n"
@@ -59,12 +61,9 @@ def _escape(tmp_path: Path) -> str:
 
 
 def _sealed_run(store: Path, snap: dict) -> Path:
-    run_dir = runs.create(store)
-    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n  script: /w/train.py\n")
-    runs.write_json(run_dir / "fingerprint.json", {"schema": 3})
-    runs.write_json(run_dir / snapshot.SNAPSHOT, snap)
-    runs.seal(run_dir)  # a forged run re-seals in one line: the seal proves nothing about its author
-    return run_dir
+    # a forged run re-seals in one line: the seal proves nothing about its author
+    config = "seed: 0\ntrain:\n  name: script\n  script: /w/train.py\n"
+    return factories.sealed_run(store, config=config, fingerprint={"schema": 3}, snapshot_json=snap)
 
 
 def _snap(files: dict, launch_dir: str = "/w") -> dict:
@@ -97,7 +96,7 @@ def test_launch_replay_refuses_a_traversal_path_in_one_line_with_exit_2_and_writ
     ],
 )
 def test_every_path_that_is_not_normalised_and_absolute_is_refused_when_read(tmp_path, path, why):
-    (tmp_path / snapshot.SNAPSHOT).write_text(json.dumps(_snap({path: {"sha256": _sha(EVIL), "role": "module"}})))
+    (tmp_path / layout.SNAPSHOT).write_text(json.dumps(_snap({path: {"sha256": _sha(EVIL), "role": "module"}})))
     with pytest.raises(UnsafeRun, match=why) as refused:
         snapshot.read(tmp_path)
     assert refused.value.entry == path and refused.value.exit_code == 2
@@ -152,7 +151,7 @@ def test_a_sha256_that_is_not_64_lowercase_hex_digits_is_refused_before_any_copy
         snapshot.materialize(store, snap, dest)
     assert _tree(tmp_path) == before  # the secret was not copied into the layout, nor anything else
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / snapshot.SNAPSHOT).write_text(json.dumps(snap))
+    (tmp_path / "run" / layout.SNAPSHOT).write_text(json.dumps(snap))
     with pytest.raises(UnsafeRun, match="stolen.txt"):
         snapshot.read(tmp_path / "run")
     if isinstance(sha, str):
@@ -197,7 +196,7 @@ def test_a_sealed_run_with_a_link_pointing_out_is_refused_by_launch_replay(tmp_p
     outside.chmod(0o644)
     run_dir = runs.create(store)
     runs.write_bytes(run_dir / "config.yaml", b"seed: 0\n")
-    runs.write_json(run_dir / snapshot.SNAPSHOT, _snap({}))
+    runs.write_json(run_dir / layout.SNAPSHOT, _snap({}))
     (run_dir / "outputs").mkdir()
     (run_dir / "outputs" / "model.keras").symlink_to(outside)
     runs.write_bytes(run_dir / "outputs" / "best.keras", b"weights")
@@ -216,7 +215,7 @@ def test_a_snapshot_json_that_is_a_link_is_refused(tmp_path):
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text(json.dumps(_snap({})))
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / snapshot.SNAPSHOT).symlink_to(elsewhere)
+    (tmp_path / "run" / layout.SNAPSHOT).symlink_to(elsewhere)
     with pytest.raises(UnsafeRun, match="is a link"):
         snapshot.read(tmp_path / "run")
 
@@ -278,7 +277,7 @@ def test_launch_resume_refuses_a_forged_unsealed_snapshot_before_anything_is_wri
         forged["launch_dir"] = str(tmp_path)
     else:
         forged["files"][str(work / "helper.py")]["role"] = "data"
-    runs.write_json(run_dir / snapshot.SNAPSHOT, forged)  # unsealed: nothing else to forge
+    runs.write_json(run_dir / layout.SNAPSHOT, forged)  # unsealed: nothing else to forge
     before = _tree(tmp_path)
     assert cli.main(["resume", str(run_dir)]) == 2
     err = capsys.readouterr().err.splitlines()
@@ -291,14 +290,14 @@ def test_launch_resume_refuses_a_traversal_path_and_a_link_out_of_an_unsealed_ru
     run_dir, work, taken = _interrupted_script_run(tmp_path)
     forged = json.loads(json.dumps(taken))
     forged["files"][_escape(tmp_path)] = forged["files"][str(work / "helper.py")]
-    runs.write_json(run_dir / snapshot.SNAPSHOT, forged)
+    runs.write_json(run_dir / layout.SNAPSHOT, forged)
     before = _tree(tmp_path)
     assert cli.main(["resume", str(run_dir)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "escape/evil.py" in err[0] and "not a normalised path" in err[0]
     assert _tree(tmp_path) == before and not (tmp_path / "escape").exists()
 
-    runs.write_json(run_dir / snapshot.SNAPSHOT, taken)
+    runs.write_json(run_dir / layout.SNAPSHOT, taken)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "log.txt").write_bytes(b"")
@@ -334,7 +333,7 @@ def test_a_private_files_object_and_layout_are_not_readable_by_others(tmp_path):
     obj = objects.object_path(store, _sha(b"patient records"))
     assert stat.S_IMODE(obj.stat().st_mode) == 0o400  # read by its owner only, written by nobody
     assert stat.S_IMODE(objects.object_path(store, _sha(b"print(1)\n")).stat().st_mode) == 0o555
-    for directory in (store / objects.OBJECTS, obj.parent):  # made with the store's mode, whatever the umask
+    for directory in (store / layout.OBJECTS, obj.parent):  # made with the store's mode, whatever the umask
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     dest = tmp_path / "dest"
     snapshot.materialize(store, taken, dest)
@@ -350,7 +349,7 @@ def test_a_layout_never_leaves_a_damaged_file_under_its_name(tmp_path):
     obj.chmod(0o644)
     obj.write_bytes(b"tampered")
     dest = tmp_path / "dest"
-    with pytest.raises(snapshot.SnapshotError, match="damaged"):
+    with pytest.raises(SnapshotError, match="damaged"):
         snapshot.materialize(store, _snap({"/w/train.py": {"sha256": _sha(EVIL), "role": "script"}}), dest)
     assert [p for p in dest.rglob("*") if p.is_file()] == []  # neither the file nor its temporary copy
 

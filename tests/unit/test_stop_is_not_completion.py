@@ -9,6 +9,7 @@ import os
 from omegaconf import OmegaConf
 
 from launcher.job import interrupts
+from launcher.record import layout
 from launcher.record.layout import ERROR, JOB_FACTS, RESULT
 from launcher.record.store import index, runs
 from launcher.run import pipeline
@@ -30,7 +31,7 @@ def test_a_stopped_job_that_exits_0_ends_interrupted_not_sealed(tmp_path, monkey
     monkeypatch.setattr(pipeline, "keep_so_far", lambda *args: None)  # the snapshot is not what is tested here
     run_dir, outcome = _ended_with_status_0(tmp_path, stopped=True)
     assert (outcome.status, outcome.returncode, outcome.error) == ("interrupted", 130, "SIGTERM")
-    assert not (run_dir / runs.MANIFEST).exists()
+    assert not (run_dir / layout.MANIFEST).exists()
     assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
 
 

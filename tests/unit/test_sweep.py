@@ -15,13 +15,14 @@ from omegaconf import OmegaConf
 import launcher.verdict
 from launcher.cli import main as cli
 from launcher.errors import ConfigError, NotComparable
+from launcher.record import layout
 from launcher.record.probe import environment
 from launcher.record.store import runs
 from launcher.run.pipeline import Outcome
 from launcher.sweep import multirun as sweep
+from launcher.sweep import replay as sweep_replay
 from launcher.sweep import report as sweep_report
 from launcher.sweep import slots
-from launcher.sweep import verify as sweep_verify
 
 CORES2 = [0, 1]
 GPUS = [{"index": 0, "name": "A100"}, {"index": 1, "name": "A100"}, {"index": 5, "name": "A100"}]
@@ -249,15 +250,19 @@ class FakeJob:
         self.calls: list[dict] = []
         self.status, self.error = status, error
 
-    def run(self, cfg, *, store_root, cwd, cpus, echo, extra_env, track, root=None, on_created=None):
+    def run(self, cfg, options, *, store_root, on_created=None):
+        from launcher.run import pipeline
+
+        unset = (options.replay_of, options.replay_notes, options.resume, options.python, options.cpu)
+        assert unset == (None,) * 5 and options.signing_key is pipeline.COMPOSED, options
         self.calls.append(
             dict(
                 store_root=store_root,
-                cwd=cwd,
-                cpus=cpus,
-                echo=echo,
-                track=track,
-                extra_env=extra_env,
+                cwd=options.cwd,
+                cpus=options.cpus,
+                echo=options.echo,
+                track=options.track,
+                extra_env=options.extra_env,
                 env=dict(__import__("os").environ),
             )
         )
@@ -449,7 +454,7 @@ def fake_replay(monkeypatch):
     return install
 
 
-def _verify_sweep(tmp_path, statuses):
+def _replay_sweep(tmp_path, statuses):
     d = _sweep_dir(tmp_path, [])
     for num, status in enumerate(statuses):
         rec = _record(num, status=status, weights="a" * 64)
@@ -458,29 +463,41 @@ def _verify_sweep(tmp_path, statuses):
     return d
 
 
-def test_verify_counts_reproduced_jobs(tmp_path, fake_replay, capsys):
-    d = _verify_sweep(tmp_path, ["complete", "complete"])
+def test_sweep_replay_counts_reproduced_jobs(tmp_path, fake_replay, capsys):
+    d = _replay_sweep(tmp_path, ["complete", "complete"])
     fake = fake_replay({"run0": "REPRODUCED", "run1": "REPRODUCED"})
-    assert cli.main(["sweep", "verify", str(d)]) == 0
+    assert cli.main(["sweep", "replay", str(d)]) == 0
     assert fake.calls == [("run0", False, False), ("run1", False, False)]
-    assert "2 of 2 jobs reproduced bit for bit" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "2 of 2 jobs reproduced bit for bit" in out and "note" not in err
     (report,) = (d / "verify").iterdir()
     assert json.loads(report.read_text())["reproduced"] == 2
 
 
-def test_verify_exit_codes(tmp_path, fake_replay):
-    d = _verify_sweep(tmp_path, ["complete", "complete", "failed"])
+def test_sweep_verify_is_the_old_word_for_replay_for_one_more_release(tmp_path, fake_replay, capsys):
+    d = _replay_sweep(tmp_path, ["complete"])
+    fake = fake_replay({"run0": "REPRODUCED"})
+    assert cli.main(["sweep", "verify", str(d)]) == 0
+    assert fake.calls == [("run0", False, False)]
+    out, err = capsys.readouterr()
+    assert "[launch] note: sweep verify is now sweep replay (the old spelling goes in the next release)" in err
+    assert "1 of 1 jobs reproduced bit for bit" in out
+    assert "verify" not in cli.usage().split("launch sweep")[1].splitlines()[0]  # the old word is not offered
+
+
+def test_sweep_replay_exit_codes(tmp_path, fake_replay):
+    d = _replay_sweep(tmp_path, ["complete", "complete", "failed"])
     fake_replay({"run0": "REPRODUCED", "run1": "DIVERGED"})
-    assert sweep_verify.verify(d) == 1
-    d2 = _verify_sweep(tmp_path / "b", ["complete", "complete"])
+    assert sweep_replay.replay(d) == 1
+    d2 = _replay_sweep(tmp_path / "b", ["complete", "complete"])
     fake_replay({"run0": "REPRODUCED", "run1": "RAISE"})
-    assert sweep_verify.verify(d2) == 3
+    assert sweep_replay.replay(d2) == 3
     report = json.loads(next((d2 / "verify").iterdir()).read_text())
     assert [j["verdict"] for j in report["jobs"]] == ["REPRODUCED", "NOT COMPARABLE"]
 
 
-def test_verify_rejects_what_is_not_a_sweep(tmp_path, capsys):
-    assert cli.main(["sweep", "verify", str(tmp_path)]) == 2
+def test_sweep_replay_rejects_what_is_not_a_sweep(tmp_path, capsys):
+    assert cli.main(["sweep", "replay", str(tmp_path)]) == 2
     assert "is not a sweep directory" in capsys.readouterr().err
     assert cli.main(["sweep", "frobnicate", str(tmp_path)]) == 2
 
@@ -510,7 +527,7 @@ def test_a_requeued_job_finds_the_run_its_earlier_attempt_started(tmp_path):
     runs.set_status(run_dir, "interrupted")
     runs.write_json(sweep.job_path(d, 0), {**sweep.pending_record(0, ["+seed=0"], 0), "run_dir": str(run_dir)})
     assert sweep.requeued_run(d, 0) is None  # no checkpoint: the job starts afresh
-    path = run_dir / checkpoints.DIRNAME / checkpoints.name(1)
+    path = run_dir / layout.CHECKPOINTS / checkpoints.name(1)
     path.mkdir(parents=True)
     runs.write_json(path / checkpoints.MANIFEST, {"epoch": 1, "files": {}})
     assert sweep.requeued_run(d, 0) == run_dir

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.record import tbevents
+from launcher.record import layout, tbevents
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -28,7 +28,7 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar in the run's event directory, as TensorBoard's EventAccumulator reads it."""
     from tensorboard.backend.event_processing import event_accumulator
 
-    acc = event_accumulator.EventAccumulator(str(run_dir / tbevents.DIR))
+    acc = event_accumulator.EventAccumulator(str(run_dir / layout.TENSORBOARD))
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
@@ -93,7 +93,7 @@ def test_follow_keeps_the_file_current_while_the_job_runs_and_catches_up_at_the_
         assert scalars(tmp_path) == {"epoch/loss": [(1, 2.0)]}  # live, before the job ended
         append(tmp_path / "trace.jsonl", {"step": 5, "epoch": 1, "loss": 1.0})
     assert scalars(tmp_path) == {"epoch/loss": [(1, 2.0)], "trace/loss": [(5, 1.0)]}
-    assert [p.name for p in (tmp_path / tbevents.DIR).iterdir()] == [tbevents.FILE]  # no temporary left
+    assert [p.name for p in (tmp_path / layout.TENSORBOARD).iterdir()] == [tbevents.FILE]  # no temporary left
 
 
 def test_follow_never_fails_the_job_it_watches(tmp_path, capsys):
@@ -108,7 +108,7 @@ def test_follow_never_fails_the_job_it_watches(tmp_path, capsys):
 def test_a_sweep_links_each_job_by_its_swept_values(tmp_path):
     store = tmp_path / "store"
     run = store / "20261123-000000-abcdef"
-    (run / tbevents.DIR).mkdir(parents=True)
+    (run / layout.TENSORBOARD).mkdir(parents=True)
     sweep = store / "sweeps" / "20261123-000000-012345"
     sweep.mkdir(parents=True)
     tbevents.link_sweep_job(sweep, 3, "+seed=3 train.learning_rate=0.01", run)
@@ -116,5 +116,5 @@ def test_a_sweep_links_each_job_by_its_swept_values(tmp_path):
     (link,) = (sweep / tbevents.SWEEP_DIR).iterdir()
     assert link.name == "003 +seed=3_train.learning_rate=0.01"
     assert link.is_symlink() and not os.path.isabs(os.readlink(link))  # relative: the store can move
-    assert link.resolve() == (run / tbevents.DIR).resolve()
+    assert link.resolve() == (run / layout.TENSORBOARD).resolve()
     assert tbevents.job_link_name(0, "(no sweep)") == "000"

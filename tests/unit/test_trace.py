@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from launcher.job.training import trace as recording
-from launcher.record import trace
+from launcher.record import layout, trace
 from launcher.record.hashing import weights_digest
 
 
@@ -89,7 +89,7 @@ def test_a_layer_only_one_run_has_differs():
 
 def test_keep_through_drops_later_epochs_atomically(tmp_path):
     points = _trace(range(0, 13))
-    (tmp_path / trace.FILE).write_text("".join(json.dumps(p) + "\n" for p in points))
+    (tmp_path / layout.TRACE).write_text("".join(json.dumps(p) + "\n" for p in points))
     trace.keep_through(tmp_path, 2)
     kept = trace.read(tmp_path)
     assert [p["step"] for p in kept] == list(range(0, 9)) and max(p["epoch"] for p in kept) == 2
@@ -100,7 +100,7 @@ def test_keep_through_keeps_the_points_its_checkpoint_counted(tmp_path):
     """A stopped script records its last step on the way out, labelled with the epochs it had
     finished: the checkpoint's count drops it, where the epoch label alone would keep it."""
     points = [*_trace(range(0, 9)), {**_trace([10])[0], "epoch": 2, "loss": None}]
-    (tmp_path / trace.FILE).write_text("".join(json.dumps(p) + "\n" for p in points))
+    (tmp_path / layout.TRACE).write_text("".join(json.dumps(p) + "\n" for p in points))
     assert trace.count(tmp_path) == 10 and trace.count(tmp_path / "no-such-run") == 0
     trace.keep_through(tmp_path, 2, points=9)
     assert [p["step"] for p in trace.read(tmp_path)] == list(range(0, 9))
@@ -195,8 +195,8 @@ def test_steps_per_execution_still_gives_a_point_per_interval(tmp_path):
 
 def test_a_torn_last_line_ends_the_trace(tmp_path):
     good = json.dumps(trace.point(0, 0, None, _weights())) + "\n"
-    (tmp_path / trace.FILE).write_text(good + good[: len(good) // 2])
+    (tmp_path / layout.TRACE).write_text(good + good[: len(good) // 2])
     assert len(trace.read(tmp_path)) == 1
     trace.keep_through(tmp_path, 0)  # resume after a crash mid-line
     assert trace.read(tmp_path) == [json.loads(good)]
-    assert (tmp_path / trace.FILE).read_text().count("\n") == 1  # the torn tail is gone
+    assert (tmp_path / layout.TRACE).read_text().count("\n") == 1  # the torn tail is gone

@@ -4,7 +4,6 @@ touches a run. The runs here are written by hand and sealed (no training)."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -13,10 +12,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from launcher.record import tracking
+from launcher.record import layout, tracking
 from launcher.record.probe import fingerprint, key
 from launcher.record.store import runs
 from launcher.run import composition, config
+from tests import factories
 
 CFG = {
     "train": {"name": "mnist", "epochs": 2, "data": "sample"},
@@ -29,18 +29,17 @@ CFG = {
 
 def sealed_run(store: Path, cfg: dict = CFG, status: str = "complete", name: str = "20261123-101500-aaaaaa") -> Path:
     """A run directory as the pipeline leaves it: config, fingerprint, metrics, result, sealed."""
-    run = store / name
-    run.mkdir(parents=True)
-    runs.write_bytes(run / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(cfg)).encode())
-    runs.write_json(run / "fingerprint.json", fingerprint.collect(dict(os.environ), str(store), "c" * 64))
     lines = [{"epoch": 1, "loss": 2.0, "accuracy": 0.5}, {"epoch": 2, "loss": 1.5, "accuracy": 0.625}]
-    runs.write_bytes(run / "metrics.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode())
-    if status == "complete":
-        runs.write_json(run / "result.json", {"weights_sha256": "ab" * 32, "final_metrics": lines[-1]})
-        runs.seal(run)
-    else:
-        runs.set_status(run, status, error="job exited with status 1")
-    return run
+    return factories.sealed_run(
+        store,
+        name,
+        config=cfg,
+        fingerprint=fingerprint.collect(dict(os.environ), str(store), "c" * 64),
+        metrics=lines,
+        result={"weights_sha256": "ab" * 32, "final_metrics": lines[-1]} if status == "complete" else None,
+        state=status,
+        status={"error": "job exited with status 1"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +128,7 @@ def test_the_tracking_group_composes_and_an_unknown_tracker_is_refused():
 def test_a_sealed_run_is_logged_with_its_history_tags_params_and_artifacts(store):
     root, cfg = store
     run = sealed_run(root, cfg, name="20261123-101500-000001")
-    manifest = (run / runs.MANIFEST).read_bytes()
+    manifest = (run / layout.MANIFEST).read_bytes()
     rid = tracking.log_run(run)
     assert rid
     (r,) = all_runs(root, cfg["tracking"]["experiment"])
@@ -144,7 +143,7 @@ def test_a_sealed_run_is_logged_with_its_history_tags_params_and_artifacts(store
     assert r.data.params["train.epochs"] == "2"
     assert sorted(a.path for a in c.list_artifacts(rid)) == ["config.yaml", "fingerprint.json", "result.json"]
     assert r.info.artifact_uri.startswith((root / "mlartifacts").as_uri())  # in the store, not the cwd
-    assert (run / runs.MANIFEST).read_bytes() == manifest and runs.verify_seal(run)  # the run is untouched
+    assert (run / layout.MANIFEST).read_bytes() == manifest and runs.verify_seal(run)  # the run is untouched
 
 
 def test_the_experiment_defaults_to_the_task(shared):
@@ -184,7 +183,7 @@ def test_a_dead_server_is_one_warning_quickly_and_the_run_is_untouched(tmp_path,
     url = f"http://127.0.0.1:{_closed_port()}"
     down = {**CFG, "tracking": {"name": "mlflow", "uri": url, "experiment": None}}
     run = sealed_run(tmp_path, cfg=down)
-    manifest = (run / runs.MANIFEST).read_bytes()
+    manifest = (run / layout.MANIFEST).read_bytes()
     started = time.monotonic()
     assert tracking.log_run(run) is None
     assert time.monotonic() - started < 60  # MLflow's own retries would take minutes
@@ -192,7 +191,7 @@ def test_a_dead_server_is_one_warning_quickly_and_the_run_is_untouched(tmp_path,
     assert len(err) == 1, err
     assert err[0].startswith(f"[launch] warning: MLflow tracking to {url} failed, the run is unaffected")
     assert "Connection refused" in err[0]
-    assert (run / runs.MANIFEST).read_bytes() == manifest and runs.verify_seal(run)
+    assert (run / layout.MANIFEST).read_bytes() == manifest and runs.verify_seal(run)
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # restored: later jobs do not inherit it
 
 

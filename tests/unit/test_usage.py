@@ -255,17 +255,12 @@ def test_gather_counts_listed_files_as_read(tmp_path):
     (data / "a.png").write_bytes(b"png")
     run = tmp_path / "run"
     run.mkdir()
-    used = usage.gather(
-        {},
-        str(run),
-        str(tmp_path),
-        modules={},
-        maps_text="",
-        listed=[str(data)],
-        started_ns=os.stat(data / "a.png").st_mtime_ns + 1,
+    seen = usage.Observed(
+        modules={}, maps_text="", listed=[str(data)], started_ns=os.stat(data / "a.png").st_mtime_ns + 1
     )
+    used = usage.gather(seen, str(run), str(tmp_path))
     assert used["data"] == {"imgs/a.png": hashlib.sha256(b"png").hexdigest()}
-    later = usage.gather({}, str(run), str(tmp_path), modules={}, maps_text="", listed=[str(data)], started_ns=0)
+    later = usage.gather(usage.Observed(modules={}, maps_text="", listed=[str(data)]), str(run), str(tmp_path))
     assert later["data"] == {}  # written after the job started: its output
 
 
@@ -330,15 +325,10 @@ def test_a_file_is_recorded_as_the_job_named_it(tmp_path):
         }
         for name in ("rel.npz", "abs.npz")
     }
-    used = usage.gather(
-        opened,
-        str(run),
-        str(tmp_path),
-        modules={},
-        maps_text="",
-        listed={str(tmp_path / "listed"): False},
-        started_ns=time.time_ns() + 1,
+    seen = usage.Observed(
+        opened, modules={}, maps_text="", listed={str(tmp_path / "listed"): False}, started_ns=time.time_ns() + 1
     )
+    used = usage.gather(seen, str(run), str(tmp_path))
     assert set(used["data"]) == {"rel.npz", str(tmp_path / "abs.npz"), str(tmp_path / "listed" / "a.png")}
 
 
@@ -674,16 +664,14 @@ def test_gather_keys_the_source_files_the_job_ran_with_exec(tmp_path):
     run.mkdir()
     helper = types.ModuleType("helper")
     helper.__file__ = str(tmp_path / "helper.py")
-    used = usage.gather(
-        {},
-        str(run),
-        str(tmp_path),
+    seen = usage.Observed(
         modules={"helper": helper},
         maps_text="",
         started_ns=started_ns,
         code_files=[str(tmp_path / "train.py")],
         executed=[str(tmp_path / n) for n in ("cfg.py", "helper.py", "train.py", "cell.py")],
     )
+    used = usage.gather(seen, str(run), str(tmp_path))
     sha = hashlib.sha256(b"# cfg.py\n").hexdigest()
     assert used["modules"] == {
         "helper": {"path": str(tmp_path / "helper.py"), "sha256": hashlib.sha256(b"# helper.py\n").hexdigest()},
@@ -717,9 +705,8 @@ def test_a_file_there_before_the_job_that_it_read_then_changed_or_deleted_is_nev
     (tmp_path / "read.bin").unlink()  # read through Python, then deleted
     run = tmp_path / "run-1"
     run.mkdir()
-    data = usage.gather(
-        opened, str(run), str(tmp_path), modules={}, maps_text="", started_ns=started_ns, native=native
-    )["data"]
+    seen = usage.Observed(opened, modules={}, maps_text="", started_ns=started_ns, native=native)
+    data = usage.gather(seen, str(run), str(tmp_path))["data"]
     assert data == {
         "ckpt-3.index": "deleted while the job ran (run-1)",
         "kept.bin": hashlib.sha256(b"before").hexdigest(),

@@ -31,7 +31,7 @@ def test_record_data_puts_a_named_file_and_every_file_of_a_named_directory_in_th
     monkeypatch.chdir(tmp_path)
     launcher.record_data("images")  # as the job names it: relative
     launcher.record_data(tmp_path / "labels.csv")  # absolute
-    used = usage.gather({}, str(run), str(tmp_path), explicit=reads.explicit, modules={}, maps_text="")
+    used = usage.gather(usage.Observed(explicit=reads.explicit, modules={}, maps_text=""), str(run), str(tmp_path))
     assert used["data"] == {
         "images/a.png": _sha(b"a"),
         "images/sub/b.png": _sha(b"b"),

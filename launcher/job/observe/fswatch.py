@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+from launcher.record import layout
 from launcher.record.filecache import stat_key
 
 MAX_DIRS = 1000  # watched directories of one job; Linux allows 8,192 to 1M per user
@@ -92,7 +93,7 @@ def tree(root: str, skip: Iterable[str], budget: int) -> tuple[list[str], bool]:
                 )
         except OSError:
             continue
-        if os.path.exists(os.path.join(directory, "index.sqlite")):  # a run store: records, not data
+        if layout.StorePaths(directory).index.exists():  # a run store: records, not data
             out.pop()
             continue
         queue += subdirs

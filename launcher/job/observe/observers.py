@@ -67,10 +67,8 @@ def paused() -> Iterator[None]:
 
 def used(run_dir: Path, launch_dir: str, root: str | None, laid_out: bool) -> dict:
     """What the job used (``usage.gather``): its modules, distributions, libraries and data."""
-    return usage.gather(
+    seen = usage.Observed(
         reads.opened,
-        str(run_dir),
-        launch_dir,
         explicit=reads.explicit,
         listed=reads.listed,
         patterns=reads.patterns,
@@ -81,6 +79,7 @@ def used(run_dir: Path, launch_dir: str, root: str | None, laid_out: bool) -> di
         executed=reads.executed,
         importers=imports.importers,
     )
+    return usage.gather(seen, str(run_dir), launch_dir)
 
 
 def _as_linked(path: str, root: str | None) -> str:

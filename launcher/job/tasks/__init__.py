@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from launcher.job.determinism import Plan
-from launcher.record.layout import METRICS
+from launcher.record import layout
 
 
 @dataclass
@@ -43,7 +43,7 @@ class TaskContext:
     def log_epoch(self, epoch: int, metrics: dict[str, float]) -> None:
         """Append one epoch's metrics to metrics.jsonl as a single line, durably."""
         line = json.dumps({"epoch": epoch, **metrics}, sort_keys=True) + "\n"
-        with open(self.run_dir / METRICS, "a", encoding="utf-8") as f:
+        with open(layout.RunPaths(self.run_dir).metrics, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())

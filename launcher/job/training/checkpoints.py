@@ -23,8 +23,8 @@ import shutil
 from pathlib import Path
 
 from launcher.errors import StoreError
-from launcher.record import trace
-from launcher.record.checkpoints import ARRAYS, DIRNAME, EXTRA, MANIFEST, PREFIX, is_fit_end, name
+from launcher.record import hashing, layout, trace
+from launcher.record.checkpoints import ARRAYS, EXTRA, MANIFEST, PREFIX, is_fit_end, name
 from launcher.record.store import runs
 
 
@@ -35,7 +35,7 @@ class Checkpointer:
         import tensorflow as tf
 
         self.run_dir = run_dir
-        self.root = run_dir / DIRNAME
+        self.root = layout.RunPaths(run_dir).checkpoints
         self.keep = keep
         self.model = model
         model.optimizer.build(model.trainable_variables)  # create the moments now, to restore into
@@ -65,7 +65,7 @@ class Checkpointer:
                 buffer = io.BytesIO()
                 np.savez(buffer, **arrays)
                 runs.write_bytes(tmp / ARRAYS, buffer.getvalue())
-            files = {p.name: runs.file_sha256(p) for p in sorted(tmp.iterdir())}
+            files = {p.name: hashing.file_sha256(p) for p in sorted(tmp.iterdir())}
             # The trace's points so far: a resume keeps exactly these, and none written after this
             # checkpoint (a stopped script's last point, labelled with the epoch it had finished).
             runs.write_json(

@@ -302,7 +302,7 @@ def _wrap_fit(keras, obs: Observer) -> None:
         callbacks = [*own, _epoch_logger(keras, obs)]
         recorder_class = trace.recorder_class()
         if obs.trace_every and not any(isinstance(c, recorder_class) for c in callbacks):
-            callbacks.append(recorder_class(obs.run_dir / trace.FILE, obs.trace_every))
+            callbacks.append(recorder_class(layout.RunPaths(obs.run_dir).trace, obs.trace_every))
         obs.fits += 1
         checkpoints = None
         if obs.checkpoint:
@@ -399,7 +399,7 @@ def _fast_forward(obs: Observer, args: dict) -> Path:
             f"fit {obs.fits} of the job has no checkpoint of its end in the resumed checkpoint's "
             "record: it cannot be fast-forwarded"
         )
-    path = obs.run_dir / checkpoints.DIRNAME / ended[0]["checkpoint"]
+    path = layout.RunPaths(obs.run_dir).checkpoints / ended[0]["checkpoint"]
     args["initial_epoch"] = max(int(args.get("initial_epoch") or 0), int(args.get("epochs", 1)))
     obs.epochs = int(path.name.split("-")[1])
     obs.history = _logged_metrics(obs.run_dir, obs.epochs)
@@ -418,7 +418,7 @@ def _logged_metrics(run_dir: Path, epoch: int) -> dict[str, float]:
     """The metrics ``metrics.jsonl`` holds for ``epoch`` ({} when none)."""
     import json
 
-    path = run_dir / layout.METRICS
+    path = layout.RunPaths(run_dir).metrics
     lines = path.read_text().splitlines() if path.exists() else []
     for line in reversed(lines):
         values = json.loads(line)

@@ -9,9 +9,10 @@ import functools
 import time
 from pathlib import Path
 
-from launcher.record.trace import FILE, append, point, read
+from launcher.record import layout
+from launcher.record.trace import append, point, read
 
-__all__ = ["FILE", "append", "point", "read", "keras_callback", "recorder_class"]
+__all__ = ["append", "point", "read", "keras_callback", "recorder_class"]
 
 
 def keras_callback(run_dir: Path | None, every: int):
@@ -24,7 +25,7 @@ def keras_callback(run_dir: Path | None, every: int):
 
     if not every or run_dir is None:
         return keras.callbacks.Callback()
-    return recorder_class()(Path(run_dir) / FILE, every)
+    return recorder_class()(layout.RunPaths(run_dir).trace, every)
 
 
 @functools.cache

@@ -9,7 +9,6 @@ environment allowlist in ``environment``, the comparability key in ``key``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -17,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from launcher.errors import SchemaError
-from launcher.record import layout
+from launcher.record.hashing import file_sha256
 from launcher.record.probe import cpuid
 from launcher.record.probe.environment import allowed_env
 from launcher.record.probe.probes import code, hardware, software, tensorflow_gpu_notes, tensorflow_software
@@ -35,7 +34,6 @@ from launcher.record.probe.probes import code, hardware, software, tensorflow_gp
 # absolute: their key is read as they recorded it.
 # Older runs stay readable; what they lack is unknown to the comparability key.
 SCHEMA = 5
-FILE = layout.FINGERPRINT
 READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 
 
@@ -83,7 +81,7 @@ def config_files(config_dir: Mapping | None) -> dict[str, str]:
     out = {}
     for name in sorted(str(n) for n in config_dir["files"]):
         path = root / name
-        out[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        out[name] = file_sha256(path) if path.is_file() else "missing"
     return out
 
 

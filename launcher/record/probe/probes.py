@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from launcher import proc
+from launcher.record.hashing import file_sha256
 from launcher.record.probe import cpuid, nvml
 
 # ---------------------------------------------------------------- hardware
@@ -441,10 +442,10 @@ def code(cwd: str, script: str | None = None, notebook: str | None = None) -> di
             diff_sha256=hashlib.sha256((diff + status).encode()).hexdigest() if status.strip() else None,
         )
     if script:
-        info["script_sha256"] = hashlib.sha256(Path(script).read_bytes()).hexdigest()
+        info["script_sha256"] = file_sha256(script)
     if notebook:
         from launcher.record import notebooks
 
-        info["notebook_sha256"] = hashlib.sha256(Path(notebook).read_bytes()).hexdigest()
+        info["notebook_sha256"] = file_sha256(notebook)
         info["notebook_cells"] = notebooks.cells_key(notebooks.load(notebook))
     return info

@@ -35,8 +35,10 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.record import layout
 from launcher.record.filecache import FileHashes, stat_key
 from launcher.record.hashing import module_name
 from launcher.record.layout import RUN_ID as RUN_NAME
@@ -136,7 +138,7 @@ def data_files(
 
 # A run directory (named like index.RUN_NAME) holds these: what a listing finds inside one
 # is the launcher's record of a run, not data.
-RUN_MARKERS = ("job.json", "status.json", "config.yaml")
+RUN_MARKERS = (layout.JOB, layout.STATUS, layout.CONFIG)
 
 
 def listed_files(found: Iterable[tuple[str, int]], started_ns: int) -> list[str]:
@@ -243,51 +245,101 @@ def _named(paths: Mapping[str, bool] | Iterable[str]) -> dict[str, bool]:
     return dict(paths) if isinstance(paths, Mapping) else dict.fromkeys(paths, True)
 
 
-def gather(
-    opened: Mapping[str, dict],
-    run_dir: str,
-    launch_dir: str,
-    explicit: Mapping[str, bool] | Iterable[str] = (),
-    modules: Mapping[str, object] | None = None,
-    maps_text: str | None = None,
-    listed: Mapping[str, bool] | Iterable[str] = (),
-    patterns: Mapping[str, bool] | Iterable[str] = (),
-    started_ns: int = 0,
-    direct_imports: Iterable[str] | None = None,
-    native: Mapping[str, tuple | None] | Iterable[str] = (),
-    code_files: Iterable[str] = (),
-    executed: Iterable[str] = (),
-    importers: Mapping[str, Iterable[str]] | None = None,
-) -> dict:
-    """code.modules, software.distributions, software.libraries and data, measured now.
+@dataclass(frozen=True)
+class Observed:
+    """What the job's observers saw (``launcher.job.observe``), handed to ``gather`` whole.
+
+    ``opened``: path -> {"read", "written_first", "stat", "relative", ...} of each file the job
+    opened (``reads.opened``). ``explicit`` are files and directories the job named as data
+    itself; ``listed`` and ``patterns`` the directories it listed and the globs it matched, whose
+    files from before ``started_ns`` count as read. Each of these maps a path to whether the job
+    named it relatively (a plain list: relatively), which decides how it is recorded
+    (``display_name``). ``modules`` (default ``sys.modules``) and ``maps_text`` (default
+    ``/proc/self/maps``): what the process imported and mapped. ``direct_imports`` are the
+    top-level names the job's code or the launcher imported (``launcher.job.observe.imports``);
+    without them every used distribution is keyed. ``native`` are the files opened in directories
+    watched at the OS level (``launcher.job.observe.fswatch``), each with its stat when first seen
+    where known: they count as listed ones do (one modified since ``started_ns`` is the job's
+    output: a database it logs to, as MLflow's default ``mlflow.db``), and one from before
+    ``started_ns`` that is gone now as read, then deleted while the job ran (a checkpoint
+    restored, then rotated away). ``code_files`` are files the job ran as code without importing
+    them (a notebook, keyed by its code cells, the script): never data. ``executed`` are the
+    source files whose code the job ran with ``exec`` (``runpy.run_path("cfg.py")``, IPython's
+    ``%run``): those of the job's own that are not imported modules, and existed before
+    ``started_ns``, are code, keyed as ``exec:<name>``. ``importers`` maps a top-level name to the
+    files of the other code (libraries, the standard library) that imported it
+    (``launcher.job.observe.imports``): the import chain, along which a distribution imported only
+    by a library's optional probe, and what that probe pulled in, is told apart from one a keyed
+    distribution needs (``distributions.keyed_distributions``).
+    """
+
+    opened: Mapping[str, dict] = field(default_factory=dict)
+    explicit: Mapping[str, bool] | Iterable[str] = ()
+    modules: Mapping[str, object] | None = None
+    maps_text: str | None = None
+    listed: Mapping[str, bool] | Iterable[str] = ()
+    patterns: Mapping[str, bool] | Iterable[str] = ()
+    started_ns: int = 0
+    direct_imports: Iterable[str] | None = None
+    native: Mapping[str, tuple | None] | Iterable[str] = ()
+    code_files: Iterable[str] = ()
+    executed: Iterable[str] = ()
+    importers: Mapping[str, Iterable[str]] | None = None
+
+
+@dataclass
+class _Imported:
+    """What ``gather`` found the job imported, as it goes: its own code (module -> path and sha256),
+    the launcher's modules (module -> sha256), the distributions used (in the order found) and,
+    for each, the top-level names of its modules imported."""
+
+    code: dict[str, dict] = field(default_factory=dict)
+    launcher: dict[str, str] = field(default_factory=dict)
+    used: dict[str, None] = field(default_factory=dict)
+    imported: dict[str, set[str]] = field(default_factory=dict)
+
+
+def gather(seen: Observed, run_dir: str, launch_dir: str) -> dict:
+    """code.modules, software.distributions, software.libraries and data, measured now, from what
+    the job's observers ``seen``.
 
     A data file whose stat changed after the job first read it gets a value no other run
-    can have, so the key can never call two such runs comparable. ``explicit`` are files
-    and directories the job named as data itself; ``listed`` and ``patterns`` the
-    directories it listed and the globs it matched, whose files from before
-    ``started_ns`` count as read. Each of these maps a path to whether the job named it
-    relatively (a plain list: relatively), which decides how it is recorded
-    (``display_name``). ``direct_imports`` are the top-level names the job's code or the
-    launcher imported (``launcher.job.observe.imports``); without them every used distribution
-    is keyed. ``native`` are the files opened in directories watched at the OS level
-    (``launcher.job.observe.fswatch``), each with its stat when first seen where known: they count as
-    listed ones do (one modified since ``started_ns`` is the job's output: a database it logs
-    to, as MLflow's default ``mlflow.db``), and one from before ``started_ns`` that is gone now
-    as read, then deleted while the job ran (a checkpoint restored, then rotated away).
-    ``code_files`` are files the job ran as code without importing them (a notebook, keyed by
-    its code cells, the script): never data. ``executed`` are the source files whose code
-    the job ran with ``exec`` (``runpy.run_path("cfg.py")``, IPython's ``%run``): those of
-    the job's own that are not imported modules, and existed before ``started_ns``, are
-    code, keyed as ``exec:<name>``. ``importers`` maps a top-level name to the files of the
-    other code (libraries, the standard library) that imported it (``launcher.job.observe.imports``):
-    the import chain, along which a distribution imported only by a library's optional probe, and
-    what that probe pulled in, is told apart from one a keyed distribution needs
-    (``distributions.keyed_distributions``).
+    can have, so the key can never call two such runs comparable.
     """
     r = roots(run_dir)
-    opened = dict(opened)
-    found = _scan(_named(listed), _named(patterns))
-    native = dict(native) if isinstance(native, Mapping) else dict.fromkeys(native)
+    opened = _opened(seen)
+    maps_text = seen.maps_text
+    if maps_text is None:
+        try:
+            maps_text = Path("/proc/self/maps").read_text()
+        except OSError:
+            maps_text = ""
+    dists = Installed(r.site)
+    files = module_files(seen.modules)
+    with FileHashes() as hashes:
+        found = _imported(files, r, dists, hashes)
+        _executed(found, files, seen, r, launch_dir, hashes)
+        libraries = _libraries(maps_text, r, dists, hashes, found.used)
+        data = _data(opened, seen, r, {m["path"] for m in found.code.values()}, run_dir, launch_dir, hashes)
+    distributions, probed = _keyed(found, seen, dists, r)
+    return {
+        "modules": found.code,
+        "distributions": distributions,
+        "libraries": dict(sorted(libraries.items())),
+        "data": dict(sorted(data.items())),
+        "launcher": dict(sorted(found.launcher.items())),
+        "distributions_probed": probed,
+    }
+
+
+def _opened(seen: Observed) -> dict[str, dict]:
+    """The job's opened files, with those its listings, globs and native watches found: a native
+    file there before the job and gone now was read, then deleted by the job; a listed one from
+    before ``started_ns`` counts as read."""
+    opened = dict(seen.opened)
+    started_ns = seen.started_ns
+    found = _scan(_named(seen.listed), _named(seen.patterns))
+    native = dict(seen.native) if isinstance(seen.native, Mapping) else dict.fromkeys(seen.native)
     for path, first in native.items():
         # there before the job when it first saw it, and gone now: read, then deleted by the job
         if first is not None and first[4] < started_ns and not os.path.lexists(path):
@@ -298,92 +350,113 @@ def gather(
         opened.setdefault(
             path, {"read": True, "written_first": False, "stat": stat_key(path), "relative": relative[path]}
         )
-    if maps_text is None:
-        try:
-            maps_text = Path("/proc/self/maps").read_text()
-        except OSError:
-            maps_text = ""
-    dists = Installed(r.site)
-    used: dict[str, None] = {}
-    imported: dict[str, set[str]] = {}  # distribution -> the top-level names of its modules imported
-    code: dict[str, dict] = {}
-    launcher: dict[str, str] = {}
-    files = module_files(modules)
-    with FileHashes() as hashes:
-        for name, path in sorted(files.items()):
-            kind = classify(path, r)
-            if kind == "user":
-                path = os.path.realpath(path)
-                kind = classify(path, r)  # a symlink into site-packages is still site-packages
-            if kind == "launcher":
-                launcher[module_name(os.path.relpath(path, r.launcher))] = hashes.sha256(path) or "missing"
-            elif kind == "site":
-                owner = dists.owner(path, r.site)
-                if owner:
-                    used.setdefault(owner, None)
-                    imported.setdefault(owner, set()).add(name.partition(".")[0])
-            elif kind == "user" and name != "__main__" and os.path.isfile(path):
-                code[name] = {"path": path, "sha256": hashes.sha256(path)}
-        known = {os.path.realpath(p) for p in [*files.values(), *code_files]}
-        for path in executed:
-            real = os.path.realpath(path)
-            if real in known or classify(real, r) != "user" or not _existed_before(real, started_ns):
+    return opened
+
+
+def _imported(files: Mapping[str, str], r: Roots, dists: Installed, hashes: FileHashes) -> _Imported:
+    """Each imported module (name -> file) by where its file lies: the launcher's, a distribution's
+    in site-packages, or the job's own code."""
+    found = _Imported()
+    for name, path in sorted(files.items()):
+        kind = classify(path, r)
+        if kind == "user":
+            path = os.path.realpath(path)
+            kind = classify(path, r)  # a symlink into site-packages is still site-packages
+        if kind == "launcher":
+            found.launcher[module_name(os.path.relpath(path, r.launcher))] = hashes.sha256(path) or "missing"
+        elif kind == "site":
+            owner = dists.owner(path, r.site)
+            if owner:
+                found.used.setdefault(owner, None)
+                found.imported.setdefault(owner, set()).add(name.partition(".")[0])
+        elif kind == "user" and name != "__main__" and os.path.isfile(path):
+            found.code[name] = {"path": path, "sha256": hashes.sha256(path)}
+    return found
+
+
+def _executed(
+    found: _Imported, files: Mapping[str, str], seen: Observed, r: Roots, launch_dir: str, hashes: FileHashes
+) -> None:
+    """Add to ``found.code`` the job's own source files it ran with ``exec`` (``exec:<name>``) that
+    are neither imported modules (``files``) nor ``code_files``, and were there before it started."""
+    known = {os.path.realpath(p) for p in [*files.values(), *seen.code_files]}
+    for path in seen.executed:
+        real = os.path.realpath(path)
+        if real in known or classify(real, r) != "user" or not _existed_before(real, seen.started_ns):
+            continue
+        known.add(real)
+        found.code[f"exec:{display_name(path, launch_dir)}"] = {"path": real, "sha256": hashes.sha256(real)}
+
+
+def _libraries(maps_text: str, r: Roots, dists: Installed, hashes: FileHashes, used: dict[str, None]) -> dict[str, str]:
+    """The shared libraries mapped that are no distribution's (path -> sha256); a distribution's
+    library marks the distribution used (``used``, added to)."""
+    libraries = {}
+    for path in parse_maps(maps_text):
+        real = os.path.realpath(path)
+        kind = classify(real, r)
+        if kind == "site":
+            owner = dists.owner(real, r.site)
+            if owner:
+                used.setdefault(owner, None)
+        elif kind == "user":
+            libraries[real] = hashes.sha256(real)
+    return libraries
+
+
+def _data(
+    opened: Mapping[str, dict],
+    seen: Observed,
+    r: Roots,
+    code: set[str],
+    run_dir: str,
+    launch_dir: str,
+    hashes: FileHashes,
+) -> dict[str, str]:
+    """Recorded name -> sha256 of each data file the job read (``data_files``: not ``code``) and of
+    every file below what it named as data itself (``explicit``); a file changed or deleted while
+    the job ran gets a value no other run can have."""
+    data = {}
+    read = data_files(
+        opened,
+        r,
+        os.path.expanduser("~"),
+        code=code | set(seen.code_files),
+        environ=os.environ,
+        started_ns=seen.started_ns,
+    )
+    for opened_as in read:
+        path = os.path.realpath(opened_as)
+        digest = hashes.sha256(path) or "unreadable"
+        if opened[opened_as].get("stat") != stat_key(opened_as):
+            if opened[opened_as].get("child"):  # a file a child process was given and wrote: its output
                 continue
-            known.add(real)
-            code[f"exec:{display_name(path, launch_dir)}"] = {"path": real, "sha256": hashes.sha256(real)}
-        libraries = {}
-        for path in parse_maps(maps_text):
-            real = os.path.realpath(path)
-            kind = classify(real, r)
-            if kind == "site":
-                owner = dists.owner(real, r.site)
-                if owner:
-                    used.setdefault(owner, None)
-            elif kind == "user":
-                libraries[real] = hashes.sha256(real)
-        home = os.path.expanduser("~")
-        data = {}
-        read = data_files(
-            opened,
-            r,
-            home,
-            code={m["path"] for m in code.values()} | set(code_files),
-            environ=os.environ,
-            started_ns=started_ns,
+            how = "changed" if os.path.exists(path) else "deleted"
+            digest = f"{how} while the job ran ({os.path.basename(run_dir)})"
+        named = display_name(
+            _as_named(opened_as, path, launch_dir), launch_dir, opened[opened_as].get("relative", True)
         )
-        for opened_as in read:
-            path = os.path.realpath(opened_as)
-            digest = hashes.sha256(path) or "unreadable"
-            if opened[opened_as].get("stat") != stat_key(opened_as):
-                if opened[opened_as].get("child"):  # a file a child process was given and wrote: its output
-                    continue
-                how = "changed" if os.path.exists(path) else "deleted"
-                digest = f"{how} while the job ran ({os.path.basename(run_dir)})"
-            data[
-                display_name(
-                    _as_named(opened_as, path, launch_dir), launch_dir, opened[opened_as].get("relative", True)
-                )
-            ] = digest
-        for named, rel in _named(explicit).items():
-            for path in (f for f in _files_below(named) if not under(f, r.ignored)):
-                data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
+        data[named] = digest
+    for named, rel in _named(seen.explicit).items():
+        for path in (f for f in _files_below(named) if not under(f, r.ignored)):
+            data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
+    return data
+
+
+def _keyed(found: _Imported, seen: Observed, dists: Installed, r: Roots) -> tuple[dict, dict[str, str]]:
+    """(name -> identity of each used distribution the key holds, name -> version of each used only
+    by a library's optional probe): all are keyed without ``direct_imports``."""
+    used, imported = found.used, found.imported
     owner = functools.lru_cache(maxsize=None)(functools.partial(_owner, dists, r))
-    by = None if importers is None else imported_by(importers, imported, owner)
+    by = None if seen.importers is None else imported_by(seen.importers, imported, owner)
     keyed = (
         set(used)
-        if direct_imports is None
-        else keyed_distributions(used, imported, set(direct_imports), {name: requires(name) for name in used}, by)
+        if seen.direct_imports is None
+        else keyed_distributions(used, imported, set(seen.direct_imports), {name: requires(name) for name in used}, by)
     )
     distributions = {name: distribution_identity(name) for name in sorted(keyed)}
     probed = {name: version_of(name) for name in sorted(set(used) - keyed)}
-    return {
-        "modules": code,
-        "distributions": distributions,
-        "libraries": dict(sorted(libraries.items())),
-        "data": dict(sorted(data.items())),
-        "launcher": dict(sorted(launcher.items())),
-        "distributions_probed": probed,
-    }
+    return distributions, probed
 
 
 def imported_by(

@@ -50,12 +50,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.errors import LauncherError, StoreError
+from launcher.errors import LauncherError, StoreBusy, StoreError
 from launcher.record import layout
 from launcher.record.store import objects, snapshot
 
-LOCK = ".gc.lock"
-CONFIG = layout.CONFIG  # what makes a directory holding a snapshot.json a run (runs.require_run's test)
 # What only a run directory holds at its top: a store root holding one of them is a run given by mistake.
 RUN_FILES = (layout.CONFIG, layout.FINGERPRINT, layout.MANIFEST)
 _NOTHING_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # a dangling or looping link: no run behind it
@@ -64,10 +62,6 @@ _NOTHING_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # a dangling or loo
 CLOCK_SLACK_S = 0.25
 WAIT_S = 120.0  # how long a gc waits for the runs storing their snapshots (seconds for a large one)
 _POLL_S = 0.05
-
-
-class StoreBusy(StoreError):
-    """``.gc.lock`` was held the other way for longer than a caller would wait."""
 
 
 @contextmanager
@@ -79,7 +73,7 @@ def store_lock(store_root: Path, *, shared: bool, wait_s: float | None) -> Itera
 
     Yields False, holding nothing, when a run cannot open the lock file (a store it may read
     but not write): such a run's snapshot cannot be stored either."""
-    path = Path(store_root) / LOCK
+    path = layout.StorePaths(store_root).gc_lock
     try:
         fd = os.open(path, (os.O_RDONLY if shared else os.O_RDWR) | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -159,7 +153,7 @@ def walked(store_root: str, target: str) -> bool:
         parts = Path(target).relative_to(store_root).parts
     except ValueError:
         return False  # outside the store
-    return not parts or (parts[0] != objects.OBJECTS and not any(p.startswith(".") for p in parts))
+    return not parts or (parts[0] != layout.OBJECTS and not any(p.startswith(".") for p in parts))
 
 
 def human(size: int) -> str:
@@ -228,7 +222,7 @@ def _check_link(store_root: Path, link: Path) -> None:
     if walked(os.path.realpath(store_root), target):
         return
     try:
-        os.lstat(link / CONFIG)
+        os.lstat(layout.RunPaths(link).config)
     except OSError as exc:
         if exc.errno in _NOTHING_THERE:
             return
@@ -255,13 +249,13 @@ def snapshot_files(store_root: Path) -> list[Path]:
     root = Path(store_root)
     for current, dirs, files in os.walk(root, onerror=_unlistable):
         here = Path(current)
-        if CONFIG in files:
+        if layout.CONFIG in files:  # what makes a directory a run (runs.require_run's test)
             dirs[:] = []  # runs do not nest
-            if snapshot.SNAPSHOT in files:
-                found.append(here / snapshot.SNAPSHOT)
+            if layout.SNAPSHOT in files:
+                found.append(layout.RunPaths(here).snapshot)
             continue
         top = here == root
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (top and d == objects.OBJECTS))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (top and d == layout.OBJECTS))
         if top:  # where runs are made (runs.create): a link among them may stand for a run
             for name in sorted([*dirs, *files]):
                 if not name.startswith(".") and (here / name).is_symlink():
@@ -273,7 +267,7 @@ def read_snapshot(run_dir: Path) -> dict:
     """The run's ``snapshot.json`` read with replay's own check (``snapshot.read``); ``{}`` when it
     is gone (the run was deleted while the mark ran). Whatever replay would refuse stops the
     gc (``StoreError``): a run whose references cannot be told keeps every object."""
-    path = Path(run_dir) / snapshot.SNAPSHOT
+    path = layout.RunPaths(run_dir).snapshot
     try:
         data = snapshot.read(run_dir)
     except LauncherError as exc:  # SnapshotError, UnsafeRun: their message names the file
@@ -304,7 +298,7 @@ def stored_objects(store_root: Path) -> list[StoredObject]:
     ``objects/`` that is a link is refused (``StoreError``): its sweep would remove files
     outside the store, which none of its runs may name."""
     out = []
-    folder = Path(store_root) / objects.OBJECTS
+    folder = layout.StorePaths(store_root).objects
     if folder.is_symlink():
         raise StoreError(
             f"launch gc: {folder} is a link (to {os.readlink(folder)!r}): the gc removes files "
@@ -331,7 +325,14 @@ def collect(
 ) -> Report:
     """Remove (or, ``dry_run``, list) the store's unreferenced objects; ``echo`` hears each one as
     ``removed <sha256> (<size>)`` / ``would remove …`` as it goes. Holds ``.gc.lock`` exclusively,
-    waiting up to ``WAIT_S`` for another gc or the runs storing their snapshots."""
+    waiting up to ``WAIT_S`` for another gc or the runs storing their snapshots.
+
+    Raises:
+        StoreError: nothing was removed (exit 2): the store is missing, not a directory, or a run
+            directory; it cannot be locked, or stayed busy for ``WAIT_S``; a directory of it cannot
+            be listed; a link in it points at a run outside it; a run's snapshot cannot be read to
+            tell what it references.
+    """
     root = Path(store_root)
     check_store(root)
     try:

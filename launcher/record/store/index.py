@@ -6,7 +6,7 @@ raises (it says once, in one line, that the index will catch up), and a reader
 reconciles the index with the directories (``query``). A missing index is rebuilt
 from the run directories; an unreadable one (a disk error, a bad copy, a sync tool)
 is moved aside, never deleted, and rebuilt, with one line saying so;
-``launch runs --rebuild`` does the same on demand.
+``launch runs --reindex`` (``reindex``) does the same on demand.
 
 Several launches may write at once (a sweep, or users in parallel): the database
 runs in WAL mode, every write is one short transaction, and writers wait a few
@@ -26,11 +26,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from launcher.errors import StoreError
+from launcher.errors import IndexUnreadable, StoreError
 from launcher.record import layout
 
-INDEX = layout.INDEX
-LOCK = layout.INDEX_LOCK
 COLUMNS = (
     "id",
     "path",
@@ -66,10 +64,6 @@ class Row:
     replay_of: str | None = None
 
 
-class IndexUnreadable(Exception):
-    """``index.sqlite`` exists but is not a readable SQLite database."""
-
-
 def _say(message: str) -> None:
     print(f"[launch] {message}", file=sys.stderr, flush=True)
 
@@ -86,7 +80,7 @@ def _is_unreadable(exc: sqlite3.Error) -> bool:
 def _connect(store_root: Path, timeout: float) -> Iterator[sqlite3.Connection]:
     """An open index (created when missing); ``IndexUnreadable`` when the file is damaged."""
     try:
-        conn = sqlite3.connect(store_root / INDEX, timeout=timeout, isolation_level=None)
+        conn = sqlite3.connect(layout.StorePaths(store_root).index, timeout=timeout, isolation_level=None)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open run index in {store_root}: {exc}") from None
     try:
@@ -134,7 +128,7 @@ def run_dirs(store_root: Path) -> list[Path]:
         entries = list(store_root.iterdir())
     except OSError:
         return []
-    return sorted(p for p in entries if RUN_NAME.fullmatch(p.name) and (p / "config.yaml").is_file())
+    return sorted(p for p in entries if RUN_NAME.fullmatch(p.name) and layout.RunPaths(p).config.is_file())
 
 
 def _json(path: Path) -> dict:
@@ -152,8 +146,9 @@ def row_from_dir(run_dir: Path) -> Row | None:
     from launcher.record.probe import key
     from launcher.record.store import runs
 
+    paths = layout.RunPaths(run_dir)
     try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        cfg = yaml.safe_load(paths.config.read_text()) or {}
     except (OSError, yaml.YAMLError):
         return None
     if not isinstance(cfg, dict):
@@ -172,11 +167,11 @@ def row_from_dir(run_dir: Path) -> Row | None:
         level=str((cfg.get("determinism") or {}).get("level", "?")),
         seed=cfg.get("seed") if isinstance(cfg.get("seed"), int) else None,
         status=state,
-        replay_of=_json(run_dir / "job.json").get("replay_of"),
+        replay_of=_json(paths.job).get("replay_of"),
     )
     if state == "complete":
-        result = _json(run_dir / "result.json")
-        fp = _json(run_dir / "fingerprint.json")
+        result = _json(paths.result)
+        fp = _json(paths.fingerprint)
         try:
             row.key_sha256 = key.key_sha256(fp) if fp else None
         except (KeyError, TypeError):
@@ -197,7 +192,7 @@ def _repair_lock(store_root: Path) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
     try:
-        with FileLock(str(store_root / LOCK), timeout=READ_TIMEOUT_S):
+        with FileLock(str(layout.StorePaths(store_root).index_lock), timeout=READ_TIMEOUT_S):
             yield
     except Timeout:
         raise StoreError(f"the run index of {store_root} is being repaired by another process") from None
@@ -205,14 +200,15 @@ def _repair_lock(store_root: Path) -> Iterator[None]:
 
 def _move_aside(store_root: Path) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    aside = store_root / f"{INDEX}.unreadable-{stamp}"
+    index = layout.StorePaths(store_root).index
+    aside = store_root / f"{layout.INDEX}.unreadable-{stamp}"
     n = 1
     while aside.exists():
         n += 1
-        aside = store_root / f"{INDEX}.unreadable-{stamp}-{n}"
-    os.replace(store_root / INDEX, aside)
+        aside = store_root / f"{layout.INDEX}.unreadable-{stamp}-{n}"
+    os.replace(index, aside)
     for suffix in ("-wal", "-shm"):  # a damaged database's journal belongs with it
-        side = store_root / (INDEX + suffix)
+        side = store_root / (layout.INDEX + suffix)
         if side.exists():
             os.replace(side, Path(str(aside) + suffix))
     return aside
@@ -237,7 +233,7 @@ def repair(store_root: Path, *, quiet_ids: frozenset[str] = frozenset(), force: 
     """
     store_root = Path(store_root)
     with _repair_lock(store_root):
-        path = store_root / INDEX
+        path = layout.StorePaths(store_root).index
         aside = None
         if path.exists():
             if _readable(store_root) and not force:
@@ -270,7 +266,7 @@ def record(store_root: Path, row: Row) -> None:
     """
     store_root = Path(store_root)
     try:
-        if not (store_root / INDEX).exists():
+        if not layout.StorePaths(store_root).index.exists():
             _announce(repair(store_root, quiet_ids=frozenset({row.id})))
         try:
             with _connect(store_root, WRITE_TIMEOUT_S) as conn:
@@ -326,9 +322,10 @@ def query(
 def _reconciled(store_root: Path, notes: list[str]) -> list[Row]:
     dirs = {p.name: p for p in run_dirs(store_root)}
     try:
-        if not (store_root / INDEX).exists() and not dirs:
+        index = layout.StorePaths(store_root).index
+        if not index.exists() and not dirs:
             return []
-        line = repair(store_root) if not (store_root / INDEX).exists() else None
+        line = repair(store_root) if not index.exists() else None
         try:
             with _connect(store_root, READ_TIMEOUT_S) as conn:
                 indexed = {r.id: r for r in _read_rows(conn)}
@@ -368,8 +365,8 @@ def _changed(old: Row, new: Row) -> bool:
     return (old.status, old.key_sha256, old.weights_sha256) != (new.status, new.key_sha256, new.weights_sha256)
 
 
-def rebuild(store_root: Path) -> str:
-    """``launch runs --rebuild``: the index recreated from the run directories; the line to print."""
+def reindex(store_root: Path) -> str:
+    """``launch runs --reindex``: the index recreated from the run directories; the line to print."""
     return repair(Path(store_root), force=True) or ""
 
 

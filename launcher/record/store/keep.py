@@ -20,11 +20,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from launcher.errors import StoreBusy
+from launcher.record import layout
 from launcher.record.probe import fingerprint
 from launcher.record.store import gc, runs, snapshot
-from launcher.record.store.gc import StoreBusy
 
-__all__ = ["StoreBusy", "caps", "code_file", "keep_snapshot", "keep_so_far"]
+__all__ = ["caps", "code_file", "keep_snapshot", "keep_so_far"]
 
 LAUNCHER_WAIT_S = 600.0  # the launcher waits this long for a gc to end, then stores its snapshot unlocked
 
@@ -97,7 +98,7 @@ def keep_snapshot(
 
 def _take(run_dir: Path, store: Path, kept: dict, left_out: dict, launch_dir: str, root: str | None) -> dict:
     taken = snapshot.take(store, kept, left_out, launch_dir, root)
-    runs.write_json(run_dir / snapshot.SNAPSHOT, taken)
+    runs.write_json(layout.RunPaths(run_dir).snapshot, taken)
     return taken
 
 

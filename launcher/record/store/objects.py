@@ -21,7 +21,6 @@ from pathlib import Path
 from launcher.errors import UnsafeRun
 from launcher.record import layout
 
-OBJECTS = layout.OBJECTS
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -35,7 +34,7 @@ def object_path(store_root: Path, sha256: str) -> Path:
     hex digits is refused (``UnsafeRun``): a recorded string never becomes a path unchecked."""
     if not is_sha256(sha256):
         raise UnsafeRun(f"{sha256!r} is not a sha256 (64 lowercase hex digits): not an object name", str(sha256))
-    return Path(store_root) / OBJECTS / sha256[:2] / sha256
+    return layout.StorePaths(store_root).objects / sha256[:2] / sha256
 
 
 def object_mode(source_mode: int) -> int:

@@ -26,7 +26,7 @@ The seal names its run (``"run"``: the directory's name), so a signed seal cover
 id (``launcher.record.store.signing``); it is signed only with the key its caller passes (the
 settings of whoever seals it now), never with one the run directory names.
 
-The store keeps a ledger of the runs made in it (``CREATED``, outside every run directory):
+The store keeps a ledger of the runs made in it (``layout.CREATED``, outside every run directory):
 an interrupted run has no seal, and the ledger is how ``launch resume`` tells a run this
 store made from one copied in (``creation``). It is a note, not a proof: whoever can write
 the store can write it too.
@@ -51,23 +51,19 @@ from launcher.errors import LauncherError, RunNotFound, SealError, StoreError, U
 from launcher.record import layout
 from launcher.record.hashing import file_sha256
 
-MANIFEST = layout.MANIFEST
-SIGNATURE = layout.SIGNATURE  # the seal signed (launcher.record.store.signing): beside the manifest, not in it
-STATUS = layout.STATUS
 MANIFEST_SCHEMA = 1
 RESERVE = ".reserve"  # freed when the disk is full, so status.json can still be written
 RESERVE_BYTES = 64 * 1024
-# The store's ledger of the runs made in it: one JSON line per run (its name, the directory's
-# inode, host, user, pid, time), appended by ``create(..., ledger=True)``, read by ``creation``.
-# A file of the store (beside objects/, index.sqlite), never in a run directory: a run handed
-# over cannot bring its own entry.
-CREATED = layout.CREATED
+# The store's ledger of the runs made in it (StorePaths.created): one JSON line per run (its name,
+# the directory's inode, host, user, pid, time), appended by ``create(..., ledger=True)``, read by
+# ``creation``. A file of the store (beside objects/, index.sqlite), never in a run directory: a run
+# handed over cannot bring its own entry.
 
 
 def create(store_root: str | os.PathLike, now: _dt.datetime | None = None, *, ledger: bool = False) -> Path:
     """Create and return a new, empty, uniquely named run directory under ``store_root``.
 
-    ``ledger``: note it in the store's ledger (``CREATED``): a run's directory (``job.create_run``),
+    ``ledger``: note it in the store's ledger (``layout.CREATED``): a run's directory (``job.create_run``),
     not a sweep's or an audit's, which are made here too."""
     root = Path(store_root)
     try:
@@ -100,7 +96,7 @@ def _user() -> str:
 
 
 def note_created(run_dir: Path) -> None:
-    """Append ``run_dir`` to its store's ledger (``CREATED``): its name and inode (the very directory,
+    """Append ``run_dir`` to its store's ledger (``layout.CREATED``): its name and inode (the very directory,
     not a later one of that name), host, user, pid and time. One ``write`` of one line, under an
     exclusive ``flock``, so launches creating runs at once never mix their lines. The ledger takes
     the store directory's own mode (a group's shared store: the group appends to it), whatever the
@@ -116,7 +112,7 @@ def note_created(run_dir: Path) -> None:
         "time": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
     line = (json.dumps(entry, sort_keys=True) + "\n").encode()
-    path = store / CREATED
+    path = layout.StorePaths(store).created
     try:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -140,7 +136,7 @@ def note_created(run_dir: Path) -> None:
 
 
 def find_created(lines, name: str, inode: int) -> dict | None:
-    """The ledger entry (``CREATED``'s lines) of run ``name`` whose directory is ``inode``, or None.
+    """The ledger entry (``layout.CREATED``'s lines) of run ``name`` whose directory is ``inode``, or None.
     A line that is not such an entry (damaged, cut short, nested too deeply) is passed over."""
     for line in lines:
         if name not in line:
@@ -155,13 +151,13 @@ def find_created(lines, name: str, inode: int) -> dict | None:
 
 
 def creation(run_dir: Path) -> dict | None:
-    """Who made ``run_dir`` in its store, as the store's ledger (``CREATED``) says: the entry noted when
+    """Who made ``run_dir`` in its store, as the store's ledger (``layout.CREATED``) says: the entry noted when
     ``create`` made this very directory (its name and inode), or None: copied in from elsewhere (a
     copy is another directory), made before the store kept a ledger, or another directory put in its
     place under its name. Whoever can write the store can write the ledger: a note, not a proof."""
     try:
         inode = os.stat(run_dir).st_ino
-        with open(Path(run_dir).parent / CREATED, encoding="utf-8", errors="replace") as f:
+        with open(layout.StorePaths(Path(run_dir).parent).created, encoding="utf-8", errors="replace") as f:
             return find_created(f, Path(run_dir).name, inode)
     except OSError:
         return None
@@ -239,18 +235,20 @@ def set_status(run_dir: Path, state: str, **fields: object) -> None:
     if state == "running" and isinstance(fields.get("pid"), int):
         data.setdefault("host", socket.gethostname())
         data.setdefault("pid_start", process_start(fields["pid"]))
+    path = layout.RunPaths(run_dir).status
     try:
-        write_json(run_dir / STATUS, data)
+        write_json(path, data)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not (run_dir / RESERVE).exists():
             raise
         (run_dir / RESERVE).unlink()
         data["disk_full"] = True
-        write_json(run_dir / STATUS, data)
+        write_json(path, data)
 
 
 def status(run_dir: Path) -> dict:
-    return read_json(run_dir / STATUS) if (run_dir / STATUS).exists() else {"state": "unknown"}
+    path = layout.RunPaths(run_dir).status
+    return read_json(path) if path.exists() else {"state": "unknown"}
 
 
 def process_start(pid: int) -> int | None:
@@ -282,7 +280,7 @@ def owner_alive(data: dict) -> bool | None:
 def effective_status(run_dir: Path) -> dict:
     """``status.json`` as readers should see it: ``complete`` once sealed, ``abandoned`` when
     it says ``running`` but its owner is gone from this host (its ``pid`` and ``host`` kept)."""
-    if (run_dir / MANIFEST).exists():
+    if layout.RunPaths(run_dir).manifest.exists():
         return {"state": "complete"}
     try:
         data = status(run_dir)
@@ -309,7 +307,7 @@ def _files(run_dir: Path) -> list[str]:
     its own hash) and its signature (made from it). Nothing else is left out: a hidden file is as
     much a part of the run as any other."""
     names = (p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
-    return sorted(name for name in names if name not in (MANIFEST, SIGNATURE))
+    return sorted(name for name in names if name not in (layout.MANIFEST, layout.SIGNATURE))
 
 
 def seal(run_dir: Path, signing_key: object = None) -> dict:
@@ -330,7 +328,7 @@ def seal(run_dir: Path, signing_key: object = None) -> dict:
         "run": os.path.basename(os.path.realpath(run_dir)),  # as signing.check finds it
         "files": {name: file_sha256(run_dir / name) for name in _files(run_dir)},
     }
-    write_json(run_dir / MANIFEST, manifest)
+    write_json(layout.RunPaths(run_dir).manifest, manifest)
     if signing_key is not None:
         sign_seal(run_dir, signing_key)
     make_read_only(run_dir)
@@ -347,7 +345,7 @@ def sign_seal(run_dir: Path, signing_key: object) -> bool:
         key = signing.signing_key(signing_key)
         if key is None:
             return False
-        write_bytes(run_dir / signing.SIGNATURE, signing.sign(run_dir, key))
+        write_bytes(layout.RunPaths(run_dir).signature, signing.sign(run_dir, key))
         return True
     except OSError as exc:
         print(f"[launch] warning: run {run_dir.name} is sealed, not signed: {exc}", file=sys.stderr)
@@ -409,23 +407,31 @@ def require_run(path: str | os.PathLike) -> Path:
     run_dir = Path(path)
     if not run_dir.exists():
         raise RunNotFound(f"run directory {str(run_dir)!r} does not exist")
-    if not run_dir.is_dir() or not (run_dir / "config.yaml").exists():
-        raise RunNotFound(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    if not run_dir.is_dir() or not layout.RunPaths(run_dir).config.exists():
+        raise RunNotFound(f"{str(run_dir)!r} is not a run directory (no {layout.CONFIG})")
     return run_dir
 
 
 def verify_seal(path: str | os.PathLike) -> Path:
-    """Check that a run is complete and untouched; raise ``SealError`` naming the culprit
-    (``UnsafeRun`` for a link pointing outside the run, whatever its seal says)."""
+    """Check that a run is complete and untouched; the run directory.
+
+    Raises:
+        RunNotFound: ``path`` does not exist or is not a run directory (no ``config.yaml``) (exit 2).
+        UnsafeRun: the run holds a link pointing outside it, whatever its seal says (exit 2).
+        SealError: the run is not sealed (running, failed, interrupted, abandoned: the message says
+            which, and how to resume it), its seal has an unknown schema, or a file was changed,
+            removed or added after sealing (exit 4); the message names the file.
+    """
     run_dir = require_run(path)
     refuse_links_out(run_dir)
-    if not (run_dir / MANIFEST).exists():
+    seal_path = layout.RunPaths(run_dir).manifest
+    if not seal_path.exists():
         state = describe_state(run_dir)
         hint = f"; `launch resume {run_dir}` continues it" if state.startswith(("abandoned", "interrupted")) else ""
-        raise SealError(f"run {run_dir.name} is not complete (state: {state}; no {MANIFEST}){hint}")
-    manifest = read_json(run_dir / MANIFEST)
+        raise SealError(f"run {run_dir.name} is not complete (state: {state}; no {layout.MANIFEST}){hint}")
+    manifest = read_json(seal_path)
     if manifest.get("schema") != MANIFEST_SCHEMA or not isinstance(manifest.get("files"), dict):
-        raise SealError(f"run {run_dir.name}: {MANIFEST} has an unknown schema", MANIFEST)
+        raise SealError(f"run {run_dir.name}: {layout.MANIFEST} has an unknown schema", layout.MANIFEST)
     listed = manifest["files"]
     for name, digest in sorted(listed.items()):
         file = run_dir / name

@@ -29,8 +29,10 @@ run that a trusted key did not seal.
 
 ``ssh-keygen`` is run through ``launcher.proc`` with the message on its stdin and no
 terminal (a passphrase it would ask for is an error, not a wait: use ssh-agent). Pure:
-``trust_from``, ``store_overrides``, ``key_fingerprint``, ``describe``, ``signed_id``,
-``signature_key``, ``parse_allowed_signers``, ``why_not_trusted``, the argv builders.
+``trust_from``, ``key_fingerprint``, ``describe``, ``signed_id``, ``signature_key``,
+``parse_allowed_signers``, ``why_not_trusted``, the argv builders. The ``store`` settings themselves
+are composed by Hydra, as a run's config is (``launcher.run.composition.compose_store``), and reach
+here typed: ``require_signed`` a bool, a key or a file a string or None.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -53,8 +55,7 @@ from launcher.errors import ConfigError, SignatureError
 from launcher.record import layout
 
 NAMESPACE = "launch-run"  # ssh-keygen's -n: a launch signature is never taken for a git or a file one
-SIGNATURE = layout.SIGNATURE
-STORE_KEYS = ("signing_key", "allowed_signers", "require_signed")
+# The trust settings of a library call given no store settings (resume.resume(run)): nobody's trusted.
 DEFAULTS: dict[str, object] = {"signing_key": None, "allowed_signers": None, "require_signed": False}
 INSTALL = "apt-get install openssh-client"
 _FINGERPRINT = re.compile(r"key (SHA256:[A-Za-z0-9+/=]+)")
@@ -100,40 +101,19 @@ NO_TRUST = Trust()  # nobody's signature trusted, none required: a run says who 
 
 
 # ---------------------------------------------------------------- pure
-def _true(value: object, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no", "", "none", "null"):
-        return False
-    raise ConfigError(f"store.{name} must be true or false, got {value!r}")
-
-
 def _path(value: object) -> str | None:
+    """A file setting: None when unset (null, or blank), else the path with ``~`` expanded."""
     text = "" if value is None else str(value).strip()
-    return None if text.lower() in ("", "none", "null") else os.path.expanduser(text)
+    return os.path.expanduser(text) if text else None
 
 
 def trust_from(store: Mapping) -> Trust:
-    """The trust settings of a config's ``store`` node (``allowed_signers``, ``require_signed``)."""
-    return Trust(_path(store.get("allowed_signers")), _true(store.get("require_signed", False), "require_signed"))
-
-
-def store_overrides(words: Iterable[str], base: Mapping | None = None) -> dict:
-    """The ``store`` settings after ``store.KEY=VALUE`` words (``launch verify RUN store.allowed_signers=F``)
-    over ``base`` (the config's defaults); a word that is not one of ``STORE_KEYS`` is refused."""
-    out = {**DEFAULTS, **(base or {})}
-    for word in words:
-        key, sep, value = word.partition("=")
-        name = key.removeprefix("store.")
-        if not sep or not key.startswith("store.") or name not in (*STORE_KEYS, "root"):
-            raise ConfigError(
-                f"{word!r}: only store.root and store.{{{','.join(STORE_KEYS)}}} can be given here, as KEY=VALUE"
-            )
-        out[name] = value
-    return out
+    """The trust settings of a config's ``store`` node (``allowed_signers``, ``require_signed``), as
+    Hydra composed it: ``require_signed`` is true or false, never a word that might mean either."""
+    required = store.get("require_signed", False)
+    if not isinstance(required, bool):
+        raise ConfigError(f"store.require_signed must be true or false, got {required!r}")
+    return Trust(_path(store.get("allowed_signers")), required)
 
 
 def key_fingerprint_of(blob: bytes | None) -> str | None:
@@ -315,15 +295,6 @@ def verify_argv(ssh_keygen: str, signature: str, allowed: str, principal: str) -
 
 
 # ---------------------------------------------------------------- I/O
-def store_settings(words: Iterable[str]) -> dict:
-    """The ``store`` node of the launch config (``launcher/configs/launch.yaml``) with ``store.KEY=VALUE``
-    words from a subcommand's command line over it (``store_overrides``)."""
-    import yaml
-
-    base = Path(__file__).resolve().parents[2] / "configs" / "launch.yaml"
-    return store_overrides(words, (yaml.safe_load(base.read_text()) or {}).get("store") or {})
-
-
 def ssh_keygen() -> str:
     """The ``ssh-keygen`` program, or ``SignatureError`` naming how to install it."""
     found = shutil.which("ssh-keygen")
@@ -351,8 +322,8 @@ def signing_key(setting: object) -> str | None:
 
 def sign(run_dir: Path, key: str) -> bytes:
     """The signature of ``run_dir``'s seal by ``key`` (the caller writes it beside the seal, as
-    ``SIGNATURE``). Raises ``SignatureError`` naming why it could not be signed."""
-    manifest = (Path(run_dir) / layout.MANIFEST).read_bytes()
+    ``RunPaths.signature``). Raises ``SignatureError`` naming why it could not be signed."""
+    manifest = layout.RunPaths(run_dir).manifest.read_bytes()
     with tempfile.TemporaryDirectory(prefix="launch-sign-") as tmp:
         if key.startswith("key::"):  # a public key given inline: ssh-keygen signs with its agent's private half
             Path(tmp, "key.pub").write_text(key.removeprefix("key::") + "\n")
@@ -376,7 +347,7 @@ def check(run_dir: Path, trust: Trust = NO_TRUST, now: _dt.datetime | None = Non
         raise ConfigError("store.require_signed=true needs store.allowed_signers (who is trusted)")
     if trust.allowed_signers and not os.path.isfile(trust.allowed_signers):
         raise ConfigError(f"store.allowed_signers {trust.allowed_signers} is not a file")
-    signature = run_dir / SIGNATURE
+    signature = layout.RunPaths(run_dir).signature
     if not signature.is_file() or signature.is_symlink():
         seal = Seal("unsigned")
     else:
@@ -399,7 +370,7 @@ def check(run_dir: Path, trust: Trust = NO_TRUST, now: _dt.datetime | None = Non
 
 def _verify(run_dir: Path, signature: Path, trust: Trust, now: _dt.datetime | None) -> Seal:
     program = ssh_keygen()
-    manifest = (run_dir / layout.MANIFEST).read_bytes()  # read once: what is verified is what is read below
+    manifest = layout.RunPaths(run_dir).manifest.read_bytes()  # read once: what is verified is what is read below
     done = proc.run_piped(check_argv(program, str(signature)), manifest)
     if done.returncode != 0:
         raise SignatureError(

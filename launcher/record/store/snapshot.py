@@ -40,11 +40,10 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from launcher.errors import SealError, UnsafeRun
-from launcher.record import layout
+from launcher.errors import SnapshotError, UnsafeRun
+from launcher.record import hashing, layout
 from launcher.record.store import objects
 
-SNAPSHOT = layout.SNAPSHOT
 SCHEMA = 1
 DEFAULT_MAX_MB = 64  # per data file: the bundled sample and typical small data sets fit
 # Per run (docs/store.md, "Bounds"): a laptop's store grows by at most this much per distinct run.
@@ -59,10 +58,6 @@ _NOT_CODE_DIRS = ("__pycache__", "node_modules", "site-packages", "dist-packages
 ROLES = frozenset({"script", "notebook", "module", "config", "data"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_PATH = 4096  # PATH_MAX: no file the job opened had a longer name
-
-
-class SnapshotError(SealError):
-    """A snapshot object is missing or does not match its name: the store was damaged (exit 4)."""
 
 
 # ---------------------------------------------------------------- pure
@@ -97,10 +92,10 @@ def validate(data: object, where: str) -> dict:
     sha256 of 64 hex digits and a known role, a file that another entry needs as a directory,
     or a launch directory that is not a normalised absolute path. Returns ``data``."""
     if not isinstance(data, dict):
-        raise SnapshotError(f"{where} is not a JSON object", SNAPSHOT)
+        raise SnapshotError(f"{where} is not a JSON object", layout.SNAPSHOT)
     files, left_out = data.get("files"), data.get("left_out", {})
     if not isinstance(files, dict) or not isinstance(left_out, dict):
-        raise SnapshotError(f"{where} has an unknown schema", SNAPSHOT)
+        raise SnapshotError(f"{where} has an unknown schema", layout.SNAPSHOT)
 
     def refuse(entry: object, why: str) -> UnsafeRun:
         return UnsafeRun(
@@ -294,27 +289,27 @@ def read(run_dir: Path) -> dict | None:
     snapshots. A ``snapshot.json`` that is a link is refused: a run is read from itself alone."""
     import json
 
-    path = Path(run_dir) / SNAPSHOT
+    path = layout.RunPaths(run_dir).snapshot
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise SnapshotError(f"{path} is not readable: {exc.strerror}", SNAPSHOT) from None
+        raise SnapshotError(f"{path} is not readable: {exc.strerror}", layout.SNAPSHOT) from None
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeRun(
             f"{path} is a link (to {os.readlink(path)!r}), not a file of the run: refused before "
             "anything was written (a crafted run; see docs/store.md)",
-            SNAPSHOT,
+            layout.SNAPSHOT,
         )
     try:
         data = json.loads(path.read_text())
     except RecursionError:
-        raise SnapshotError(f"{path} is not readable: its JSON is nested too deeply", SNAPSHOT) from None
+        raise SnapshotError(f"{path} is not readable: its JSON is nested too deeply", layout.SNAPSHOT) from None
     except (OSError, ValueError) as exc:
-        raise SnapshotError(f"{path} is not readable: {exc}", SNAPSHOT) from None
+        raise SnapshotError(f"{path} is not readable: {exc}", layout.SNAPSHOT) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
-        raise SnapshotError(f"{path} has an unknown schema", SNAPSHOT)
+        raise SnapshotError(f"{path} has an unknown schema", layout.SNAPSHOT)
     return validate(data, str(path))
 
 
@@ -432,15 +427,12 @@ def changed_since(files: Mapping[str, dict]) -> list[str]:
     """The kept files whose original is now gone or holds other content (an edited script)."""
     changed = []
     for path, entry in sorted(files.items()):
-        h = hashlib.sha256()
         try:
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
+            digest = hashing.file_sha256(path)
         except OSError:
             changed.append(path)
             continue
-        if h.hexdigest() != entry["sha256"]:
+        if digest != entry["sha256"]:
             changed.append(path)
     return changed
 

@@ -1,9 +1,9 @@
-"""An archive's manifest and members, checked: the pure part of a run that travels.
+"""An archive's index and members, checked: the pure part of a run that travels.
 
 An archive (``launch pack``) is one tar whose members are, in this order:
 
 ```
-launch-archive.json          the manifest: format, the run's name, every member with its sha256,
+launch-archive.json          the index: format, the run's name, every member with its sha256,
                              the data the snapshot left out (with its hash), the wheels
 run/<name>/...               the sealed run directory (manifest.json, its signature if signed)
 objects/ab/abcdef...         every object the run's snapshot.json names
@@ -16,19 +16,20 @@ Every member is declared with its sha256 and its size, so a reader refuses a mem
 declared before reading it, and can tell before the first write whether the whole fits its bounds
 (``Limits``, ``store.snapshot_max_*``) and the disk.
 
-Pure: the manifest (``manifest``, ``check_manifest``), member names and checks
+Pure: the index (``index``, ``check_index``), member names and checks
 (``member_name``, ``member_problem``, ``missing_and_extra``), what goes in (``wheel_plan``,
 ``requirement_closure``, ``wheel_identity``), which wheels a run's record names
 (``wheel_refusal``), the compression (``compression_of``).
+
+The index is not the seal: the seal is the run's ``manifest.json``, inside ``run/<name>/``, which
+the index lists as one of the run's files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from launcher.errors import ArchiveError
 from launcher.record import layout
@@ -48,16 +49,10 @@ VERSION = 2  # 2: every member with its size (1 had sizes for objects only: its 
 RUN = "run"
 
 
-OBJECTS = layout.OBJECTS
-
-
-WHEELS = layout.WHEELS
-
-
 LAUNCHER_DISTRIBUTION = "tf-repro-launcher"
 
 
-MAX_MANIFEST = 16 << 20  # bytes: a manifest is small; a huge one is not ours
+MAX_INDEX = 16 << 20  # bytes: an index is small; a huge one is not ours
 MAX_RUN_FILES = 100_000  # files of one run directory (its records, checkpoints and outputs)
 MAX_WHEELS = 2_000  # a run's environment: 44 wheels for the mnist job
 
@@ -75,23 +70,15 @@ def normalize(name: str) -> str:
     return str(canonicalize_name(name))
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def member_name(kind: str, *parts: str) -> str:
     """The member name of a run file (``run``, name, relative path), an object (``objects``, sha256)
     or a wheel (``wheels``, file name)."""
-    if kind == OBJECTS:
-        return f"{OBJECTS}/{parts[0][:2]}/{parts[0]}"
+    if kind == layout.OBJECTS:  # fanned out as a store keeps them (objects.object_path)
+        return f"{layout.OBJECTS}/{parts[0][:2]}/{parts[0]}"
     return "/".join([kind, *parts])
 
 
-def manifest(
+def index(
     run_name: str,
     run_files: Mapping[str, str],
     objects: Mapping[str, int],
@@ -101,9 +88,9 @@ def manifest(
     launcher_version: str,
     created: str,
 ) -> dict:
-    """The archive's manifest: ``run_files`` (path in the run -> {sha256, size}), ``objects`` (sha256 ->
-    size), ``left_out`` (data the snapshot did not keep: path -> {sha256, why}), ``wheels`` (file name ->
-    {sha256, size, name, version, files_sha256}), whether the seal is signed."""
+    """The archive's index (``launch-archive.json``): ``run_files`` (path in the run -> {sha256, size}),
+    ``objects`` (sha256 -> size), ``left_out`` (data the snapshot did not keep: path -> {sha256, why}),
+    ``wheels`` (file name -> {sha256, size, name, version, files_sha256}), whether the seal is signed."""
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -151,14 +138,14 @@ def _size_problem(size: object) -> str | None:
     return None
 
 
-def check_manifest(data: object, limits: Limits = Limits()) -> dict:
+def check_index(data: object, limits: Limits = Limits()) -> dict:
     """``data`` (a ``launch-archive.json``) checked whole before any of it names a member: its format
     and version, a run name that is a run's id (``layout.is_run_id``: never a name the store
     keeps for itself), relative normalised run paths, object names of 64 hex digits, wheel file
     names; every digest 64 hex digits and every size a number; the objects within ``limits``, and
     the whole within the disk's free space. ``ArchiveError`` names the first fault."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ArchiveError(f"{NAME} is not a launch archive's manifest")
+        raise ArchiveError(f"{NAME} is not a launch archive's index")
     if data.get("version") != VERSION:
         raise ArchiveError(
             f"{NAME} is of version {data.get('version')!r}; this launcher reads version {VERSION} "
@@ -167,7 +154,7 @@ def check_manifest(data: object, limits: Limits = Limits()) -> dict:
     name = data.get("run")
     if not layout.is_run_id(name):
         raise ArchiveError(f"{NAME} names the run {name!r}, which is not a run's id (YYYYMMDD-HHMMSS-xxxxxx)", NAME)
-    for key in ("run_files", "objects", "left_out", "wheels"):
+    for key in ("run_files", "objects", "left_out", "wheels"):  # not layout's: the index's tables
         if not isinstance(data.get(key), dict):
             raise ArchiveError(f"{NAME} has no {key} table", NAME)
     if len(data["run_files"]) > MAX_RUN_FILES or len(data["wheels"]) > MAX_WHEELS:
@@ -225,7 +212,7 @@ def _check_bounds(data: Mapping, limits: Limits) -> None:
 
 
 def declared_bytes(data: Mapping) -> int:
-    """The bytes of every member the manifest declares."""
+    """The bytes of every member the index declares."""
     return (
         sum(e["size"] for e in data["run_files"].values())
         + sum(data["objects"].values())
@@ -234,10 +221,10 @@ def declared_bytes(data: Mapping) -> int:
 
 
 def expected_members(data: Mapping) -> dict[str, tuple[str, int]]:
-    """Every file member the manifest names -> (its sha256, its size) (the manifest itself left out)."""
+    """Every file member the index names -> (its sha256, its size) (the index itself left out)."""
     out = {member_name(RUN, data["run"], path): (e["sha256"], e["size"]) for path, e in data["run_files"].items()}
-    out.update({member_name(OBJECTS, digest): (digest, size) for digest, size in data["objects"].items()})
-    out.update({member_name(WHEELS, wheel): (e["sha256"], e["size"]) for wheel, e in data["wheels"].items()})
+    out.update({member_name(layout.OBJECTS, digest): (digest, size) for digest, size in data["objects"].items()})
+    out.update({member_name(layout.WHEELS, wheel): (e["sha256"], e["size"]) for wheel, e in data["wheels"].items()})
     return out
 
 
@@ -254,22 +241,22 @@ def member_problem(
     name: str, kind: str, run_name: str, expected: Mapping[str, object], needed_dirs: set[str]
 ) -> str | None:
     """Why a member of kind ``kind`` (``file``, ``directory``, or what else ``tarstream`` names) cannot
-    be extracted, or None. Files must be ones the manifest names; directories the ones above them
+    be extracted, or None. Files must be ones the index names; directories the ones above them
     (``needed_dirs``) or inside the run (an empty ``outputs/``); nothing else at all: the
     archive format has no links, devices or fifos."""
     if (problem := name_problem(name.rstrip("/") if kind == "directory" else name)) is not None:
         return f"its name {problem}"
     name = name.rstrip("/")
     if kind == "file":
-        return None if name in expected else "is not named by the archive's manifest"
+        return None if name in expected else "is not named by the archive's index"
     if kind == "directory":
         inside = name.startswith(f"{RUN}/{run_name}/")
-        return None if inside or name in needed_dirs else "is a directory the manifest's files do not need"
+        return None if inside or name in needed_dirs else "is a directory the index's files do not need"
     return f"is a {kind}: a launch archive holds files and directories only"
 
 
 def missing_and_extra(expected: Iterable[str], seen: Iterable[str]) -> tuple[list[str], list[str]]:
-    """The files the manifest names that the archive lacks, and the files it holds that the manifest does not name."""
+    """The files the index names that the archive lacks, and the files it holds that the index does not name."""
     expected, seen = set(expected), set(seen)
     return sorted(expected - seen), sorted(seen - expected)
 

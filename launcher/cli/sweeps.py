@@ -1,10 +1,15 @@
-"""``launch sweep verify SWEEP_DIR``: replay every job of a sweep; ``launch sweep plot SWEEP_DIR FILE.png``."""
+"""``launch sweep replay SWEEP_DIR``: replay every job of a sweep; ``launch sweep plot SWEEP_DIR FILE.png``.
+
+``launch sweep verify`` is the old word for ``replay`` (``verify`` checks a seal), kept one more release.
+The module is ``sweeps``, not ``sweep``: no module is named like a package of the launcher
+(``launcher.sweep``), so an import says which one it means.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.cli.args import parser
+from launcher.cli.args import parser, renamed
 from launcher.errors import ConfigError
 
 
@@ -13,8 +18,9 @@ def main(argv: list[str]) -> int:
     p = parser("sweep", "Work with a sweep directory (<store>/sweeps/<id>).")
     p.add_argument(
         "action",
-        choices=["verify", "plot"],
-        help="verify: replay every job, serially; plot: each metric's spread across the jobs",
+        choices=["replay", "plot", "verify"],
+        metavar="{replay,plot}",
+        help="replay: replay every job, serially; plot: each metric's spread across the jobs",
     )
     p.add_argument("sweep_dir", metavar="SWEEP_DIR", type=Path)
     p.add_argument("file", nargs="?", metavar="FILE.png", type=Path, help="plot: the PNG file to write")
@@ -24,13 +30,16 @@ def main(argv: list[str]) -> int:
         help="replay even where the environment's comparability key differs",
     )
     args = p.parse_args(argv)
+    if args.action == "verify":
+        renamed("sweep verify", "sweep replay")
+        args.action = "replay"
     if args.action == "plot":
         return plot(args.sweep_dir, args.file)
     if args.file is not None:
-        raise ConfigError(f"sweep verify takes one directory, got an extra argument {str(args.file)!r}")
-    from launcher.sweep import verify
+        raise ConfigError(f"sweep replay takes one directory, got an extra argument {str(args.file)!r}")
+    from launcher.sweep import replay
 
-    return verify.verify(args.sweep_dir, allow_mismatch=args.allow_mismatch)
+    return replay.replay(args.sweep_dir, allow_mismatch=args.allow_mismatch)
 
 
 def plot(sweep_dir: Path, file: Path | None) -> int:

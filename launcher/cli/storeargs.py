@@ -1,0 +1,42 @@
+"""The store settings of the subcommands that read a store (compare, replay, resume, pack, unpack,
+verify, gc, runs), composed by Hydra from the config a run uses.
+
+``launch verify RUN -cd DIR store.require_signed=true`` takes launch.yaml's ``store`` block, then
+the ``store/default.yaml`` of ``DIR`` (or, with ``store=NAME``, ``store/NAME.yaml``), then the
+``store.KEY=VALUE`` words, each value checked by its type (``composition.compose_store``): the
+settings ``launch -cd DIR`` would run with, read by no hand of ours. ``--store DIR``, where a
+subcommand has it, is ``store.root``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def split(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the store words: ``store.KEY=VALUE`` and ``store=NAME``, the rest), each in its order: the
+    words a subcommand takes after its arguments, as Hydra overrides."""
+    words = [a for a in argv if a.startswith(("store.", "store=")) and "=" in a]
+    return words, [a for a in argv if a not in words]
+
+
+def add_config_dir(p: argparse.ArgumentParser) -> None:
+    """``-cd/--config-dir DIR``: the user's config folder, as ``launch -cd DIR`` takes it."""
+    p.add_argument(
+        "-cd",
+        "--config-dir",
+        dest="config_dir",
+        metavar="DIR",
+        help="your config folder, as for a run: its store/default.yaml sets store.* (docs/hydra.md)",
+    )
+
+
+def settings(words: list[str], config_dir: str | None, root: str | None = None) -> dict:
+    """The ``store`` settings composed from launch.yaml, ``config_dir`` and ``words``; ``root``
+    (``--store DIR``), when given, is ``store.root``."""
+    from launcher.run import composition
+
+    store = composition.compose_store(words, config_dir=config_dir)
+    if root is not None:
+        store["root"] = root
+    return store
