@@ -18,7 +18,6 @@ def main(argv: list[str]) -> int:
     p = parser("compare", "Compare two sealed runs bit for bit (or within a tolerance).")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
-    storeargs.add_config_dir(p)
     p.add_argument(
         "--allow-mismatch",
         dest="allow_mismatch",
@@ -39,6 +38,7 @@ def main(argv: list[str]) -> int:
         type=Path,
         help="draw both runs' traced loss by step and where they split (needs matplotlib)",
     )
+    storeargs.add_config_dir(p)
     args = p.parse_args(argv)
     tolerance = compare.parse_tolerance(args.tolerance) if args.tolerance else None
     if args.plot:

@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
     storeargs.add_config_dir(p)
     args = p.parse_args(argv)
-    root = str(storeargs.settings(words, args.config_dir, root=args.store)["root"])
+    root = storeargs.root(words, args.config_dir, args.store)
     report = gc.collect(root, dry_run=args.dry_run, echo=lambda line: print(line, flush=True))
     print(gc.summary(report))
     return 1 if report.failed else 0

@@ -16,7 +16,6 @@ def main(argv: list[str]) -> int:
     words, rest = storeargs.split(argv)
     p = parser("pack", "Write a sealed run, its code and data (and with --with-env its wheels) into one file.")
     p.add_argument("run", metavar="RUN")
-    storeargs.add_config_dir(p)
     p.add_argument(
         "-o",
         "--output",
@@ -41,6 +40,7 @@ def main(argv: list[str]) -> int:
         type=_octal,
         help="the archive file's mode (default: the most private of the files it holds, 600 or 644)",
     )
+    storeargs.add_config_dir(p)
     args = p.parse_args(rest)
     trust = signing.trust_from(storeargs.settings(words, args.config_dir))
     compression = "plain" if args.compression == "none" else args.compression

@@ -13,7 +13,6 @@ def rerun_args(name: str, description: str, argv: list[str], replay: bool = Fals
     """The arguments shared by replay and resume: a run, --allow-mismatch and -cd DIR (replay: --data)."""
     p = parser(name, description)
     p.add_argument("run", metavar="RUN")
-    storeargs.add_config_dir(p)
     p.add_argument(
         "--allow-mismatch",
         dest="allow_mismatch",
@@ -38,6 +37,7 @@ def rerun_args(name: str, description: str, argv: list[str], replay: bool = Fals
             metavar="MODEL",
             help="run the replay's job under qemu-user as this x86-64 CPU model (Haswell, EPYC, ...)",
         )
+    storeargs.add_config_dir(p)
     return p.parse_args(argv)
 
 

@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     old_spelling(p, "--rebuild", "--reindex", "reindex")
     storeargs.add_config_dir(p)
     args = p.parse_args(argv)
-    root = str(storeargs.settings(words, args.config_dir, root=args.store)["root"])
+    root = storeargs.root(words, args.config_dir, args.store)
     store = Path(root)
     if not store.is_dir():
         raise StoreError(f"store {root!r} does not exist")

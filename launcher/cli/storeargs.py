@@ -31,6 +31,14 @@ def add_config_dir(p: argparse.ArgumentParser) -> None:
     )
 
 
+def root(words: list[str], config_dir: str | None, store: str | None) -> str:
+    """``store.root`` alone, for the subcommands that read nothing else (gc, runs): ``store`` (``--store
+    DIR``) as it is, over any folder or word, with nothing composed (Hydra not even imported: a gc
+    run by another user of a shared store needs the store, not the launcher's configs); else the
+    composed setting."""
+    return store if store is not None else str(settings(words, config_dir)["root"])
+
+
 def settings(words: list[str], config_dir: str | None, root: str | None = None) -> dict:
     """The ``store`` settings composed from launch.yaml, ``config_dir`` and ``words``; ``root``
     (``--store DIR``), when given, is ``store.root``."""

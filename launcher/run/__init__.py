@@ -1,7 +1,8 @@
 """One run on the launcher's side, from a composed config to a sealed result.
 
 Owns the stages of a run that happen outside the job process: ``composition`` (Hydra),
-``config`` (the project's rules: check, resolve, hash), ``job`` (the pipeline: resolve,
+``schema`` (each section's typed schema: every value checked), ``config`` (the project's
+rules: check across settings, resolve, hash), ``job`` (the pipeline: resolve,
 create the run directory, plan, fingerprint, run, seal, index), ``runtime`` (where the job
 process runs), ``signals`` (a stop's record never cut short), ``gpus`` (a GPU request
 checked before any run exists), ``precheck`` (a stored run's key against this

@@ -65,6 +65,10 @@ def compose_store(overrides: Sequence[str], config_dir: str | None = None) -> di
     What every subcommand that reads a store (compare, replay, resume, pack, unpack, verify, gc,
     runs) takes its settings from: where the store is, and whose signatures it trusts, are the
     same for ``launch -cd DIR`` and ``launch verify RUN -cd DIR``.
+
+    Raises:
+        ConfigError: Hydra's error as one line (a ``store.KEY`` the store has not, a ``store=NAME``
+            the folder has not, a missing folder), or a value its type does not take (exit 2).
     """
     return OmegaConf.to_container(compose(overrides, config_dir=config_dir).store, resolve=True)
 

@@ -2,8 +2,9 @@
 
 Hydra composes the YAML groups in ``launcher/configs`` (``launcher.run.composition``), and
 each section's schema checks every value on its own (``launcher.run.schema``); this module
-enforces the rules that span settings (allowed values named in each message), resolves what must be fixed once at launch (the seed, ``auto`` thread counts) and hashes
-the parts of the config that can change a result.
+enforces the rules that span settings (allowed values named in each message), resolves
+what must be fixed once at launch (the seed, ``auto`` thread counts) and hashes the parts
+of the config that can change a result.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def validate(cfg: DictConfig) -> None:
     a mapping, ``train.epochs`` a positive integer); here are the options' names and the rules that
     span settings: a level's thread counts, XLA for user code, a task's inputs where its job will
     read them, a tracker's package.
+
+    Raises:
+        ConfigError: the first value or combination that is not allowed, and what is (exit 2).
+        DataError: ``train.data`` is not readable MNIST where the job will read it (exit 2).
     """
     schema.check(cfg)
     train, det = cfg.train, cfg.determinism

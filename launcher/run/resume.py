@@ -205,7 +205,7 @@ def resume(
 ) -> tuple[pipeline.Outcome, list[str]]:
     """Resume ``run``; returns the outcome and the notes printed about skipped checkpoints.
 
-    ``store``: the resumer's ``store`` settings (``signing.STORE_KEYS``; ``launch resume RUN
+    ``store``: the resumer's ``store`` settings (``composition.compose_store``; ``launch resume RUN
     store.signing_key=K``): the key the resumed run's seal is signed with (default none: never the
     key the run's own config names), and ``require_signed`` (resume only a run this store made,
     ``origin``). Whose run it is comes first, then the unsealed run's own files

@@ -2,7 +2,7 @@
 the type of each setting, and what a type cannot say (``epochs`` above 0), one dataclass per option.
 
 They are registered in Hydra's ConfigStore (``schema/train/mnist``, ..., ``schema/store``), so a
-user's own option can put one under its values (``defaults: [/schema/train/custom@_here_, _self_]``),
+user's own option can put one under its values (``defaults: [/schema/train/custom@_here_, custom]``),
 and they check every config the launcher composes (``composition.compose``) or reads back
 (``config.validate``: a stored run's, on replay and resume).
 
@@ -51,63 +51,69 @@ def _threads(value: Any) -> bool:
     return value is None or value == "auto" or _whole(1)(value)
 
 
-THREADS = "an integer >= 1 or auto"
+# Limits shared by several fields, each one a new field: (test, what is allowed).
+POSITIVE = (_whole(1), "a positive integer")
+AT_LEAST_0 = (_whole(0), "an integer >= 0")
+THREADS = (_threads, "an integer >= 1 or auto")
 WHOLE = "a whole number, 0 or more"
 
 
-# ---------------------------------------------------------------- train: one per task
+# One dataclass per option, its fields in the order of the option's YAML (tests hold them to it).
+# ---------------------------------------------------------------- train
 @dataclass
 class MnistTrain:
     name: str
     data: str = _limit(bool, "sample, full, or a path to an .npz file or IDX directory")
-    epochs: int = _limit(_whole(1), "a positive integer")
-    batch_size: int = _limit(_whole(1), "a positive integer")
+    epochs: int = _limit(*POSITIVE)
+    batch_size: int = _limit(*POSITIVE)
     learning_rate: Any = _limit(lambda v: type(v) in (int, float) and v > 0, "a positive number")  # 1 stays 1
     max_samples: int | None = _limit(_whole(1, null=True), "a positive integer")
     data_parallel_calls: Any = _limit(lambda v: v == "autotune" or _whole(1)(v), "a positive integer or autotune")
-    checkpoint_every: int = _limit(_whole(0), "an integer >= 0")
-    checkpoint_keep: int = _limit(_whole(1), "a positive integer")
+    checkpoint_every: int = _limit(*AT_LEAST_0)
+    checkpoint_keep: int = _limit(*POSITIVE)
 
 
 @dataclass
-class ObservedTrain:
-    """What the tasks that run the user's code share: observation and the saved weights."""
-
+class CustomTrain:
     name: str
+    entrypoint: str
+    path: str | None
+    observe: bool
+    save_weights: bool
+    save_weights_max_mb: int
+    checkpoint_every: int = _limit(*AT_LEAST_0)
+    checkpoint_keep: int = _limit(*POSITIVE)
+
+
+@dataclass
+class ScriptTrain:
+    name: str
+    script: str
+    args: list[Any]  # 3 in [--epochs,3] stays a number: the config keeps what Hydra parsed
+    observe: bool
+    save_weights: bool
+    save_weights_max_mb: int
+    checkpoint_every: int = _limit(*AT_LEAST_0)
+    checkpoint_keep: int = _limit(*POSITIVE)
+
+
+@dataclass
+class NotebookTrain:
+    name: str
+    notebook: str
+    params: Any  # a mapping or null: validate says which
     observe: bool
     save_weights: bool
     save_weights_max_mb: int
 
 
-@dataclass
-class CustomTrain(ObservedTrain):
-    entrypoint: str
-    path: str | None
-    checkpoint_every: int = _limit(_whole(0), "an integer >= 0")
-    checkpoint_keep: int = _limit(_whole(1), "a positive integer")
-
-
-@dataclass
-class ScriptTrain(ObservedTrain):
-    script: str
-    args: list[Any]
-    checkpoint_every: int = _limit(_whole(0), "an integer >= 0")
-    checkpoint_keep: int = _limit(_whole(1), "a positive integer")
-
-
-@dataclass
-class NotebookTrain(ObservedTrain):
-    notebook: str
-    params: Any  # a mapping or null: validate says which
-
-
-# ---------------------------------------------------------------- determinism: portable adds its baseline
+# ---------------------------------------------------------------- determinism
 @dataclass
 class Determinism:
     level: str
     seed: int | None = _limit(_whole(0, null=True), "a non-negative integer")
-    intra_op_threads: Any = _limit(_threads, THREADS)
-    inter_op_threads: Any = _limit(_threads, THREADS)
+    intra_op_threads: Any = _limit(*THREADS)
+    inter_op_threads: Any = _limit(*THREADS)
     onednn_opts: bool | None
     jit_compile: bool | None
     deterministic_data: bool | None
@@ -116,8 +122,17 @@ class Determinism:
 
 
 @dataclass
-class PortableDeterminism(Determinism):
+class PortableDeterminism:
+    level: str
+    seed: int | None = _limit(_whole(0, null=True), "a non-negative integer")
     isa_baseline: IsaBaseline
+    intra_op_threads: Any = _limit(*THREADS)
+    inter_op_threads: Any = _limit(*THREADS)
+    onednn_opts: bool | None
+    jit_compile: bool | None
+    deterministic_data: bool | None
+    trace_every: int = _limit(_whole(0), "an integer >= 0 (0 = no trace)")
+    random_ops: RandomOps | None
 
 
 # ---------------------------------------------------------------- runtime, store
@@ -128,7 +143,9 @@ class LocalRuntime:
 
 
 @dataclass
-class DockerRuntime(LocalRuntime):
+class DockerRuntime:
+    name: str
+    slots: Any
     tmpfs_mb: int
     stop_timeout_s: int
     mounts: list[str]
@@ -136,7 +153,7 @@ class DockerRuntime(LocalRuntime):
 
 @dataclass
 class StoreSettings:
-    root: Any = _limit(lambda v: bool(str(v)), "a directory path")  # a number is a directory's name too
+    root: Any = _limit(lambda v: v is not None and str(v) != "", "a directory path")  # 2024 names one too
     snapshot_max_mb: int = _limit(_whole(0), WHOLE)
     snapshot_max_files: int | None = _limit(_whole(0, null=True), f"{WHOLE} (null: no cap)")
     snapshot_max_total_mb: int | None = _limit(_whole(0, null=True), f"{WHOLE} (null: no cap)")
@@ -181,7 +198,11 @@ register()
 def check(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` for the first section that is not a mapping, or setting whose value its
     schema does not take as it is (its type, then its limit). A section whose option no schema
-    names (``train.name=nope``) is left to ``config.validate``, which names the options."""
+    names (``train.name=nope``) is left to ``config.validate``, which names the options.
+
+    Raises:
+        ConfigError: the key, and what it takes: OmegaConf's words for a value its type refuses (exit 2).
+    """
     for section in SECTIONS:  # `store=DIR` replaces the mapping with a string; Hydra lets it
         value = cfg.get(section)
         if value is not None and not OmegaConf.is_dict(value):
@@ -200,6 +221,8 @@ def check(cfg: DictConfig) -> None:
 
 
 def _check_section(section: str, schema: type, node: DictConfig) -> None:
+    """``node`` (the config's ``section``) merged into ``schema``: OmegaConf's refusal, a value its type
+    would take as another, or a value outside its field's limit is ``ConfigError``, naming the key."""
     try:
         given = OmegaConf.to_container(node, resolve=True)
         typed = OmegaConf.structured(schema, flags={"struct": False})  # open: a user's own keys pass

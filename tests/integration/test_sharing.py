@@ -80,10 +80,10 @@ def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_whee
     subprocess.run(["tar", "-xzf", str(archive), "wheels"], cwd=elsewhere, check=True)  # plain tar gets them
     subprocess.run([sys.executable, "-m", "venv", str(elsewhere / "venv")], check=True)
     env = offline_env(elsewhere / "venv", elsewhere / "home")
-    # the recipe as docs/sharing.md writes it: `pip install --no-index --find-links wheels wheels/*.whl`
+    # the recipe as docs/sharing.md writes it: `pip install --no-index --no-deps wheels/*.whl`
     wheels = sorted(str(w.relative_to(elsewhere)) for w in (elsewhere / "wheels").glob("*.whl"))
     installed = subprocess.run(
-        [str(elsewhere / "venv" / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", "wheels", *wheels],
+        [str(elsewhere / "venv" / "bin" / "pip"), "install", "-q", "--no-index", "--no-deps", *wheels],
         cwd=elsewhere,
         env=env,
         capture_output=True,

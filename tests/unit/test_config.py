@@ -1,10 +1,11 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf, open_dict
 
 from launcher.errors import ConfigError
-from launcher.run import config
+from launcher.run import config, schema
 from launcher.run.composition import compose
 
 
@@ -46,7 +47,7 @@ def test_config_hash_ignores_the_store_but_not_the_threads():
     [
         (["train.epochs=0"], "train.epochs must be a positive integer"),
         (["train.epochs=-3"], "train.epochs must be a positive integer"),
-        (["train.batch_size=abc"], "train.batch_size must be a positive integer"),
+        (["train.batch_size=abc"], "train.batch_size: Value 'abc' of type 'str' could not be converted to Integer"),
         (["+seed=abc"], "seed must be an integer"),
         (["+seed=1.5"], "seed must be an integer"),
         (["determinism.intra_op_threads=0"], "determinism.intra_op_threads"),
@@ -88,7 +89,7 @@ def test_the_trace_and_the_slots_are_not_in_the_config_hash_but_the_pipeline_is(
     ("override", "message"),
     [
         ("determinism.trace_every=-1", "trace_every must be an integer >= 0"),
-        ("determinism.jit_compile=maybe", "jit_compile must be true, false or null"),
+        ("determinism.jit_compile=maybe", "determinism.jit_compile: Value 'maybe' is not a valid bool"),
         ("determinism.deterministic_data=1", "deterministic_data must be true, false or null"),
         ("train.data_parallel_calls=0", "data_parallel_calls"),
         ("train.data_parallel_calls=fast", "data_parallel_calls"),
@@ -173,18 +174,18 @@ def test_a_name_no_group_option_has_is_refused_with_the_options(section, value, 
 
 @pytest.mark.parametrize("seed,valid", [(0, True), (2**32 - 1, True), (2**32, False), (2**33 - 1, False), (-1, False)])
 def test_a_seed_is_any_32_bit_unsigned_integer(seed, valid):
-    cfg = compose([f"+seed={seed}"])
     if valid:
-        config.validate(cfg)
-    else:
+        config.validate(compose([f"+seed={seed}"]))
+    else:  # refused as the config is composed
         with pytest.raises(ConfigError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
-            config.validate(cfg)
+            compose([f"+seed={seed}"])
 
 
 _SCRIPT = str(Path(__file__).resolve())  # any existing file is a script to validate
 REFUSALS = [  # every refusal of config.validate, word for word: the line the user reads (docs/errors.md)
     (["determinism.seed=-1"], "determinism.seed must be a non-negative integer, got -1"),
-    (["determinism.seed=1.5"], "determinism.seed must be a non-negative integer, got 1.5"),
+    # a value its type does not take: OmegaConf's words, as Hydra's for a schema's field
+    (["determinism.seed=1.5"], "determinism.seed: Value '1.5' of type 'float' could not be converted to Integer"),
     (
         ["determinism=portable", "determinism.intra_op_threads=null"],
         "determinism.intra_op_threads must be set in portable mode (an integer or auto)",
@@ -193,23 +194,21 @@ REFUSALS = [  # every refusal of config.validate, word for word: the line the us
         ["determinism=portable", "determinism.inter_op_threads=null"],
         "determinism.inter_op_threads must be set in portable mode (an integer or auto)",
     ),
-    (
-        ["determinism.inter_op_threads=0"],
-        "determinism.inter_op_threads: thread count must be an integer >= 1 or 'auto', got 0",
-    ),
+    (["determinism.inter_op_threads=0"], "determinism.inter_op_threads must be an integer >= 1 or auto, got 0"),
     (
         ["determinism.intra_op_threads=many"],
-        "determinism.intra_op_threads: thread count must be an integer >= 1 or 'auto', got 'many'",
+        "determinism.intra_op_threads must be an integer >= 1 or auto, got 'many'",
     ),
     (
         ["determinism=portable", "determinism.isa_baseline=x86-64-v4"],
-        "determinism.isa_baseline must be one of x86-64-v3, got 'x86-64-v4'",
+        "determinism.isa_baseline: Invalid value 'x86-64-v4', expected one of [x86-64-v3]",
     ),
     (
         ["determinism.random_ops=sometimes"],
-        "determinism.random_ops must be null, num_random_ops or constant, got 'sometimes'",
+        "determinism.random_ops: Invalid value 'sometimes', expected one of [num_random_ops, constant]",
     ),
-    (["determinism.onednn_opts=maybe"], "determinism.onednn_opts must be true, false or null, got 'maybe'"),
+    (["determinism.onednn_opts=maybe"], "determinism.onednn_opts: Value 'maybe' is not a valid bool (type str)"),
+    # a value its type would take as another (1 as true): refused, never kept as the string or number it is
     (["determinism.jit_compile=1"], "determinism.jit_compile must be true, false or null, got 1"),
     (["determinism.deterministic_data=yes"], "determinism.deterministic_data must be true, false or null, got 'yes'"),
     (
@@ -218,18 +217,32 @@ REFUSALS = [  # every refusal of config.validate, word for word: the line the us
         "model.compile()",
     ),
     (["determinism.trace_every=-1"], "determinism.trace_every must be an integer >= 0 (0 = no trace), got -1"),
-    (["determinism.trace_every=true"], "determinism.trace_every must be an integer >= 0 (0 = no trace), got True"),
+    (
+        ["determinism.trace_every=true"],
+        "determinism.trace_every: Value 'True' of type 'bool' could not be converted to Integer",
+    ),
     (["train.checkpoint_every=-1"], "train.checkpoint_every must be an integer >= 0, got -1"),
-    (["train.checkpoint_every=true"], "train.checkpoint_every must be an integer >= 0, got True"),
+    (
+        ["train.checkpoint_every=true"],
+        "train.checkpoint_every: Value 'True' of type 'bool' could not be converted to Integer",
+    ),
+    (["train.epochs='3'"], "train.epochs must be an integer, got '3'"),
+    (["train=custom", "train.entrypoint=m:f", "train.observe=no"], "train.observe must be true or false, got 'no'"),
+    (["runtime=docker", "runtime.mounts=[1]"], "runtime.mounts must be a list of strings, got [1]"),
+    (["store.require_signed=yes"], "store.require_signed must be true or false, got 'yes'"),
+    (
+        ["store.snapshot_max_files=-1"],
+        "store.snapshot_max_files must be a whole number, 0 or more (null: no cap), got -1",
+    ),
     (["train.checkpoint_keep=0"], "train.checkpoint_keep must be a positive integer, got 0"),
     (["train.max_samples=0"], "train.max_samples must be a positive integer, got 0"),
     (["train.learning_rate=0"], "train.learning_rate must be a positive number, got 0"),
-    (["train.data=''"], "train.data must be sample, full, or a path to an .npz file or IDX directory"),
+    (["train.data=''"], "train.data must be sample, full, or a path to an .npz file or IDX directory, got ''"),
     (["train.data=/nonexistent.npz"], "train.data '/nonexistent.npz' does not exist (use sample, full, or a path)"),
-    (["train.data_parallel_calls=0"], "train.data_parallel_calls (or autotune) must be a positive integer, got 0"),
+    (["train.data_parallel_calls=0"], "train.data_parallel_calls must be a positive integer or autotune, got 0"),
     (["train=custom", "train.entrypoint=mypkg.train"], "train=custom needs train.entrypoint=package.module:function"),
     (["train=script"], "train=script needs train.script=path/to/train.py"),
-    (["store.root=''"], "store.root must be a directory path"),
+    (["store.root=''"], "store.root must be a directory path, got ''"),
 ]
 
 
@@ -318,3 +331,55 @@ def test_tracking_needs_mlflow_only_when_it_is_mlflow(monkeypatch):
     with open_dict(cfg):
         del cfg["tracking"]
     config.validate(cfg)
+
+
+# ---------------------------------------------------------------- the schemas (launcher.run.schema)
+OPTIONS = sorted(
+    (group.name, path.stem)
+    for group in (Path(config.__file__).parents[1] / "configs").iterdir()
+    if group.name in schema.SCHEMAS
+    for path in group.glob("*.yaml")
+)
+
+
+@pytest.mark.parametrize("group,option", OPTIONS)
+def test_every_key_of_every_launcher_option_has_its_typed_field_in_the_order_of_its_yaml(group, option):
+    """A key added to an option's YAML without a field in its schema would go unchecked."""
+    keys = list(OmegaConf.load(Path(config.__file__).parents[1] / "configs" / group / f"{option}.yaml"))
+    assert [f.name for f in dataclasses.fields(schema.SCHEMAS[group][1][option])] == keys
+
+
+def test_the_store_block_of_launch_yaml_has_its_typed_fields_in_order():
+    assert [f.name for f in dataclasses.fields(schema.StoreSettings)] == list(compose([]).store)
+
+
+def test_the_schemas_are_in_hydras_config_store():
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    assert OmegaConf.get_type(store.load("schema/train/mnist.yaml").node) is schema.MnistTrain
+    assert OmegaConf.get_type(store.load("schema/determinism/portable.yaml").node) is schema.PortableDeterminism
+    assert OmegaConf.get_type(store.load("schema/store.yaml").node) is schema.StoreSettings
+
+
+@pytest.mark.parametrize(
+    "overrides,key,value",
+    [
+        (["train.learning_rate=1"], "learning_rate", 1),  # a float field would make it 1.0, and another hash
+        (["train=script", f"train.script={_SCRIPT}", "train.args=[--epochs,3]"], "args", ["--epochs", 3]),
+    ],
+)
+def test_the_schemas_check_the_config_and_never_shape_it(overrides, key, value):
+    cfg = compose(overrides)
+    config.validate(cfg)
+    assert OmegaConf.get_type(cfg.train) is dict  # no schema under it: its keys, order and types are the YAML's
+    assert repr(OmegaConf.to_container(cfg.train)[key]) == repr(value)  # 1, not 1.0; 3, not '3'
+
+
+def test_a_stored_config_is_checked_by_the_same_schemas():
+    """A run's config.yaml read back (replay, resume) never went through Hydra's composition."""
+    stored = OmegaConf.create(OmegaConf.to_container(compose(["train=custom", "train.entrypoint=m:f"])))
+    stored.train.observe = "yes"  # a string the job would read as true, whatever it says
+    with pytest.raises(ConfigError) as info:
+        config.validate(stored)
+    assert str(info.value) == "train.observe must be true or false, got 'yes'"

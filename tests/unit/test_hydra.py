@@ -140,6 +140,29 @@ def test_the_config_dir_is_not_in_the_config_hash(conf, tmp_path):
     assert config.config_hash(changed) != config.config_hash(a)
 
 
+def test_a_users_option_may_add_its_own_keys_and_its_values_are_checked_by_the_schemas(conf):
+    """The schemas check, they are not the options' base: a key of the user's own passes, a value of a
+    launcher key is held to its type (launcher.run.schema)."""
+    (conf / "train" / "mine.yaml").write_text("defaults:\n  - custom\n  - _self_\n\nentrypoint: m:f\nhidden: 128\n")
+    cfg = composition.compose(["train=mine"], config_dir=str(conf))
+    config.validate(cfg)
+    assert list(cfg.train)[-1] == "hidden" and cfg.train.hidden == 128
+    (conf / "train" / "mine.yaml").write_text("defaults:\n  - custom\n  - _self_\n\nentrypoint: m:f\nobserve: maybe\n")
+    with pytest.raises(ConfigError) as info:
+        composition.compose(["train=mine"], config_dir=str(conf))
+    assert str(info.value) == "train.observe: Value 'maybe' is not a valid bool (type str)"
+
+
+def test_a_users_option_may_put_a_schema_from_the_config_store_under_its_values(conf):
+    """Hydra's own way: ``/schema/train/custom`` at the base of the option; Hydra checks each override."""
+    (conf / "train" / "typed.yaml").write_text(
+        "defaults:\n  - /schema/train/custom@_here_\n  - custom\n  - _self_\n\nentrypoint: m:f\n"
+    )
+    config.validate(composition.compose(["train=typed"], config_dir=str(conf)))
+    with pytest.raises(ConfigError, match=r"^Error merging override train.observe=maybe .*not a valid bool"):
+        composition.compose(["train=typed", "train.observe=maybe"], config_dir=str(conf))
+
+
 def test_fingerprint_hashes_the_users_config_files_as_they_are_now(conf):
     cfg = config.resolve(composition.compose(["train=tiny"], config_dir=str(conf)))
     digest = hashlib.sha256(TINY.encode()).hexdigest()

@@ -15,6 +15,7 @@ from launcher.cli.main import main
 from launcher.errors import ConfigError, SignatureError
 from launcher.record import layout
 from launcher.record.store import runs, signing
+from launcher.run import composition
 from launcher.share import archive_index
 from launcher.share import pack as packing
 from tests.unit.test_archive import sealed_run
@@ -176,12 +177,12 @@ def test_store_signing_key_git_signs_with_gits_user_signingkey(tmp_path, keys, m
         signing.signing_key("git")
 
 
-def test_store_overrides_take_only_the_store_keys():
-    settings = signing.store_overrides(["store.allowed_signers=~/a", "store.require_signed=true"], {"root": "runs"})
+def test_the_store_words_are_hydra_overrides_of_the_composed_store_settings():
+    settings = composition.compose_store(["store.allowed_signers='~/a'", "store.require_signed=true"])
     assert signing.trust_from(settings) == signing.Trust(str(Path("~/a").expanduser()), True)
-    assert signing.trust_from(signing.store_overrides([])) == signing.NO_TRUST
-    for word in ("train.epochs=3", "store.snapshot_max_mb=1", "store.require_signed"):
+    assert signing.trust_from(composition.compose_store([])) == signing.NO_TRUST
+    for word in ("store.nope=1", "store.require_signed=maybe", "store.require_signed=yes", "store.require_signed"):
         with pytest.raises(ConfigError):
-            signing.store_overrides([word])
-    with pytest.raises(ConfigError, match="true or false"):
-        signing.trust_from({"require_signed": "maybe"})
+            composition.compose_store([word])
+    with pytest.raises(ConfigError, match="true or false"):  # typed by composition: never a word read by hand
+        signing.trust_from({"require_signed": "true"})
