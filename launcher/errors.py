@@ -5,16 +5,43 @@ into one line on stderr and the exit code the subclass names. Subclasses carry
 their evidence as fields so callers and tests need not parse messages.
 
 Every exception class of the project is defined here, and only here
-(``tests/unit/test_owner_code.py`` checks it): one place to read what can go wrong.
+(``tests/unit/test_owner_code.py`` checks it): one place to read what can go wrong. So is
+``ExitCode``, every exit code ``launch`` ends with: the classes name theirs from it, and so does
+every command's ``return``.
 """
 
 from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Every exit code of ``launch``, in one table: docs/errors.md's "All exit codes", which
+    ``tests/unit/test_exit_codes.py`` checks row for row against this enum.
+
+    A script tells the kinds of failure apart by these numbers alone: what differed in the bits
+    (1), what was typed or given wrong (2), what was refused as meaningless (3), what was damaged
+    (4, 5), a seal whose signature fails (7), or this machine that cannot do what was asked (8).
+    """
+
+    OK = 0  # success; IDENTICAL, EQUIVALENT, REPRODUCED, STABLE
+    FAILED = 1  # a failed run; DIFFERENT, NOT EQUIVALENT, DIVERGED, NOT STABLE, NOT JUDGED
+    USAGE = 2  # bad input: an option, an override, a path, data, a run that cannot be used so
+    REFUSED = 3  # REFUSED, NOT COMPARABLE: the comparability keys differ
+    SEAL = 4  # a run incomplete or modified after sealing, a damaged snapshot object
+    SCHEMA = 5  # a stored file of a schema this launcher cannot read
+    NOTHING_COMPARED = 6  # neither run recorded a result: never IDENTICAL nor REPRODUCED
+    SIGNATURE = 7  # a signed seal that does not verify, or a signature required and missing
+    ENVIRONMENT = 8  # this machine cannot: no Docker daemon, a failed image build, a store it cannot write, no GPU
+    INTERNAL = 70  # an unexpected internal error (a bug): EX_SOFTWARE
+    INTERRUPTED = 130  # Ctrl-C, SIGTERM, SIGUSR1, SIGUSR2: 128 + SIGINT
+    BROKEN_PIPE = 141  # the reader of the output went away (``| head``): 128 + SIGPIPE
 
 
 class LauncherError(Exception):
     """Base class: an expected failure with a one-line message."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
     def __str__(self) -> str:
         # One line, always: the CLI prints exactly this.
@@ -38,7 +65,16 @@ class DataError(LauncherError):
 
 
 class StoreError(LauncherError):
-    """The run store cannot be written or read."""
+    """The run store cannot be written, read or locked: a fault of this machine (exit 8)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class NotAStore(StoreError):
+    """A path given as a store does not exist, is not a directory, or is a run directory: bad
+    input (exit 2), not a fault of the store."""
+
+    exit_code = ExitCode.USAGE
 
 
 class StoreBusy(StoreError):
@@ -59,7 +95,7 @@ class RunNotFound(LauncherError):
 class SealError(LauncherError):
     """A stored run is incomplete or was modified after it was sealed."""
 
-    exit_code = 4
+    exit_code = ExitCode.SEAL
 
     def __init__(self, message: str, path: str | None = None) -> None:
         super().__init__(message)
@@ -73,7 +109,7 @@ class SnapshotError(SealError):
 class SchemaError(LauncherError):
     """A stored file has a schema version this launcher cannot read."""
 
-    exit_code = 5
+    exit_code = ExitCode.SCHEMA
 
 
 class CellError(LauncherError):
@@ -91,7 +127,7 @@ class DeterminismError(LauncherError):
 class NotComparable(LauncherError):
     """Two fingerprints differ in fields that decide comparability."""
 
-    exit_code = 3
+    exit_code = ExitCode.REFUSED
 
     def __init__(self, message: str, differences: list[tuple[str, object, object]]):
         super().__init__(message)
@@ -103,7 +139,9 @@ class ResumeError(LauncherError):
 
 
 class DockerUnavailable(LauncherError):
-    """No Docker daemon answers (runtime=docker, launch image ...)."""
+    """No Docker daemon answers (runtime=docker, launch image ...): exit 8."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
     def __init__(self, url: str) -> None:
         super().__init__(f"no Docker daemon answers at {url}: start one (dockerd) or use runtime=local")
@@ -111,11 +149,24 @@ class DockerUnavailable(LauncherError):
 
 
 class ImageError(LauncherError):
-    """An image cannot be specified, built or found; the message names the next step."""
+    """An image cannot be built or found here (a failed build, a missing base image, no debootstrap,
+    an unreachable index): exit 8; the message names the next step."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class ImageSpecError(ImageError):
+    """An image is specified wrongly (an ``image.*`` setting, a template's placeholder): bad input
+    (exit 2)."""
+
+    exit_code = ExitCode.USAGE
 
 
 class LockfileError(ImageError):
-    """A lockfile is missing, has an unpinned requirement or a requirement without hashes."""
+    """A lockfile is missing, has an unpinned requirement or a requirement without hashes: bad input
+    (exit 2; ``launch image lock`` makes a good one)."""
+
+    exit_code = ExitCode.USAGE
 
     def __init__(self, message: str, path: str | None = None, requirement: str | None = None):
         super().__init__(message)
@@ -142,11 +193,16 @@ class PackagesMismatch(ImageError):
 
 
 class GpuUnavailable(LauncherError):
-    """A job asks for GPUs this machine or its Docker daemon cannot give (refused before a run)."""
+    """A job asks for GPUs this machine or its Docker daemon cannot give (refused before a run): exit 8."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
 
 class RebuildError(LauncherError):
-    """A stored run's Python environment cannot be rebuilt here (``replay --rebuild``); names the distribution."""
+    """A stored run's Python environment cannot be rebuilt here (``replay --rebuild``); names the
+    distribution. A fault of this machine, as a failed image build is (exit 8)."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
     def __init__(self, message: str, distribution: str | None = None) -> None:
         super().__init__(message)
@@ -175,9 +231,10 @@ class ArchiveError(LauncherError):
 
 class SignatureError(LauncherError):
     """A run's seal is signed and the signature does not verify, or a signature is required and the
-    run has none a trusted key made (``store.require_signed``): refused, naming the run (exit 3)."""
+    run has none a trusted key made (``store.require_signed``): refused, naming the run (exit 7: not
+    a comparability refusal, 3, but a seal that cannot be trusted)."""
 
-    exit_code = 3
+    exit_code = ExitCode.SIGNATURE
 
     def __init__(self, message: str, run: str | None = None) -> None:
         super().__init__(message)

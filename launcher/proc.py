@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher import console
 from launcher.console import NoiseFilter
 
 # Ctrl-C; SIGTERM (Slurm, Kubernetes, spot agents); SIGUSR1/2 (Slurm's --signal before a time limit)
@@ -42,8 +43,11 @@ def run_streaming(
     cwd: str | None = None,
     echo: bool = True,
     preexec_affinity: set[int] | None = None,
+    progress: console.Progress | None = None,
 ) -> int:
-    """Run ``argv``; copy its merged stdout/stderr to our stdout and to ``log_path``.
+    """Run ``argv``; copy its merged stdout/stderr to our stdout (``echo``) and to ``log_path``.
+    ``progress``: its output is fed to it too, which notes the lines that say what the program
+    is doing (pip's, Docker's) on stderr while the log gets all of them.
 
     Returns the exit code (negative for a signal, as ``subprocess`` does). Ctrl-C is
     passed to the child, and the child is killed if we are interrupted twice.
@@ -57,12 +61,12 @@ def run_streaming(
     with open(log_path, "ab") as log:
         proc = _start(argv, env, cwd, _child_setup)
         try:
-            _pump(proc, log, echo)
+            _pump(proc, log, echo, progress=progress)
             return proc.wait()
         except KeyboardInterrupt:
             proc.send_signal(signal.SIGINT)
             try:
-                _pump(proc, log, echo)
+                _pump(proc, log, echo, progress=progress)
                 return proc.wait(timeout=30)
             except (KeyboardInterrupt, subprocess.TimeoutExpired):
                 proc.kill()
@@ -222,8 +226,9 @@ def _die_with_parent() -> None:
         pass  # not glibc/Linux: the job outlives a killed launcher
 
 
-def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
-    """Copy the child's output until it closes it; with ``tick``, call it at least every 0.2 s."""
+def _pump(proc: subprocess.Popen, log, echo: bool, tick=None, progress: console.Progress | None = None) -> None:
+    """Copy the child's output until it closes it; with ``tick``, call it at least every 0.2 s;
+    with ``progress``, feed it the output too."""
     assert proc.stdout is not None
     out = sys.stdout.buffer
     shown = NoiseFilter()  # the log keeps every line; the terminal is spared TensorFlow's start-up noise
@@ -252,7 +257,9 @@ def _pump(proc: subprocess.Popen, log, echo: bool, tick=None) -> None:
                     log.close()  # drops what could not be written
                 except OSError:
                     pass
-                print(f"[launch] {log.name} is no longer written: {exc.strerror}", file=sys.stderr, flush=True)
+                console.log.warning("%s is no longer written: %s", log.name, exc.strerror)
+        if progress is not None:
+            progress.feed(chunk)
         if echo and (visible := shown.feed(chunk)):
             out.write(visible)
             out.flush()

@@ -24,6 +24,16 @@ NPZ = DATA / "mnist-small" / "mnist-small.npz"  # alone in its directory: tests/
 REPO = Path(__file__).parent.parent
 
 
+@pytest.fixture(autouse=True)
+def launch_notes() -> None:
+    """The ``launch`` logger as the command line sets it up (``console.setup``: notes and warnings on
+    the stderr of the moment): a test that calls the launcher's functions directly sees its notes
+    where ``launch`` shows them, and a ``-q`` or ``-v`` an earlier test gave is not left behind."""
+    from launcher import console
+
+    console.setup()
+
+
 @pytest.fixture
 def mnist_npz() -> Path:
     """600 train / 200 test real MNIST images in Keras' mnist.npz layout."""
@@ -70,6 +80,8 @@ def _own_directory() -> str:
     return path
 
 
+# A developer's own LAUNCH_STORE (docs/store.md) is never the tests' store: a test names its own.
+os.environ.pop("LAUNCH_STORE", None)
 # The environment this test process started with: shared runs are made in it, whichever test and
 # worker comes first, and each test starts in it (below).
 START_ENV = dict(os.environ)

@@ -8,14 +8,17 @@ import sys
 from launcher.errors import UsageError
 
 
-def parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """An argparse parser whose errors are UsageError (the error and the usage line, exit 2)."""
+def parser(prog: str, description: str, **kwargs) -> argparse.ArgumentParser:
+    """An argparse parser whose errors are UsageError (the error and the usage line, exit 2).
+
+    ``description``, a sentence, is what ``launch --help`` lists under the subcommand's usage line
+    (``main.synopsis``); ``kwargs`` (``usage``, ``epilog``, ``formatter_class``) go to argparse."""
 
     class _Parser(argparse.ArgumentParser):
         def error(self, message: str):  # noqa: D401 - argparse API
             raise UsageError(f"{self.prog}: {message}", " ".join(self.format_usage().split()))
 
-    return _Parser(prog=f"launch {prog}", description=description)
+    return _Parser(prog=f"launch {prog}", description=description, **kwargs)
 
 
 def renamed(old: str, new: str) -> None:

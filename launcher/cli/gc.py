@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from launcher.cli import storeargs
 from launcher.cli.args import parser
+from launcher.errors import ExitCode
+
+
+def build_parser():
+    """``launch gc``'s parser (its store.* words are taken before it parses)."""
+    p = parser(
+        "gc",
+        "Remove the objects of a store that no run references (mark and sweep; "
+        "safe while other launches write to the store).",
+    )
+    storeargs.add_store(p)
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
+    storeargs.add_config_dir(p)
+    return p
 
 
 def main(argv: list[str]) -> int:
@@ -15,16 +29,8 @@ def main(argv: list[str]) -> int:
     from launcher.record.store import gc
 
     words, argv = storeargs.split(argv)  # store.root=DIR, as --store DIR
-    p = parser(
-        "gc",
-        "Remove the objects of a store that no run references (mark and sweep; "
-        "safe while other launches write to the store).",
-    )
-    p.add_argument("--store", metavar="DIR", help="the store root: store.root (default ./runs)")
-    p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
-    storeargs.add_config_dir(p)
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     root = storeargs.root(words, args.config_dir, args.store)
     report = gc.collect(root, dry_run=args.dry_run, echo=lambda line: print(line, flush=True))
     print(gc.summary(report))
-    return 1 if report.failed else 0
+    return ExitCode.FAILED if report.failed else ExitCode.OK

@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Sequence
 
-from launcher.errors import ConfigError, UsageError
+from launcher.errors import ConfigError, ExitCode, UsageError
 
 PROG = "launch"
 USAGE = (
@@ -98,7 +98,7 @@ def show(args: argparse.Namespace) -> int:
             raise ConfigError(f"Hydra exited with status {exc.code}") from None
     finally:  # --info logs to the stdout of the moment, at DEBUG: not beyond this command
         root.handlers[:], root.level = handlers, level
-    return 0
+    return ExitCode.OK
 
 
 def completed_config_dir(line: str) -> str | None:

@@ -1,4 +1,5 @@
-"""``launch image build|list|prune|bootstrap-base`` and ``launch lock``: argument parsing only.
+"""``launch image build|list|prune|bootstrap-base|lock``: argument parsing only (``launch lock``, the old
+spelling of ``launch image lock``, is ``launcher.cli.main``'s ``RENAMED``).
 
 The work is done by ``imagebuild`` (build), ``baseimage`` (bootstrap-base, lock) and
 ``containers`` (list, prune); each imports the Docker SDK only when it runs.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from launcher.cli.args import old_spelling, parser
 from launcher.console import table
+from launcher.errors import ExitCode
 
 
 def _spec(overrides: list[str]):
@@ -20,10 +22,15 @@ def _spec(overrides: list[str]):
     return images.spec_from_config(OmegaConf.to_container(cfg.image, resolve=True))
 
 
-def image_command(argv: list[str]) -> int:
-    p = parser("image", "Build, list and prune the launcher's Docker images.")
-    sub = p.add_subparsers(dest="action", required=True)
-    build = sub.add_parser("build", help="build the image of the config (or reuse it)")
+def build_parser():
+    """``launch image``'s parser: its actions, each a subparser (``launch image ACTION --help``)."""
+    p = parser("image", "Build, list and prune the launcher's Docker images; pin their packages.")
+    sub = p.add_subparsers(dest="action", required=True, metavar="{build,list,prune,bootstrap-base,lock}")
+
+    def action(name: str, what: str):
+        return sub.add_parser(name, help=what, description=what[0].upper() + what[1:] + ".")
+
+    build = action("build", "build the image of the config (or reuse it)")
     build.add_argument(
         "--force",
         dest="rebuild",
@@ -31,43 +38,44 @@ def image_command(argv: list[str]) -> int:
         help="build with no cache even when the tag exists; check the packages match",
     )
     old_spelling(build, "--rebuild", "--force", "rebuild")
-    build.add_argument("overrides", nargs="*", help="config overrides, e.g. image=tf-cpu image.base=local")
-    sub.add_parser("list", help="the launcher's images and the local base")
-    prune = sub.add_parser("prune", help="remove older images, builder stages, orphan containers")
+    build.add_argument(
+        "overrides", nargs="*", metavar="OVERRIDES", help="config overrides, e.g. image=tf-cpu image.base=local"
+    )
+    action("list", "the launcher's images and the local base")
+    prune = action("prune", "remove older images, builder stages, orphan containers")
     prune.add_argument("--keep", type=int, default=1, help="images kept per name, newest first (default 1)")
     prune.add_argument("--dry-run", action="store_true", help="say what would be removed")
-    base = sub.add_parser("bootstrap-base", help="make the local base image (debootstrap, no registry)")
+    base = action("bootstrap-base", "make the local base image (debootstrap, no registry)")
     base.add_argument("--suite", default="bookworm", help="Debian suite (default bookworm)")
     base.add_argument("--mirror", default="http://deb.debian.org/debian", help="Debian mirror URL")
     base.add_argument("--force", action="store_true", help="make it again even when it exists")
-    args = p.parse_args(argv)
+    lock = action("lock", "pin an image's packages: lockfiles/NAME.txt from its .in file, with pip-compile")
+    lock.add_argument(
+        "--host", action="store_true", help="lock with this host's Python (must be the image's: 3.11, linux x86_64)"
+    )
+    lock.add_argument("overrides", nargs="*", metavar="OVERRIDES", help="config overrides: image=NAME (default tf-cpu)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     if args.action == "build":
         from launcher.docker import imagebuild
 
         info = imagebuild.ensure_image(_spec(args.overrides), rebuild=args.rebuild)
         print(info.ref)
-        return 0
+        return ExitCode.OK
     if args.action == "list":
         return _list()
     if args.action == "prune":
         return _prune(args.keep, args.dry_run)
     from launcher.docker import baseimage
 
-    baseimage.bootstrap_base(suite=args.suite, mirror=args.mirror, force=args.force)
-    return 0
-
-
-def lock_command(argv: list[str]) -> int:
-    p = parser("lock", "Regenerate lockfiles/<image>.txt from its .in file with pip-compile.")
-    p.add_argument(
-        "--host", action="store_true", help="lock with this host's Python (must be the image's: 3.11, linux x86_64)"
-    )
-    p.add_argument("overrides", nargs="*", help="config overrides, e.g. image=tf-gpu")
-    args = p.parse_args(argv)
-    from launcher.docker import baseimage
-
-    baseimage.lock(_spec(args.overrides), on_host=args.host)
-    return 0
+    if args.action == "lock":
+        baseimage.lock(_spec(args.overrides), on_host=args.host)
+    else:
+        baseimage.bootstrap_base(suite=args.suite, mirror=args.mirror, force=args.force)
+    return ExitCode.OK
 
 
 def _list() -> int:
@@ -86,10 +94,10 @@ def _list() -> int:
         rows.append((refs[0], attrs["Id"][7:19], size, attrs.get("Created", "")[:19], packages[:16]))
     if not rows:
         print(f"no launch images; make the base with `launch image bootstrap-base` ({images.LOCAL_BASE})")
-        return 0
+        return ExitCode.OK
     for line in table(("IMAGE", "ID", "SIZE", "CREATED", "PACKAGES"), sorted(rows)):
         print(line)
-    return 0
+    return ExitCode.OK
 
 
 def _prune(keep: int, dry_run: bool) -> int:
@@ -118,4 +126,4 @@ def _prune(keep: int, dry_run: bool) -> int:
                     containers.remove_image(cli, ref)
     if not dry_run:
         print(f"removed {containers.prune_builder_cache(cli)} builder stage image(s)")
-    return 0
+    return ExitCode.OK

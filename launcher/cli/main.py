@@ -5,7 +5,8 @@ hands the composed sweep to Hydra's multirun (``launcher.sweep.multirun``); the
 words in ``COMMANDS`` are subcommands, each a module of this package imported only
 when it is used. Errors are reported here, once, as one line: the project's errors
 by message and exit code, anything unexpected by a short traceback (the whole one
-with ``LAUNCH_FULL_ERROR=1``).
+with ``LAUNCH_FULL_ERROR=1``). The ``launch`` logger's handler is set up here too
+(``console.setup``): results on stdout, notes on stderr, ``-q``/``-v`` for fewer or more.
 """
 
 from __future__ import annotations
@@ -13,51 +14,57 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import logging
 import os
+import shutil
 import signal
 import sys
+import textwrap
 import threading
 import traceback
 from collections.abc import Iterator, Sequence
 
-from launcher.cli import hydraflags
-from launcher.errors import LauncherError, UsageError
+from launcher import console
+from launcher.cli import hydraflags, jsonout
+from launcher.errors import ExitCode, LauncherError, UsageError
 
-# name -> ("module:function", help). A static table: no registration by import.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "compare": (
-        "launcher.cli.compare:main",
-        "RUN_A RUN_B [--allow-mismatch] [--tolerance RTOL,ATOL] [--plot PNG]: verdict",
-    ),
-    "replay": (
-        "launcher.cli.replay:main",
-        "RUN|FILE [--allow-mismatch] [--data NAME=PATH] [--rebuild] [--cpu MODEL]: rerun a stored run "
-        "(or an archive's), say if it reproduced",
-    ),
-    "resume": (
-        "launcher.cli.resume:main",
-        "RUN [--allow-mismatch] [store.signing_key=K store.require_signed=true]: "
-        "continue an interrupted run from its checkpoint",
-    ),
-    "runs": ("launcher.cli.runs:main", "[--store DIR] [--task T] [--status S] [--key PREFIX] [--reindex]: list runs"),
-    "pack": (
-        "launcher.cli.pack:main",
-        "RUN [-o FILE] [--with-env]: one file holding the run, its code and data (and wheels)",
-    ),
-    "unpack": ("launcher.cli.unpack:main", "FILE [--store DIR]: import an archive's run into a store"),
-    "verify": ("launcher.cli.verify:main", "RUN|FILE [store.allowed_signers=F]: check the seal and who signed it"),
-    "gc": ("launcher.cli.gc:main", "[--store DIR] [--dry-run]: remove the store's objects no run references"),
-    "audit": ("launcher.cli.audit:main", "[OVERRIDES...] [audit.repeats=N]: which knobs change the bits, and where"),
-    "sweep": ("launcher.cli.sweeps:main", "replay SWEEP_DIR | plot SWEEP_DIR PNG: replay every job | draw the spread"),
-    "image": ("launcher.cli.image:image_command", "build|list|prune|bootstrap-base [OVERRIDES]: images"),
-    "lock": ("launcher.cli.image:lock_command", "image=NAME [--host]: pin an image's packages (pip-compile)"),
+# name -> its module: ``main(argv)`` runs the subcommand, ``build_parser()`` is its argparse parser (its
+# --help, its synopsis in launch --help, its shell completion). A static table: no registration by import.
+COMMANDS: dict[str, str] = {
+    "compare": "launcher.cli.compare",
+    "replay": "launcher.cli.replay",
+    "resume": "launcher.cli.resume",
+    "runs": "launcher.cli.runs",
+    "pack": "launcher.cli.pack",
+    "unpack": "launcher.cli.unpack",
+    "verify": "launcher.cli.verify",
+    "gc": "launcher.cli.gc",
+    "audit": "launcher.cli.audit",
+    "sweep": "launcher.cli.sweeps",
+    "image": "launcher.cli.image",
+    "completion": "launcher.cli.completion",
 }
+# An old subcommand -> the words that replace it: it still works one more release, with a note on stderr.
+RENAMED: dict[str, tuple[str, ...]] = {"lock": ("image", "lock")}
 
 
 def command(name: str):
     """The function behind subcommand ``name`` (its module imported now)."""
-    module, _, func = COMMANDS[name][0].partition(":")
-    return getattr(importlib.import_module(module), func)
+    return importlib.import_module(COMMANDS[name]).main
+
+
+def parser(name: str):
+    """Subcommand ``name``'s argparse parser, built without running it (its module imported now)."""
+    return importlib.import_module(COMMANDS[name]).build_parser()
+
+
+def renamed_command(args: list[str]) -> int:
+    """``launch lock ...``: said on stderr to be ``launch image lock ...`` now, and run as that."""
+    from launcher.cli.args import renamed
+
+    new = RENAMED[args[0]]
+    renamed(args[0], " ".join(new))
+    return command(new[0])([*new[1:], *args[1:]])
 
 
 def run_single(overrides: list[str], config_dir: str | None = None) -> int:
@@ -71,12 +78,12 @@ def run_single(overrides: list[str], config_dir: str | None = None) -> int:
     config.check_entrypoint(cfg, os.getcwd())
     note = determinism.idle_note(str(cfg.determinism.level), cfg.determinism.intra_op_threads, os.cpu_count() or 1)
     if note:
-        print(note, flush=True)
+        console.log.info("%s", note.removeprefix("[launch] "))  # the job's module words it as the job's notes
     outcome = pipeline.run(cfg)
     print(pipeline.summary_line(outcome) + resume_hint(outcome), flush=True)
     if outcome.status == "interrupted":
-        return 130
-    return 0 if outcome.ok else 1
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK if outcome.ok else ExitCode.FAILED
 
 
 def bare_word(args: Sequence[str]) -> str | None:
@@ -107,10 +114,34 @@ def resume_hint(outcome) -> str:
     return f"; {resume_advice(outcome.run_dir)}"
 
 
+# launch's own options, before or after a subcommand's word; not Hydra's (it has no -q, no -v)
+QUIET, VERBOSE = ("-q", "--quiet"), ("-v", "--verbose")
+
+
+def verbosity(args: Sequence[str]) -> tuple[list[str], int]:
+    """``args`` less ``-q/--quiet`` (warnings and errors only) and ``-v/--verbose`` (debug: also
+    every line pip or Docker printed to its log), wherever they stand before a ``--``; and the
+    level of the ``launch`` logger they ask for (``INFO`` without them; the last one wins)."""
+    level, rest = logging.INFO, []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg in QUIET:
+            level = logging.WARNING
+        elif arg in VERBOSE:
+            level = logging.DEBUG
+        else:
+            rest.append(arg)
+    return rest, level
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args, level = verbosity(list(sys.argv[1:] if argv is None else argv))
+    console.setup(level)  # once, here: results go to stdout by print, notes to stderr through it
     try:
         with _sigterm_as_ctrl_c():
-            code = _main(argv)
+            code = _main(args)
         sys.stdout.flush()
         return code
     except BrokenPipeError:
@@ -124,7 +155,7 @@ def _closed_pipe() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return 128 + signal.SIGPIPE
+    return ExitCode.BROKEN_PIPE  # 128 + SIGPIPE
 
 
 @contextlib.contextmanager
@@ -153,9 +184,11 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args and args[0] in COMMANDS:
             return command(args[0])(args[1:])
+        if args and args[0] in RENAMED:
+            return renamed_command(args)
         if args and args[0] in ("-h", "--help", "help"):
             print(usage())
-            return 0
+            return ExitCode.OK
         if "--version" in args:
             return version()
         flags = hydraflags.parse(args)  # Hydra's own parser: --cfg, --info, -cd, -m, ...
@@ -164,7 +197,7 @@ def _main(argv: Sequence[str] | None) -> int:
             raise not_a_command(word)
         if flags.help:
             print(usage())
-            return 0
+            return ExitCode.OK
         if hydraflags.shows(flags):
             return hydraflags.show(flags)
         if flags.multirun:
@@ -178,10 +211,10 @@ def _main(argv: Sequence[str] | None) -> int:
             print(exc.hint, file=sys.stderr)
         if os.environ.get("LAUNCH_FULL_ERROR") and exc.__cause__ is not None:
             print(f"{type(exc.__cause__).__name__}: {exc.__cause__}", file=sys.stderr)  # e.g. Hydra's own
-        return exc.exit_code
+        return _ended(args, exc.exit_code, type(exc).__name__, str(exc))
     except KeyboardInterrupt:
         print("launch: interrupted", file=sys.stderr)
-        return 130
+        return _ended(args, ExitCode.INTERRUPTED, "interrupted", "interrupted")
     except BrokenPipeError:
         raise  # the reader went away: main() ends quietly
     except Exception as exc:  # an unexpected error: a bug, reported briefly
@@ -192,7 +225,16 @@ def _main(argv: Sequence[str] | None) -> int:
             print("".join(traceback.format_list(frames)).rstrip(), file=sys.stderr)
             print(f"launch: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
             print("launch: set LAUNCH_FULL_ERROR=1 for the full traceback", file=sys.stderr)
-        return 70
+        return _ended(args, ExitCode.INTERNAL, "internal", f"{type(exc).__name__}: {exc}")
+
+
+def _ended(args: list[str], code: int, kind: str, message: str) -> int:
+    """The exit code of a command that failed (its line is on stderr already); with ``--json``, its error
+    document on stdout too, so a reader of the document always gets one (docs/json.md)."""
+    command = jsonout.asked(args)
+    if command is not None:
+        jsonout.emit(jsonout.error_document(command, code, kind, message))
+    return code
 
 
 def version() -> int:
@@ -201,37 +243,50 @@ def version() -> int:
     from launcher.version import __version__
 
     print(f"launch {__version__} (Hydra {installed('hydra-core')})")
-    return 0
+    return ExitCode.OK
 
 
 def usage() -> str:
+    """``launch --help``: Hydra's flags for a run (documented here: Hydra is not imported for it), then each
+    subcommand's synopsis and description from its own parser (``synopsis``), then the config groups."""
     lines = [
         "usage: launch [OVERRIDES...]            run one training job (Hydra overrides)",
         "       launch -m [OVERRIDES...]         sweep, e.g. -m train=mnist '+seed=range(10)'",
         "       launch --cfg job|hydra|all [--resolve] [--package PKG] [OVERRIDES...]   print the config; no run",
         "       launch --info [all|config|defaults|defaults-tree|plugins|searchpath] [OVERRIDES...]",
         "       launch -cd DIR [OVERRIDES...]    add your config groups: DIR/train/tiny.yaml gives train=tiny",
-        '       launch -sc install=bash|zsh      shell completion: eval "$(launch -sc install=bash)"',
+        "       launch -sc install=bash|zsh|fish  Hydra's completion of overrides (launch completion SHELL: all)",
+        "       launch --version | --hydra-help",
+        "       launch -q|-v ...                 fewer notes (warnings only) | more (debug); results on stdout,",
+        "                                        notes ([launch] ...) on stderr",
     ]
-    for name, (_, help_text) in COMMANDS.items():
-        lines.append(f"       launch {name:<9} {help_text}")
+    lines += ["", "subcommands (launch COMMAND --help: what each argument and option means):"]
+    for name in COMMANDS:
+        lines += synopsis(parser(name))
     lines += [
         "",
         "config groups: train=mnist|custom|script|notebook  determinism=off|seeded|strict|portable",
         "  runtime=local|docker  image=tf-cpu|tf-gpu (runtime=docker)  tracking=none|mlflow (docs/tracking.md)",
         "  store=NAME: DIR/store/NAME.yaml of your -cd DIR (its store/default.yaml is read without it)",
-        "store settings of compare, replay, resume, runs, pack, unpack, verify, gc: as a run's, from -cd DIR",
-        "  and store.KEY=VALUE words after the arguments (docs/hydra.md)",
+        "the store: store.root=DIR, or --store DIR (runs, gc, unpack, replay); where neither is given,",
+        "  $LAUNCH_STORE, else ./runs (docs/store.md); the subcommands that read a store take -cd DIR and",
+        "  store.KEY=VALUE words after their arguments, as a run does (docs/hydra.md)",
         "common overrides: +seed=N train.data=sample|full|PATH train.epochs=N store.root=DIR",
         "  determinism.intra_op_threads=N|auto determinism.inter_op_threads=N|auto",
         "  determinism.trace_every=N (steps between trace points; 0 = none)",
         "search: -m hydra/sweeper=optuna hydra.sweeper.n_trials=N 'KEY=interval(LO,HI)' sweep.objective=val_loss",
-        "one word, one meaning: --allow-mismatch goes on where the keys differ (compare, replay, resume, sweep);",
-        "  --reindex (runs), --force (image: make it again), --rebuild (replay: the run's Python environment);",
-        "  old spellings (compare/replay/resume --force, runs --rebuild, image build --rebuild, sweep verify)",
-        "  work one more release",
     ]
     return "\n".join(lines)
+
+
+def synopsis(p) -> list[str]:
+    """A subcommand's usage as its own ``--help`` prints it, wrapped alike, less ``usage: ``; then its
+    description, indented below it."""
+    head = "usage: "
+    shown = p.format_usage().rstrip("\n").split("\n")
+    lines = ["  " + shown[0][len(head) :], *(line[len(head) - 2 :] for line in shown[1:])]
+    width = max(shutil.get_terminal_size().columns - 2, 40)  # argparse's width
+    return lines + textwrap.wrap(p.description, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
 
 
 if __name__ == "__main__":

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from launcher import console
 from launcher.cli import storeargs
 from launcher.cli.args import parser
+from launcher.errors import ExitCode
 
 
-def main(argv: list[str]) -> int:
-    from launcher.record.store import signing
-    from launcher.share import pack as packing
-
-    words, rest = storeargs.split(argv)
+def build_parser():
+    """``launch pack``'s parser (its store.* words are taken before it parses)."""
     p = parser("pack", "Write a sealed run, its code and data (and with --with-env its wheels) into one file.")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help="a sealed run's directory")
     p.add_argument(
         "-o",
         "--output",
@@ -41,7 +39,15 @@ def main(argv: list[str]) -> int:
         help="the archive file's mode (default: the most private of the files it holds, 600 or 644)",
     )
     storeargs.add_config_dir(p)
-    args = p.parse_args(rest)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from launcher.record.store import signing
+    from launcher.share import pack as packing
+
+    words, rest = storeargs.split(argv)
+    args = build_parser().parse_args(rest)
     trust = signing.trust_from(storeargs.settings(words, args.config_dir))
     compression = "plain" if args.compression == "none" else args.compression
     packed = packing.pack(
@@ -56,12 +62,10 @@ def main(argv: list[str]) -> int:
         f"{signing.describe(packed.seal)}"
     )
     if packed.mode & 0o044 != 0o044 and args.mode is None:
-        print(
-            f"[launch] {packed.path} is mode {packed.mode:04o}: it holds files only their owner may read "
-            "(--mode 644 to widen)",
-            file=sys.stderr,
+        console.log.info(
+            "%s is mode %04o: it holds files only their owner may read (--mode 644 to widen)", packed.path, packed.mode
         )
-    return 0
+    return ExitCode.OK
 
 
 def _octal(text: str) -> int:

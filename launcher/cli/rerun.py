@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from launcher.cli import storeargs
+from launcher.cli import jsonout, storeargs
 from launcher.cli.args import old_spelling, parser
 from launcher.errors import NotComparable
 
 
-def rerun_args(name: str, description: str, argv: list[str], replay: bool = False) -> argparse.Namespace:
-    """The arguments shared by replay and resume: a run, --allow-mismatch and -cd DIR (replay: --data)."""
+def rerun_parser(name: str, description: str, replay: bool = False) -> argparse.ArgumentParser:
+    """The parser of replay or resume: a run, --allow-mismatch and -cd DIR (replay: an archive too, --data,
+    --rebuild, --cpu, --json, and --store DIR, where an archive's run is imported)."""
     p = parser(name, description)
-    p.add_argument("run", metavar="RUN")
+    if replay:
+        p.add_argument("run", metavar="RUN|FILE", help="a sealed run's directory, or an archive (launch pack's file)")
+    else:
+        p.add_argument("run", metavar="RUN", help="an interrupted run's directory")
     p.add_argument(
         "--allow-mismatch",
         dest="allow_mismatch",
@@ -37,8 +41,10 @@ def rerun_args(name: str, description: str, argv: list[str], replay: bool = Fals
             metavar="MODEL",
             help="run the replay's job under qemu-user as this x86-64 CPU model (Haswell, EPYC, ...)",
         )
+        jsonout.add_flag(p)
+        storeargs.add_store(p, "the store an archive's run is imported into, and replayed in")
     storeargs.add_config_dir(p)
-    return p.parse_args(argv)
+    return p
 
 
 def refused(exc: NotComparable) -> int:

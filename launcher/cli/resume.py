@@ -5,9 +5,15 @@ as a run's are (``storeargs``). The run continues in its own store, whatever sto
 
 from __future__ import annotations
 
+from launcher import console
 from launcher.cli import storeargs
-from launcher.cli.rerun import refused, rerun_args
-from launcher.errors import ConfigError, NotComparable
+from launcher.cli.rerun import refused, rerun_parser
+from launcher.errors import ConfigError, ExitCode, NotComparable
+
+
+def build_parser():
+    """``launch resume``'s parser (its store.* words are taken before it parses)."""
+    return rerun_parser("resume", "Continue an interrupted run from its newest complete checkpoint.")
 
 
 def main(argv: list[str]) -> int:
@@ -15,7 +21,7 @@ def main(argv: list[str]) -> int:
     from launcher.run import pipeline, resume
 
     words, rest = storeargs.split(argv)
-    args = rerun_args("resume", "Continue an interrupted run from its newest complete checkpoint.", rest)
+    args = build_parser().parse_args(rest)
     if any(word.startswith("store.root=") for word in words):
         raise ConfigError("launch resume continues a run in the store it is in: store.root cannot be given")
     try:
@@ -25,6 +31,8 @@ def main(argv: list[str]) -> int:
     except NotComparable as exc:
         return refused(exc)
     for note in notes:
-        print(f"[launch] {note}")
+        console.log.info("%s", note)
     print(pipeline.summary_line(outcome) + resume_hint(outcome))
-    return 0 if outcome.ok else (130 if outcome.status == "interrupted" else 1)
+    if outcome.ok:
+        return ExitCode.OK
+    return ExitCode.INTERRUPTED if outcome.status == "interrupted" else ExitCode.FAILED

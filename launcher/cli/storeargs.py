@@ -5,12 +5,18 @@ verify, gc, runs), composed by Hydra from the config a run uses.
 the ``store/default.yaml`` of ``DIR`` (or, with ``store=NAME``, ``store/NAME.yaml``), then the
 ``store.KEY=VALUE`` words, each value checked by its type (``composition.compose_store``): the
 settings ``launch -cd DIR`` would run with, read by no hand of ours. ``--store DIR``, where a
-subcommand has it, is ``store.root``.
+subcommand has it (runs, gc, unpack, replay), is ``store.root=DIR``: one setting with two spellings,
+refused when both are given and disagree. Neither given, the root is the folder's, else launch.yaml's
+``${oc.env:LAUNCH_STORE,./runs}``: ``$LAUNCH_STORE`` when it is set, else ``./runs`` (docs/store.md).
 """
 
 from __future__ import annotations
 
 import argparse
+
+from launcher.errors import ConfigError
+
+ROOT_WORD = "store.root="
 
 
 def split(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -31,11 +37,32 @@ def add_config_dir(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_store(p: argparse.ArgumentParser, what: str = "the store") -> None:
+    """``--store DIR``: ``store.root=DIR``, as every subcommand that names a store takes it."""
+    p.add_argument(
+        "--store",
+        metavar="DIR",
+        help=f"{what}: the same as store.root=DIR (default: $LAUNCH_STORE, else ./runs; docs/store.md)",
+    )
+
+
+def given_root(words: list[str], store: str | None) -> str | None:
+    """The store root the command line names: ``--store DIR`` (``store``) or a ``store.root=DIR`` word;
+    None when neither. Both, naming different directories: ConfigError (one setting, two spellings)."""
+    said = [w[len(ROOT_WORD) :] for w in words if w.startswith(ROOT_WORD)]
+    if store is not None and any(s != store for s in said):
+        raise ConfigError(
+            f"--store {store} and store.root={said[-1]} name the same setting: give one of them (docs/store.md)"
+        )
+    return store
+
+
 def root(words: list[str], config_dir: str | None, store: str | None) -> str:
     """``store.root`` alone, for the subcommands that read nothing else (gc, runs): ``store`` (``--store
     DIR``) as it is, over any folder or word, with nothing composed (Hydra not even imported: a gc
     run by another user of a shared store needs the store, not the launcher's configs); else the
-    composed setting."""
+    composed setting (``$LAUNCH_STORE`` where nothing names the root)."""
+    store = given_root(words, store)
     return store if store is not None else str(settings(words, config_dir)["root"])
 
 
@@ -44,6 +71,7 @@ def settings(words: list[str], config_dir: str | None, root: str | None = None) 
     (``--store DIR``), when given, is ``store.root``."""
     from launcher.run import composition
 
+    root = given_root(words, root)
     store = composition.compose_store(words, config_dir=config_dir)
     if root is not None:
         store["root"] = root

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from launcher.cli import storeargs
 from launcher.cli.args import parser
+from launcher.errors import ExitCode
+
+
+def build_parser():
+    """``launch unpack``'s parser (its store.* words are taken before it parses)."""
+    p = parser("unpack", "Import an archive (launch pack's file) into a store, checked, without running it.")
+    p.add_argument("file", metavar="FILE", help="the archive, launch pack's file")
+    storeargs.add_store(p, "the store to import into")
+    storeargs.add_config_dir(p)
+    return p
 
 
 def main(argv: list[str]) -> int:
@@ -12,15 +22,11 @@ def main(argv: list[str]) -> int:
     from launcher.share.archive_index import limits_from
 
     words, rest = storeargs.split(argv)
-    p = parser("unpack", "Import an archive (launch pack's file) into a store, checked, without running it.")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--store", metavar="DIR", help="the store to import into: store.root (default ./runs)")
-    storeargs.add_config_dir(p)
-    args = p.parse_args(rest)
+    args = build_parser().parse_args(rest)
     settings = storeargs.settings(words, args.config_dir, root=args.store)
     imported = unpacking.unpack(args.file, str(settings["root"]), signing.trust_from(settings), limits_from(settings))
     print(imported_line(imported))
-    return 0
+    return ExitCode.OK
 
 
 def imported_line(imported) -> str:

@@ -4,7 +4,7 @@ Owns image specs and Dockerfile rendering (``images``, pure), container argument
 (``container_spec``, pure), every call to the Docker daemon (``containers``, the
 only module that imports the Docker SDK), making or reusing an image
 (``imagebuild``), running a job in a container of its run's image (``runtime``), the
-local base image and ``launch lock`` (``baseimage``), the GPU capability of a daemon
+local base image and ``launch image lock`` (``baseimage``), the GPU capability of a daemon
 (``gpus``), and the installed-tree hash computed inside images (``treehash``).
 
 May import ``launcher.record`` (run directories, the environment allowlist),

@@ -1,4 +1,4 @@
-"""The local base image and lockfiles: ``launch image bootstrap-base`` and ``launch lock``.
+"""The local base image and lockfiles: ``launch image bootstrap-base`` and ``launch image lock``.
 
 ``bootstrap_base`` makes a Debian base image with no registry at all: debootstrap
 (minbase, plus python3, python3-venv and ca-certificates) into a root filesystem,
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launcher import proc
+from launcher import console, proc
 from launcher.docker import container_spec, containers, images
 from launcher.docker.imagebuild import cache_dir
 from launcher.errors import ImageError
@@ -68,13 +68,12 @@ def bootstrap_base(
     suite: str = SUITE,
     mirror: str = MIRROR,
     force: bool = False,
-    echo: bool = True,
 ) -> str:
     """Make the local base image ``ref`` (reused when it exists unless ``force``); its id."""
     cli = containers.client()
     attrs = containers.find_image(cli, ref)
     if attrs is not None and not force:
-        _say(echo, f"base image {ref} exists ({attrs['Id'][7:19]}); reused")
+        console.log.info("base image %s exists (%s); reused", ref, attrs["Id"][7:19])
         return attrs["Id"]
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is not installed: apt-get install debootstrap (as root)")
@@ -84,17 +83,19 @@ def bootstrap_base(
     work = Path(tempfile.mkdtemp(prefix="bootstrap-base-", dir=cache_dir()))
     try:
         rootfs, tar = work / "rootfs", work / "rootfs.tar"
-        _say(echo, f"debootstrap {suite} from {mirror} (about a minute); log: {logs}/bootstrap-base.log")
-        _run(debootstrap_argv(rootfs, suite, mirror), logs / "bootstrap-base.log", "debootstrap", echo=False)
-        clean_rootfs(rootfs)
-        _run(tar_argv(rootfs, tar), logs / "bootstrap-base.log", "tar", echo=False)
+        console.log.info("debootstrap %s from %s (about a minute); log: %s/bootstrap-base.log", suite, mirror, logs)
+        with console.Progress("image", f"debootstrap {suite}") as progress:
+            _run(debootstrap_argv(rootfs, suite, mirror), logs / "bootstrap-base.log", "debootstrap", progress)
+            clean_rootfs(rootfs)
+            progress.doing = "packing the root filesystem"
+            _run(tar_argv(rootfs, tar), logs / "bootstrap-base.log", "tar", progress)
         from launcher.record.hashing import file_sha256
 
         digest = file_sha256(tar)
         image_id = containers.import_rootfs(cli, tar, ref, import_changes(digest))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    _say(echo, f"base image {ref} imported ({image_id[7:19]}), rootfs sha256 {digest[:16]}")
+    console.log.info("base image %s imported (%s), rootfs sha256 %s", ref, image_id[7:19], digest[:16])
     return image_id
 
 
@@ -110,24 +111,21 @@ def clean_rootfs(rootfs: Path) -> None:
                     sub.unlink()
 
 
-def _run(argv: list[str], log: Path, what: str, echo: bool) -> None:
+def _run(argv: list[str], log: Path, what: str, progress: console.Progress) -> None:
     env = {**os.environ, "LC_ALL": "C"}
-    code = proc.run_streaming(argv, env, log, echo=echo)
+    code = proc.run_streaming(argv, env, log, echo=False, progress=progress)
     if code != 0:
         raise ImageError(f"{what} failed (exit {code}); see the end of {log}")
 
 
-def _say(echo: bool, message: str) -> None:
-    if echo:
-        print(f"[launch] {message}", flush=True)
-
-
 # ---------------------------------------------------------------- lock
 def lock(spec: images.ImageSpec, on_host: bool = False, echo: bool = True) -> Path:
-    """Regenerate ``spec.lockfile`` from ``spec.requirements`` with hashes; its path."""
+    """Regenerate ``spec.lockfile`` from ``spec.requirements`` with hashes; its path. ``echo``:
+    pip-compile's output on the terminal too (its errors are there: the lock's log goes with its
+    scratch directory)."""
     if not spec.requirements.is_file():
         raise ImageError(f"image.requirements {str(spec.requirements)!r} is not a file")
-    header = f"launch lock image={spec.name}"
+    header = f"launch image lock image={spec.name}"
     # pip-compile runs in a scratch directory holding lockfiles/<name>.in, so the
     # "via -r lockfiles/..." comments read the same wherever the lock was made.
     source, target = Path("lockfiles") / spec.requirements.name, Path("lockfiles") / spec.lockfile.name
@@ -144,7 +142,7 @@ def lock(spec: images.ImageSpec, on_host: bool = False, echo: bool = True) -> Pa
         text = out.read_text()
         images.parse_lockfile(text, str(out))  # every pin has hashes
         spec.lockfile.write_text(text)
-    _say(echo, f"wrote {spec.lockfile}")
+    console.log.info("wrote %s", spec.lockfile)
     return spec.lockfile
 
 
@@ -176,7 +174,7 @@ def _lock_in_base(spec, tmp: Path, source: Path, target: Path, header: str, echo
     mounts = [container_spec.MountSpec(str(tmp), "/work", read_only=False)]
     if spec.ca_bundle:
         mounts.append(container_spec.MountSpec(spec.ca_bundle, ca, read_only=True))
-    _say(echo, f"locking {spec.requirements.name} inside {base_ref} (network: host)")
+    console.log.info("locking %s inside %s (network: host)", spec.requirements.name, base_ref)
     env = {
         "CUSTOM_COMPILE_COMMAND": header,
         "PIP_CONFIG_FILE": "/dev/null",

@@ -102,7 +102,7 @@ def build(
             if "error" in chunk:
                 raise BuildFailed(
                     f"image build failed at {step or 'the first step'}: "
-                    f"{_shorten(chunk['error'], 300)} (output above; log in ~/.cache/launch/logs)",
+                    f"{_shorten(chunk['error'], 300)} (its output: the build log in ~/.cache/launch/logs, or -v)",
                     step,
                     "".join(tail[-20:]),
                 )

@@ -9,6 +9,7 @@ that hash as a label. A failed or unverified build is never tagged as good.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tarfile
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from launcher import entrypoints, proc
+from launcher import console, entrypoints, proc
 from launcher.docker import container_spec, containers, images
 from launcher.errors import ImageError, PackagesMismatch
 from launcher.record import hashing
@@ -159,10 +160,10 @@ def ensure_image(
     inputs: BuildInputs | None = None,
     rebuild: bool = False,
     expected_packages: str | None = None,
-    echo: bool = True,
     cli=None,
 ) -> ImageInfo:
-    """The image for ``spec`` (or ``inputs``): reused when its content tag exists, else built.
+    """The image for ``spec`` (or ``inputs``): reused when its content tag exists, else built
+    (what pip and Docker are doing noted on stderr while they work: ``console.Progress``).
 
     ``rebuild`` builds with no cache even when the tag exists and checks that the new
     build installed the same tree. ``expected_packages`` (replay) must match the tree.
@@ -176,10 +177,11 @@ def ensure_image(
         with FileLock(str(cache_dir("locks") / f"{inputs.name}.lock")):
             attrs = None if rebuild else containers.find_image(cli, inputs.ref)  # built meanwhile?
             if attrs is None:
-                return _build(cli, spec, inputs, rebuild, expected_packages, echo)
+                with console.Progress("image", f"building {inputs.ref}") as progress:
+                    return _build(cli, spec, inputs, rebuild, expected_packages, progress)
     info = ImageInfo(attrs["Id"], inputs.ref, containers.labels_of(attrs), built=False)
     check_packages(info, expected_packages, "the existing image")
-    say(echo, f"image {inputs.ref} exists ({info.image_id[7:19]}); reused, not built")
+    console.log.info("image %s exists (%s); reused, not built", inputs.ref, info.image_id[7:19])
     return info
 
 
@@ -194,11 +196,11 @@ def check_packages(info: ImageInfo, expected: str | None, what: str) -> None:
         )
 
 
-def _build(cli, spec, inputs: BuildInputs, nocache: bool, expected: str | None, echo: bool):
+def _build(cli, spec, inputs: BuildInputs, nocache: bool, expected: str | None, progress: console.Progress):
     previous = containers.find_image(cli, inputs.ref)
     containers.find_image(cli, inputs.base_ref) or _missing_base(inputs)
-    say(echo, f"building image {inputs.ref} from {spec.template.parent.name}/ on {inputs.base_ref}")
-    wheels = fill_wheelhouse(spec, inputs, echo)
+    console.log.info("building image %s from %s/ on %s", inputs.ref, spec.template.parent.name, inputs.base_ref)
+    wheels = fill_wheelhouse(spec, inputs, progress)
     logs = cache_dir("logs")
     with (
         open(logs / f"build-{inputs.name}-{inputs.tag[:12]}.log", "w") as log,
@@ -206,7 +208,10 @@ def _build(cli, spec, inputs: BuildInputs, nocache: bool, expected: str | None, 
     ):
         write_context(context, inputs, wheels)
         context.seek(0)
-        image_id = containers.build(cli, context, labels=inputs.labels(), nocache=nocache, on_line=_progress(log, echo))
+        progress.doing = f"building {inputs.ref}"
+        image_id = containers.build(
+            cli, context, labels=inputs.labels(), nocache=nocache, on_line=_progress(log, progress)
+        )
     packages = packages_sha256(cli, image_id)
     for what, want in (("the recorded image", expected), ("the image it replaces", _label(previous))):
         if want and want != packages:
@@ -218,7 +223,7 @@ def _build(cli, spec, inputs: BuildInputs, nocache: bool, expected: str | None, 
                 packages,
             )
     final_id = _tag_verified(cli, image_id, inputs.ref, packages)
-    say(echo, f"built image {inputs.ref} ({final_id[7:19]}), packages_sha256 {packages[:16]}")
+    console.log.info("built image %s (%s), packages_sha256 %s", inputs.ref, final_id[7:19], packages[:16])
     attrs = containers.find_image(cli, final_id)
     return ImageInfo(final_id, inputs.ref, containers.labels_of(attrs), built=True)
 
@@ -262,24 +267,24 @@ def packages_sha256(cli, image_id: str) -> str:
     return digest
 
 
-def _progress(log: IO[str], echo: bool):
+def _progress(log: IO[str], progress: console.Progress):
+    """Docker's build output: every line to the build's log; its steps (``Step N/M : ...``, pip's
+    lines in a ``RUN``) noted on stderr, the rest with ``-v``."""
+
     def on_line(text: str) -> None:
         log.write(text)
-        if echo:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        for line in text.splitlines():
+            progress.line(line)
 
     return on_line
 
 
-def say(echo: bool, message: str) -> None:
-    if echo:
-        print(f"[launch] {message}", flush=True)
-
-
 # ---------------------------------------------------------------- wheel cache and context
-def fill_wheelhouse(spec: images.ImageSpec, inputs: BuildInputs, echo: bool) -> dict[str, Path]:
-    """The locked files for the image, downloaded by hash into the wheel cache when missing."""
+def fill_wheelhouse(
+    spec: images.ImageSpec, inputs: BuildInputs, progress: console.Progress | None = None
+) -> dict[str, Path]:
+    """The locked files for the image, downloaded by hash into the wheel cache when missing (pip's
+    steps noted on ``progress``, or on a ``console.Progress`` of its own)."""
     wheelhouse = spec.wheelhouse or cache_dir("wheels")  # not layout's: the image build's cache, no store's
     try:
         wheelhouse.mkdir(parents=True, exist_ok=True)
@@ -287,14 +292,19 @@ def fill_wheelhouse(spec: images.ImageSpec, inputs: BuildInputs, echo: bool) -> 
         raise ImageError(f"cannot create the wheel cache {str(wheelhouse)!r} ({exc.strerror})") from None
     chosen, missing = images.select_wheels(inputs.entries, _hashes(wheelhouse))
     if missing:
-        say(echo, f"downloading {len(missing)} locked package(s) into {wheelhouse}")
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=cache_dir()) as lock:
+        console.log.info("downloading %d locked package(s) into %s", len(missing), wheelhouse)
+        doing = f"downloading {len(missing)} locked package(s)"
+        with (
+            tempfile.NamedTemporaryFile("w", suffix=".txt", dir=cache_dir()) as lock,
+            contextlib.nullcontext(progress) if progress else console.Progress("image", doing) as noted,
+        ):
+            noted.doing = doing
             lock.write(inputs.lockfile)
             lock.flush()
             argv = images.pip_download_argv(sys.executable, Path(lock.name), wheelhouse, spec.ca_bundle, spec.index_url)
             env = {k: v for k, v in os.environ.items() if k != "PIP_REQUIRE_VIRTUALENV"}
             log = cache_dir("logs") / "download.log"
-            code = proc.run_streaming(argv, env, log, echo=echo)
+            code = proc.run_streaming(argv, env, log, echo=False, progress=noted)
         if code != 0:
             raise ImageError(
                 f"downloading the locked packages failed (pip exit {code}); see "

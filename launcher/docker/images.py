@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.errors import ImageError, LockfileError
+from launcher.errors import ImageSpecError, LockfileError
 from launcher.record.hashing import source_files, source_version  # noqa: F401 (re-exported)
 
 
@@ -60,7 +60,7 @@ class ImageSpec:
     name: str  # tf-cpu | tf-gpu: the image family and the tag's repository
     template: Path  # Dockerfile template
     lockfile: Path  # pip-tools lockfile with --generate-hashes
-    requirements: Path  # the lockfile's input (.in), for `launch lock`
+    requirements: Path  # the lockfile's input (.in), for `launch image lock`
     base: str  # "local" or a reference pinned by digest
     allow_unpinned: bool = False  # accept a base tag without @sha256
     ca_bundle: str | None = None  # PEM bundle for host-side downloads; never in an image
@@ -75,7 +75,7 @@ class ImageSpec:
 
 def _path(value: object, field: str, root: Path) -> Path:
     if not isinstance(value, str) or not value:
-        raise ImageError(f"image.{field} must be a path, got {value!r}")
+        raise ImageSpecError(f"image.{field} must be a path, got {value!r}")
     path = Path(value).expanduser()
     return path if path.is_absolute() else root / path
 
@@ -84,16 +84,16 @@ def spec_from_config(image: Mapping, root: Path = LAUNCH_ROOT) -> ImageSpec:
     """Check the ``image`` group; relative paths are relative to the launcher's root."""
     name = image.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
-        raise ImageError(f"image.name must be a lower-case image name such as tf-cpu, got {name!r}")
+        raise ImageSpecError(f"image.name must be a lower-case image name such as tf-cpu, got {name!r}")
     base = image.get("base")
     if not isinstance(base, str) or not base:
-        raise ImageError("image.base must be 'local' or a reference pinned by digest (name@sha256:...)")
+        raise ImageSpecError("image.base must be 'local' or a reference pinned by digest (name@sha256:...)")
     for key in ("allow_unpinned", "gpus"):
         if not isinstance(image.get(key, False), bool):
-            raise ImageError(f"image.{key} must be true or false, got {image.get(key)!r}")
+            raise ImageSpecError(f"image.{key} must be true or false, got {image.get(key)!r}")
     ca_bundle = image.get("ca_bundle")
     if ca_bundle is not None and not Path(str(ca_bundle)).expanduser().is_file():
-        raise ImageError(f"image.ca_bundle {ca_bundle!r} is not a file; give a PEM bundle or null")
+        raise ImageSpecError(f"image.ca_bundle {ca_bundle!r} is not a file; give a PEM bundle or null")
     wheelhouse = image.get("wheelhouse")
     spec = ImageSpec(
         name=name,
@@ -125,7 +125,7 @@ def parse_base(base: str, allow_unpinned: bool = False) -> tuple[str, str | None
         return base, match.group("digest")
     if allow_unpinned:
         return base, None
-    raise ImageError(
+    raise ImageSpecError(
         f"image.base {base!r} is not pinned by digest: use name:tag@sha256:<digest>, "
         "image.base=local (after `launch image bootstrap-base`), or image.allow_unpinned=true"
     )
@@ -173,7 +173,7 @@ def parse_lockfile(text: str, where: str = "lockfile") -> list[LockEntry]:
         if line.startswith("-"):
             raise LockfileError(
                 f"{where}: option line {line.split()[0]!r} is not allowed in a lockfile; "
-                "regenerate it with `launch lock`",
+                "regenerate it with `launch image lock`",
                 where,
             )
         requirement, *options = line.split(" --hash=")
@@ -182,20 +182,21 @@ def parse_lockfile(text: str, where: str = "lockfile") -> list[LockEntry]:
         match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*===?\s*([^\s,;]+)", spec)
         if not match:
             raise LockfileError(
-                f"{where}: {spec!r} is not pinned as name==version; regenerate with `launch lock`",
+                f"{where}: {spec!r} is not pinned as name==version; regenerate with `launch image lock`",
                 where,
                 spec,
             )
         name = normalize(match.group(1))
         if not hashes or not all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes):
             raise LockfileError(
-                f"{where}: {name} has no sha256 --hash; regenerate with `launch lock` (pip-compile --generate-hashes)",
+                f"{where}: {name} has no sha256 --hash; regenerate with `launch image lock` "
+                "(pip-compile --generate-hashes)",
                 where,
                 name,
             )
         entries.append(LockEntry(name, match.group(3), hashes, line))
     if not entries:
-        raise LockfileError(f"{where} lists no requirements; regenerate with `launch lock`", where)
+        raise LockfileError(f"{where} lists no requirements; regenerate with `launch image lock`", where)
     return entries
 
 
@@ -204,7 +205,7 @@ def installer_requirements(entries: list[LockEntry]) -> str:
     found = {e.name: e for e in entries if e.name in INSTALLERS}
     if "pip" not in found:
         raise LockfileError(
-            "the lockfile pins no pip: add pip to the .in file and run `launch lock` "
+            "the lockfile pins no pip: add pip to the .in file and run `launch image lock` "
             "(the build installs with the locked pip)"
         )
     return "".join(_requirement_text(found[n]) for n in INSTALLERS if n in found)
@@ -226,7 +227,7 @@ def render_dockerfile(template: str, values: Mapping[str, str], where: str = "te
     """Fill ``{{ name }}`` placeholders; an unknown placeholder is an error, not a blank."""
     missing = sorted({m.group(1) for m in _PLACEHOLDER.finditer(template)} - set(values))
     if missing:
-        raise ImageError(f"{where} uses unknown placeholder(s) {', '.join(missing)}")
+        raise ImageSpecError(f"{where} uses unknown placeholder(s) {', '.join(missing)}")
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 

@@ -17,6 +17,7 @@ import socket
 import tempfile
 from pathlib import Path
 
+from launcher import console
 from launcher.docker import container_spec, containers, imagebuild, images
 from launcher.docker.imagebuild import ImageInfo, ensure_image
 from launcher.errors import PackagesMismatch
@@ -81,10 +82,10 @@ def run_in_container(job) -> int:
     cli = containers.client()
     original = _replayed_run(job.run_dir)
     if original is not None:  # a replay runs in the original's image, or a verified rebuild
-        info, dockerfile, lockfile = _image_for_run(original, cli, job.echo)
+        info, dockerfile, lockfile = _image_for_run(original, cli)
     else:
         inputs = imagebuild.read_inputs(spec, cli)
-        info = ensure_image(spec, inputs=inputs, echo=job.echo, cli=cli)
+        info = ensure_image(spec, inputs=inputs, cli=cli)
         dockerfile, lockfile = inputs.dockerfile, inputs.lockfile
     store_in_run(job.run_dir, dockerfile, lockfile)
     runs.write_json(layout.RunPaths(job.run_dir).container, info.record(uid, gid))  # merged into the fingerprint
@@ -167,7 +168,7 @@ def _replayed_run(run_dir: Path) -> Path | None:
     return original if original is not None and layout.RunPaths(original).container.is_file() else None
 
 
-def _image_for_run(run_dir: Path, cli, echo: bool = True) -> tuple[ImageInfo, str, str]:
+def _image_for_run(run_dir: Path, cli) -> tuple[ImageInfo, str, str]:
     """The image a Docker run used (rebuilt and checked when gone), its Dockerfile and lockfile."""
     record = runs.read_json(layout.RunPaths(run_dir).container)
     stored = run_dir / RUN_IMAGE_DIR
@@ -176,7 +177,7 @@ def _image_for_run(run_dir: Path, cli, echo: bool = True) -> tuple[ImageInfo, st
     attrs = containers.find_image(cli, record["image_id"])
     if attrs is not None:
         info = ImageInfo(attrs["Id"], record["image"], containers.labels_of(attrs), built=False)
-        imagebuild.say(echo, f"image {record['image']} of run {run_dir.name} exists; reused")
+        console.log.info("image %s of run %s exists; reused", record["image"], run_dir.name)
     else:
         spec, _ = _spec_of_run(run_dir)
         inputs = imagebuild.inputs_from_texts(spec, dockerfile, lockfile, cli)
@@ -188,7 +189,7 @@ def _image_for_run(run_dir: Path, cli, echo: bool = True) -> tuple[ImageInfo, st
                 record["packages_sha256"],
                 "",
             )
-        info = ensure_image(spec, inputs=inputs, expected_packages=record["packages_sha256"], echo=echo, cli=cli)
+        info = ensure_image(spec, inputs=inputs, expected_packages=record["packages_sha256"], cli=cli)
     imagebuild.check_packages(info, record["packages_sha256"], "the image")
     return info, dockerfile, lockfile
 

@@ -26,13 +26,13 @@ import math
 import os
 import re
 import struct
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from launcher import console
 from launcher.record import layout
 from launcher.record.layout import METRICS, TRACE
 
@@ -229,7 +229,7 @@ def follow(run_dir: Path, poll_s: float = POLL_S) -> Iterator[None]:
 
 def _warn(exc: BaseException, what: str = "TensorBoard event file not written") -> None:
     reason = " ".join(str(exc).split()) or type(exc).__name__
-    print(f"[launch] warning: {what}: {reason}", file=sys.stderr, flush=True)
+    console.log.warning("%s: %s", what, reason)
 
 
 # ---------------------------------------------------------------- a sweep's view

@@ -26,13 +26,13 @@ import json
 import logging
 import os
 import re
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from launcher import console
 from launcher.record import layout
 
 T = TypeVar("T")
@@ -342,11 +342,7 @@ def warn(where: Target, exc: BaseException) -> None:
         text = f"{cause.group(1).strip()}: {text}"
     if len(text) > 240:
         text = text[:237] + "..."
-    print(
-        f"[launch] warning: MLflow tracking to {where.uri} failed, the run is unaffected: {text}",
-        file=sys.stderr,
-        flush=True,
-    )
+    console.log.warning("MLflow tracking to %s failed, the run is unaffected: %s", where.uri, text)
 
 
 def _config(run_dir: Path) -> dict:

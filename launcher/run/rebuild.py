@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
-from launcher import proc
+from launcher import console, proc
 from launcher.errors import RebuildError
 from launcher.record import hashing, layout
 from launcher.record.probe import distributions
@@ -318,7 +318,6 @@ def python_environment(
     stored_fp: dict,
     *,
     cache_root: Path | None = None,
-    echo: bool = True,
     find_links: Path | None = None,
     wheel_hashes: Mapping[str, str] | None = None,
 ) -> Path:
@@ -346,9 +345,9 @@ def python_environment(
     if not (final / "bin" / "python").exists():
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
-            with build_lock(final, echo):
+            with build_lock(final):
                 if not (final / "bin" / "python").exists():  # not built meanwhile by the launch we waited for
-                    _build(p, final, shared, echo, find_links, wheel_hashes)
+                    _build(p, final, shared, find_links, wheel_hashes)
         except OSError as exc:
             raise RebuildError(
                 f"cannot write the rebuilt environment at {final} ({exc.strerror or exc}): "
@@ -541,36 +540,34 @@ def _build(
     p: Plan,
     final: Path,
     shared: list[str],
-    echo: bool,
     find_links: Path | None = None,
     wheel_hashes: Mapping[str, str] | None = None,
 ) -> None:
-    """Build the overlay in a temporary directory beside ``final``, then rename it there."""
+    """Build the overlay in a temporary directory beside ``final``, then rename it there; what pip
+    is doing is noted on stderr while it works (``console.Progress``)."""
     started = time.monotonic()
     final.parent.mkdir(parents=True, exist_ok=True)
     _remove_builds(final)  # the caller holds the build lock: no other launch builds it now
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     tmp.mkdir()
     log = final.with_name(f"{final.name}.log")  # beside it: kept when a build fails
-    if echo:
-        print(
-            f"[launch] rebuilding the run's environment in {final}: {', '.join(p.install) or 'nothing'} "
-            "over this Python's site-packages",
-            file=sys.stderr,
-            flush=True,
-        )
+    console.log.info(
+        "rebuilding the run's environment in %s: %s over this Python's site-packages",
+        final,
+        ", ".join(p.install) or "nothing",
+    )
     try:
-        _run([sys.executable, "-m", "venv", "--without-pip", str(tmp)], log, "creating the venv")
-        if p.install:
-            _install(p.install, tmp, log, find_links, wheel_hashes)
+        with console.Progress("rebuild", "creating the venv") as progress:
+            _run([sys.executable, "-m", "venv", "--without-pip", str(tmp)], log, "creating the venv", progress)
+            if p.install:
+                _install(p.install, tmp, log, find_links, wheel_hashes, progress)
         (overlay_site(tmp) / SHARED_PTH).write_text(pth_text(shared))
         info = {"install": list(p.install), "shared": shared, "seconds": round(time.monotonic() - started, 1)}
         (tmp / layout.REBUILD).write_text(json.dumps(info, indent=2) + "\n")  # what was built, for reading
         tmp.rename(final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if echo:
-        print(f"[launch] rebuilt in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+    console.log.info("rebuilt in %.1f s", time.monotonic() - started)
 
 
 def _install(
@@ -579,26 +576,20 @@ def _install(
     log: Path,
     find_links: Path | None = None,
     wheel_hashes: Mapping[str, str] | None = None,
+    progress: console.Progress | None = None,
 ) -> None:
     wheels = venv / "wheels"  # not layout's: the overlay's downloads, no store's
-    if (
-        find_links
-        and proc.run_streaming(
-            download_argv(sys.executable, wheels, wanted, find_links, no_index=True), os.environ, log, echo=False
-        )
-        == 0
-    ):
+
+    def download(argv: list[str]) -> bool:
+        return proc.run_streaming(argv, os.environ, log, echo=False, progress=progress) == 0
+
+    if progress is not None:
+        progress.doing = f"downloading {len(wanted)} wheel(s)"
+    if find_links and download(download_argv(sys.executable, wheels, wanted, find_links, no_index=True)):
         pass  # the archive's wheels hold them all: no index asked
-    elif (
-        proc.run_streaming(download_argv(sys.executable, wheels, wanted, find_links), os.environ, log, echo=False) != 0
-    ):
+    elif not download(download_argv(sys.executable, wheels, wanted, find_links)):
         for one in wanted:  # which ones: the index has no wheel of them, or is not reachable
-            if (
-                proc.run_streaming(
-                    download_argv(sys.executable, wheels, [one], find_links), os.environ, log, echo=False
-                )
-                != 0
-            ):
+            if not download(download_argv(sys.executable, wheels, [one], find_links)):
                 raise RebuildError(
                     f"no wheel of {one} could be downloaded (an editable or local install, or no "
                     f"wheel on the index; was the index reachable?): it cannot be rebuilt",
@@ -619,12 +610,14 @@ def _install(
             raise RebuildError(f"the index gave no wheel of {one}: it cannot be rebuilt", distribution=name)
     pinned = venv / "requirements.txt"
     pinned.write_text(requirements({name: found[name] for name in (w.partition("==")[0] for w in wanted)}))
-    _run(install_argv(sys.executable, venv / "bin" / "python", wheels, pinned), log, "installing the wheels")
+    if progress is not None:
+        progress.doing = "installing the wheels"
+    _run(install_argv(sys.executable, venv / "bin" / "python", wheels, pinned), log, "installing the wheels", progress)
     shutil.rmtree(wheels)
 
 
-def _run(argv: list[str], log: Path, what: str) -> None:
-    if proc.run_streaming(argv, os.environ, log, echo=False) != 0:
+def _run(argv: list[str], log: Path, what: str, progress: console.Progress | None = None) -> None:
+    if proc.run_streaming(argv, os.environ, log, echo=False, progress=progress) != 0:
         tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
         raise RebuildError(f"rebuilding the run's environment failed {what} (see {log}): {tail}")
 
@@ -649,7 +642,7 @@ def lock_owner(final: Path) -> str:
 
 
 @contextmanager
-def build_lock(final: Path, echo: bool = True, timeout: float = -1) -> Iterator[None]:
+def build_lock(final: Path, timeout: float = -1) -> Iterator[None]:
     """Hold the build lock of ``final`` (waiting for it, ``timeout`` s; -1: as long as it
     takes), with this host and pid written in it. A lock file rather than a pid probe: a pid
     means nothing on another node of a cluster sharing the cache over NFS, a lock does."""
@@ -659,10 +652,10 @@ def build_lock(final: Path, echo: bool = True, timeout: float = -1) -> Iterator[
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        if echo:
-            print(f"[launch] waiting for {lock_owner(final)}, which is building {final}", file=sys.stderr, flush=True)
+        console.log.info("waiting for %s, which is building %s", lock_owner(final), final)
         try:
-            lock.acquire(timeout=timeout)
+            with console.Progress("rebuild", "waiting for that build"):
+                lock.acquire(timeout=timeout)
         except Timeout:
             raise RebuildError(
                 f"{lock_owner(final)} is still building {final} after {timeout:.0f} s: wait for it, or end that launch"

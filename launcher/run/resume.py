@@ -30,6 +30,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from launcher import console
 from launcher.errors import NotComparable, ResumeError, SealError, SignatureError, StoreError, UnsafeRun
 from launcher.record import checkpoints, layout, trace
 from launcher.record.probe import fingerprint, key
@@ -132,7 +133,7 @@ def origin(run_dir: Path, require_created: bool = False) -> str:
     """Whose run ``run_dir`` is, in words, from its store's ledger (``runs.creation``): ``resuming run
     X, created in this store by user@host``, or ``run X was not created in this store (...)``. With
     ``require_created`` (``store.require_signed=true``) a run this store did not create is refused
-    (``SignatureError``, exit 3): an interrupted run has no seal to be signed, and the ledger is all
+    (``SignatureError``, exit 7): an interrupted run has no seal to be signed, and the ledger is all
     that says where it came from."""
     entry = runs.creation(run_dir)
     if entry is not None:
@@ -203,7 +204,9 @@ def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None
 def resume(
     run: str | Path, *, allow_mismatch: bool = False, echo: bool = True, store: Mapping | None = None
 ) -> tuple[pipeline.Outcome, list[str]]:
-    """Resume ``run``; returns the outcome and the notes printed about skipped checkpoints.
+    """Resume ``run``; returns the outcome and the notes about skipped checkpoints (for the caller to
+    say). ``echo``: the job's output on the terminal too (a sweep's job: not). Whose run it is, and
+    the code it resumes with, are noted on stderr (the ``launch`` logger).
 
     ``store``: the resumer's ``store`` settings (``composition.compose_store``; ``launch resume RUN
     store.signing_key=K``): the key the resumed run's seal is signed with (default none: never the
@@ -215,7 +218,7 @@ def resume(
     Raises:
         RunNotFound: ``run`` does not exist or is not a run directory (exit 2).
         SignatureError: ``require_signed`` and this store did not create the run (its ledger does not
-            name it) (exit 3).
+            name it) (exit 7).
         UnsafeRun: the unsealed run holds a link out of it, or a snapshot entry its own record does
             not name (exit 2).
         SealError: a sealed run was changed after sealing, or a checkpoint's record is damaged (exit 4).
@@ -223,8 +226,8 @@ def resume(
             checkpoint, or its launch directory is gone (exit 2).
         NotComparable: this environment's comparability key differs from the run's, without
             ``allow_mismatch`` (exit 3).
-        GpuUnavailable: the GPUs the run asked for cannot be had here (exit 2).
-        StoreError: the run's code cannot be laid out in its store (exit 2).
+        GpuUnavailable: the GPUs the run asked for cannot be had here (exit 8).
+        StoreError: the run's code cannot be laid out in its store (exit 8).
     """
     settings = {**signing.DEFAULTS, **(store or {})}
     run_dir = runs.require_run(run)
@@ -239,11 +242,10 @@ def resume(
     checkpoint, epoch, notes = check_resumable(run_dir)
     if stored is None:
         stored = _stored_fingerprint(run_dir)
-    if echo:
-        print(f"[launch] {said}", flush=True)
+    console.log.info("%s", said)
     work = None
     try:
-        cwd, root, work = _where(run_dir, previous, kept, echo)
+        cwd, root, work = _where(run_dir, previous, kept)
         outcome = _continue(
             run_dir,
             stored,
@@ -263,7 +265,7 @@ def resume(
     return outcome, notes
 
 
-def _where(run_dir: Path, previous: dict, stored: dict | None, echo: bool) -> tuple[str, str | None, Path | None]:
+def _where(run_dir: Path, previous: dict, stored: dict | None) -> tuple[str, str | None, Path | None]:
     """Where the resumed job runs: ``(cwd, root, work)``.
 
     User code runs again in its launch directory, so what it writes lands where it did,
@@ -297,10 +299,8 @@ def _where(run_dir: Path, previous: dict, stored: dict | None, echo: bool) -> tu
     for directory in dict.fromkeys([launch_dir, *(os.path.dirname(path) for path in code)]):
         snapshot.mirror_rest(work, directory, store)
     changed = snapshot.changed_since(code)
-    if echo and changed:
-        print(
-            f"[launch] resuming with the code the run ran, kept in it; changed since: {', '.join(changed)}", flush=True
-        )
+    if changed:
+        console.log.info("resuming with the code the run ran, kept in it; changed since: %s", ", ".join(changed))
     return launch_dir, str(work), work
 
 

@@ -59,7 +59,6 @@ def pack(
     with_wheels: bool = False,
     compression: str | None = None,
     trust: signing.Trust = signing.NO_TRUST,
-    echo: bool = True,
     wheel_dir: Path | None = None,
     mode: int | None = None,
 ) -> Packed:
@@ -73,7 +72,7 @@ def pack(
 
     Raises:
         SealError: the run is not sealed, or its seal or an object does not verify (exit 4).
-        SignatureError: its signature does not verify, or a required one is missing (exit 3).
+        SignatureError: its signature does not verify, or a required one is missing (exit 7).
         ArchiveError: the run cannot travel (its name, its wheels) or the archive cannot be written (exit 2).
     """
     run_dir = Path(os.path.abspath(runs.verify_seal(run_dir)))
@@ -108,9 +107,7 @@ def pack(
     if paths.signature.is_file():
         run_files[layout.SIGNATURE] = _entry(paths.signature)
     try:
-        data, wheels = _write_archive(
-            run_dir, out, kept, run_files, fp, snap, with_wheels, compression, echo, wheel_dir
-        )
+        data, wheels = _write_archive(run_dir, out, kept, run_files, fp, snap, with_wheels, compression, wheel_dir)
         chosen = private_mode([*(run_dir / n for n in run_files), *kept.values()]) if mode is None else mode
         os.chmod(out, chosen)
     except OSError as exc:  # no such directory, a full disk, no permission
@@ -140,7 +137,6 @@ def _write_archive(
     snap: Mapping,
     with_wheels: bool,
     compression: str,
-    echo: bool,
     wheel_dir: Path | None,
 ) -> tuple[dict, list[Path]]:
     """The archive written to a temporary file beside ``out`` (mode 0600 while it is written), renamed to
@@ -148,7 +144,7 @@ def _write_archive(
     with tempfile.TemporaryDirectory(prefix=".launch-pack-", dir=out.parent.resolve()) as tmp:
         wheels = {}
         if with_wheels:
-            wheels = collect_wheels(fp, wheel_dir or Path(tmp) / "wheels", echo=echo)  # not layout's: scratch
+            wheels = collect_wheels(fp, wheel_dir or Path(tmp) / "wheels")  # not layout's: scratch
         for digest, source in objects.items():  # the store's copy is checked: a damaged one never travels
             if hashing.file_sha256(source) != digest:
                 raise SnapshotError(f"run {run_dir.name}: object {source} does not match its name")

@@ -167,7 +167,7 @@ def unpack(
 
     Raises:
         ArchiveError: the archive is unreadable, malformed, or holds what it must not (exit 2).
-        SignatureError: the seal's signature does not verify, or a required one is missing (exit 3).
+        SignatureError: the seal's signature does not verify, or a required one is missing (exit 7).
     """
     path, store = Path(path), Path(os.path.abspath(store_root))
     if store.exists() and not store.is_dir():

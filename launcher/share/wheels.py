@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from launcher import proc
+from launcher import console, proc
 from launcher.errors import ArchiveError
 from launcher.record import hashing
 from launcher.record.probe import distributions
@@ -30,16 +30,27 @@ from launcher.share.archive_index import (
 )
 
 
-def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dict]:
+def pip_argv(*args: str) -> list[str]:
+    """This Python's pip with ``args`` (``python -m pip ...``)."""
+    return [sys.executable, "-m", "pip", *args]
+
+
+def collect_wheels(fp: Mapping, dest: Path) -> dict[Path, dict]:
     """The wheels ``wheel_plan`` names, taken from pip's cache or the index once (``pip wheel --no-deps``,
     which builds a wheel from an sdist where the index has no wheel), and the launcher's own built
     from its source (``launcher_wheel``). Each wheel of a distribution the job used must install
     what the run recorded (``wheel_identity`` against ``files_sha256``): ``ArchiveError`` names the
-    first that does not."""
+    first that does not. What pip is doing is noted on stderr while it works (``console.Progress``)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with console.Progress("pack", "collecting wheels") as progress:
+        return _collect(fp, dest, progress)
+
+
+def _collect(fp: Mapping, dest: Path, progress: console.Progress) -> dict[Path, dict]:
     from importlib import metadata
 
-    dest.mkdir(parents=True, exist_ok=True)
-    built = launcher_wheel(fp, dest)  # first: what it requires is what its wheel says, not an older install's
+    progress.say("building the launcher's wheel from its source")
+    built = launcher_wheel(fp, dest, progress)  # first: what it requires is what its wheel says, not an older install's
     requires: dict[str, list[str]] = {}
     here: dict[str, str] = {}
     for dist in metadata.distributions():
@@ -52,25 +63,10 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
     missing = [f"{n}=={v}" for n, v in wanted.items() if (n, v) not in have]
     failed, pip_said = False, ""
     if missing:
-        if echo:
-            print(
-                f"[launch] collecting {len(missing)} wheel(s) for the archive (pip wheel --no-deps)",
-                file=sys.stderr,
-                flush=True,
-            )
+        progress.say(f"collecting {len(missing)} wheel(s) for the archive (pip wheel --no-deps)")
         log = dest / "pip.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--wheel-dir",
-            str(dest),
-            *missing,
-        ]
-        failed = proc.run_streaming(argv, os.environ, log, echo=False) != 0
+        argv = pip_argv("wheel", "--no-deps", "--disable-pip-version-check", "--wheel-dir", str(dest), *missing)
+        failed = proc.run_streaming(argv, os.environ, log, echo=False, progress=progress) != 0
         pip_said = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
         log.unlink()
     have = {wheel_parts(w.name): w for w in dest.glob("*.whl")}
@@ -81,7 +77,7 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
         want = (used.get(name) or {}).get("files_sha256")
         identity = _wheel_record_identity(wheel) if wheel is not None else None
         if wheel is None or (want and identity != want):  # none to be had, or rebuilt from an sdist: its files
-            repacked = installed_wheel(name, version, want, dest)
+            repacked = installed_wheel(name, version, want, dest, progress=progress)
             if repacked is not None:
                 wheel, identity = repacked, _wheel_record_identity(repacked)
         if wheel is None:
@@ -105,7 +101,12 @@ def collect_wheels(fp: Mapping, dest: Path, echo: bool = True) -> dict[Path, dic
 
 
 def installed_wheel(
-    name: str, version: str, want: str | None, dest: Path, path: list[str] | None = None
+    name: str,
+    version: str,
+    want: str | None,
+    dest: Path,
+    path: list[str] | None = None,
+    progress: console.Progress | None = None,
 ) -> Path | None:
     """A wheel of ``name`` ``version`` packed from its files installed here (``python -m wheel pack``),
     when the installed one has the files the run recorded (``want``, its RECORD's identity) and each
@@ -115,7 +116,7 @@ def installed_wheel(
     The wheel holds what the identity covers: the files below site-packages and the ``.dist-info``
     (its entry points make the console scripts again); files installed outside site-packages
     (data files, headers, scripts that are not entry points) are left out. ``path``: where to look
-    for installed distributions (``sys.path`` by default)."""
+    for installed distributions (``sys.path`` by default). ``progress``: where the packing is noted."""
     from importlib import metadata
 
     found = [d for d in metadata.distributions(path=path or sys.path) if normalize(d.metadata["Name"] or "") == name]
@@ -143,7 +144,9 @@ def installed_wheel(
         out.mkdir()
         argv = [sys.executable, "-m", "wheel", "pack", "--dest-dir", str(out), str(unpacked)]
         env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}  # the same bytes every time: 1980-01-01
-        if proc.run_streaming(argv, env, log, echo=False) != 0:
+        if progress is not None:
+            progress.say(f"packing {name} {version} from its installed files (wheel pack)")
+        if proc.run_streaming(argv, env, log, echo=False, progress=progress) != 0:
             return None
         (packed,) = out.glob("*.whl")
         for old in dest.glob("*.whl"):
@@ -191,10 +194,11 @@ _NOT_SOURCE = shutil.ignore_patterns(
 )
 
 
-def launcher_wheel(fp: Mapping, dest: Path) -> Path:
+def launcher_wheel(fp: Mapping, dest: Path, progress: console.Progress | None = None) -> Path:
     """The launcher's wheel, built from its source tree (``pip wheel --no-deps --no-build-isolation``
     from a clean copy: no stale ``build/`` leaks in), and checked: each of the launcher's modules the
-    job ran (``code.launcher_modules``) must be in it with the content the run recorded."""
+    job ran (``code.launcher_modules``) must be in it with the content the run recorded.
+    ``progress``: where pip's steps are noted."""
     source = Path(hashing.__file__).resolve().parents[2]
     project = source / "pyproject.toml"
     if not project.is_file() or LAUNCHER_DISTRIBUTION not in project.read_text():
@@ -208,10 +212,7 @@ def launcher_wheel(fp: Mapping, dest: Path) -> Path:
         copy = Path(tmp) / "src"
         shutil.copytree(source, copy, ignore=_NOT_SOURCE, symlinks=True)
         log = Path(tmp) / "pip.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "pip",
+        argv = pip_argv(
             "wheel",
             "--no-deps",
             "--no-build-isolation",
@@ -219,8 +220,8 @@ def launcher_wheel(fp: Mapping, dest: Path) -> Path:
             "--wheel-dir",
             str(dest),
             str(copy),
-        ]
-        if proc.run_streaming(argv, os.environ, log, echo=False) != 0:
+        )
+        if proc.run_streaming(argv, os.environ, log, echo=False, progress=progress) != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-2:])
             raise ArchiveError(f"the launcher's wheel could not be built from {source}: {tail}")
     built = sorted(dest.glob(f"{LAUNCHER_DISTRIBUTION.replace('-', '_')}-*.whl"))

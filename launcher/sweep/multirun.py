@@ -26,7 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.errors import ConfigError, LauncherError
+from launcher import console
+from launcher.errors import ConfigError, ExitCode, LauncherError
 from launcher.record import layout, tbevents, tracking
 from launcher.record.store import runs, snapshot
 from launcher.sweep import search as _search
@@ -41,6 +42,7 @@ SUMMARY = "summary.json"
 DEFAULT_LAUNCHER = "joblib"  # as in launch.yaml's defaults
 # Launchers whose scheduler allocates the devices (one GPU per job): no local slots.
 SCHEDULED = ("submitit_slurm",)
+_say = console.log.getChild("sweep")  # the sweep's notes: [sweep] ..., on stderr (each job's line: stdout)
 # joblib's loky workers set these (``ParallelBackendBase.MAX_NUM_THREADS_VARS``,
 # ``TBB_ENABLE_IPC_VAR``, and ``import joblib`` sets KMP_INIT_AT_FORK). A job must start
 # with launch's environment, not the worker's, or its recorded environment (OMP_*, KMP_*)
@@ -301,10 +303,10 @@ def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
         runs.write_json(job_path(sweep_dir, num), pending_record(num, job_overrides, seed))
     slots_text = ", ".join(s.device for s in plan.slots) or "allocated by the scheduler"
     jobs_text = f"{len(plan.jobs)} jobs" if plan.search is None else _search_text(plan.search)
-    print(f"[sweep] {sweep_dir}: {jobs_text}, launcher {plan.launcher}, slots: {slots_text}", flush=True)
+    _say.info("%s: %s, launcher %s, slots: %s", sweep_dir, jobs_text, plan.launcher, slots_text)
     if plan.search is not None:
         mark = "reproducible" if plan.search.reproducible else "NOT REPRODUCIBLE"
-        print(f"[sweep] {mark}: {plan.search.note}", flush=True)
+        _say.info("%s: %s", mark, plan.search.note)
         _quiet_optuna()
     try:
         with _stop_on_ctrl_c(sweep_dir):
@@ -318,8 +320,8 @@ def run_multirun(overrides: list[str], config_dir: str | None = None) -> int:
         print(f"launch: error: sweep launcher failed: {hydra_message(exc)}", file=sys.stderr)
     summary = finalize(sweep_dir)
     if (sweep_dir / STOP).exists():
-        return 130
-    return 0 if summary["ok"] else 1
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK if summary["ok"] else ExitCode.FAILED
 
 
 def _quiet_optuna() -> None:
@@ -421,6 +423,8 @@ def _task(cfg) -> dict:
 
 def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
     """Take a slot, run one job to its end, record it in ``jobs/NNN.json``; never raises."""
+    if not console.is_set_up():  # a worker process of its own (joblib's loky, submitit): its notes as launch's
+        console.setup()
     meta = runs.read_json(sweep_dir / SWEEP)
     record = pending_record(num, overrides, planned_seed(cfg))
     try:
@@ -472,38 +476,41 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
             return "not started: the sweep was interrupted"
         record.update(status="running", slot=slot.device if slot else None)
         runs.write_json(job_path(sweep_dir, record["num"]), record)
-        print(
-            f"[sweep] job {record['num']:03d} {label(record['overrides'], meta['swept'])}: "
-            f"started in {record['slot'] or 'this allocation'}",
-            flush=True,
+        _say.info(
+            "job %03d %s: started in %s",
+            record["num"],
+            label(record["overrides"], meta["swept"]),
+            record["slot"] or "this allocation",
         )
         root = meta.get("code_root")
         if earlier is not None:  # requeued after a preemption or a time limit: continue its run
             from launcher.run import resume
 
-            print(f"[sweep] job {record['num']:03d} was requeued: resuming {earlier}", flush=True)
+            _say.info("job %03d was requeued: resuming %s", record["num"], earlier)
             record.update(run_dir=str(earlier))
             runs.write_json(job_path(sweep_dir, record["num"]), record)
-            outcome, _ = resume.resume(earlier, echo=False, store={"signing_key": cfg.store.get("signing_key")})
+            with console.notes_hidden():  # the jobs' notes would interleave: each job's line says how it ended
+                outcome, _ = resume.resume(earlier, echo=False, store={"signing_key": cfg.store.get("signing_key")})
         else:
 
             def created(run_dir: Path) -> None:  # on record at once: a requeued job finds its run
                 record.update(run_dir=str(run_dir))
                 runs.write_json(job_path(sweep_dir, record["num"]), record)
 
-            outcome = pipeline.run(
-                cfg,
-                pipeline.Options(
-                    cwd=snapshot.rooted(meta["cwd"], root),
-                    root=root,
-                    cpus=slot.cpus if slot else None,
-                    echo=False,
-                    extra_env=dict(slot.env) if slot else None,
-                    track=False,  # MLflow: the sweep logs its jobs as children at the end (finalize)
-                ),
-                store_root=Path(meta["store_root"]),
-                on_created=created,
-            )
+            with console.notes_hidden():  # as for a resumed job: its output and notes are in its own log
+                outcome = pipeline.run(
+                    cfg,
+                    pipeline.Options(
+                        cwd=snapshot.rooted(meta["cwd"], root),
+                        root=root,
+                        cpus=slot.cpus if slot else None,
+                        echo=False,
+                        extra_env=dict(slot.env) if slot else None,
+                        track=False,  # MLflow: the sweep logs its jobs as children at the end (finalize)
+                    ),
+                    store_root=Path(meta["store_root"]),
+                    on_created=created,
+                )
     tbevents.link_sweep_job(sweep_dir, record["num"], label(record["overrides"], meta["swept"]), outcome.run_dir)
     record.update(
         status=outcome.status,

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from launcher.console import table
+from launcher.errors import ExitCode
 
 SUMMARY_SCHEMA = 1
 HASH_CHARS = 16  # of the weights sha256 in the table; summary.json has all 64
@@ -92,8 +93,9 @@ def swept_value(overrides: list[str], key: str) -> str:
     return ""
 
 
-def verdict(record: dict, name: str, detail: str, new_run: Path | None = None) -> dict:
-    """One job's line of a sweep's replay report."""
+def verdict(record: dict, name: str, detail: str, new_run: Path | None = None, differences: list | tuple = ()) -> dict:
+    """One job's line of a sweep's replay report; ``differences``: the key fields that differ (the run's
+    value, then its replay's or this environment's), as ``[field, a, b]``."""
     return {
         "num": record["num"],
         "seed": record.get("seed"),
@@ -101,6 +103,7 @@ def verdict(record: dict, name: str, detail: str, new_run: Path | None = None) -
         "new_run": str(new_run) if new_run else None,
         "verdict": name,
         "detail": detail,
+        "differences": [[str(d[0]), d[1], d[2]] for d in differences],
     }
 
 
@@ -109,11 +112,11 @@ def replay_report(results: list[dict]) -> dict:
     counts = Counter(r["verdict"] for r in results)
     reproduced = counts.get("REPRODUCED", 0)
     if results and reproduced == len(results):
-        code = 0
+        code = ExitCode.OK
     elif counts.get("NOT COMPARABLE", 0) + reproduced == len(results) and results:
-        code = 3
+        code = ExitCode.REFUSED
     else:
-        code = 1
+        code = ExitCode.FAILED
     return {
         "jobs": results,
         "counts": dict(sorted(counts.items())),

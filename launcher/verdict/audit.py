@@ -22,22 +22,12 @@ from dataclasses import asdict, dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
+from launcher import console
 from launcher.errors import ConfigError
 from launcher.record import layout
 from launcher.record.store import runs
 from launcher.run import composition, config
 from launcher.verdict import audit_report, compare
-
-USAGE = """usage: launch audit [OVERRIDES...] [audit.repeats=N] [audit.trace_every=N] [audit.knobs=[a,b]]
-                    [audit.cpus=[Haswell,EPYC]]
-
-Runs the job as configured audit.repeats times (default 2), then once per value tried of
-each knob that can change its bits, and prints which knobs change them, the first step
-and layer where the bits split, and the cost. Knobs: intra_op_threads, inter_op_threads,
-onednn_opts, level, xla, input_pipeline, and cpu (only when named in audit.knobs: the job
-under qemu-user as each of audit.cpus, default Haswell; needs apt-get install qemu-user).
-Exit 0: repeats are bitwise stable; 1: they are not, or the job fails as configured; 2: bad
-input. The report is saved in <store>/audits/."""
 
 
 @dataclass(frozen=True)
@@ -218,8 +208,12 @@ def _key(override: str) -> str:
 # ---------------------------------------------------------------- running (the only I/O)
 
 
-def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
-    """``launch audit [OVERRIDES...] [audit.KEY=VALUE...]``: run the audit, print and save the report."""
+_say = console.log.getChild("audit")  # the audit's notes: [audit] ..., on stderr (its report: stdout)
+
+
+def run(argv: Sequence[str]) -> int:
+    """``launch audit [OVERRIDES...] [audit.KEY=VALUE...]``: run the audit, print and save the report
+    (each run's end noted on stderr as it comes)."""
     options = parse_options([a for a in argv if a.startswith("audit.")])
     user = [a for a in argv if not a.startswith("audit.")]
     base = config.resolve(composition.compose(user))
@@ -246,15 +240,19 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
         "task": str(base.train.name),
         "cores": os.cpu_count(),
     }
-    echo(
-        f"[audit] {len([t for t in plan if not t.skip])} runs of train={base.train.name} "
-        f"determinism={base.determinism.level} seed={base.seed}; report: {audit_dir}"
+    _say.info(
+        "%d runs of train=%s determinism=%s seed=%s; report: %s",
+        len([t for t in plan if not t.skip]),
+        base.train.name,
+        base.determinism.level,
+        base.seed,
+        audit_dir,
     )
     rows: list[audit_report.Row] = []
     causes: list[str] = []
     interrupted = True  # until the loop ends normally: whatever stops it, the report is written
     try:
-        _run_trials(plan, cfgs, rows, echo, causes)
+        _run_trials(plan, cfgs, rows, causes)
         interrupted = bool(rows) and rows[-1].status == "interrupted"
     except KeyboardInterrupt:
         rows.append(audit_report.Row("-", "-", "interrupted"))
@@ -267,14 +265,12 @@ def run(argv: Sequence[str], echo: Callable[[str], None] = print) -> int:
             audit_dir / "audit.json", {**header, "rows": [asdict(r) for r in rows], "verdict": asdict(verdict)}
         )
         runs.make_read_only(audit_dir)
-    echo(text)
-    echo(f"[audit] saved {audit_dir / 'audit.txt'} and audit.json")
+    print(text, flush=True)
+    _say.info("saved %s and audit.json", audit_dir / "audit.txt")
     return verdict.exit_code
 
 
-def _run_trials(
-    plan: list[Trial], cfgs: list, rows: list[audit_report.Row], echo: Callable[[str], None], causes: list[str]
-) -> None:
+def _run_trials(plan: list[Trial], cfgs: list, rows: list[audit_report.Row], causes: list[str]) -> None:
     """Run the planned trials in order, appending each one's row as it ends. Once the baseline
     repeats differ, stop, with the causes their runs recorded in ``causes``."""
     from launcher.run import pipeline
@@ -284,7 +280,7 @@ def _run_trials(
     for i, (t, cfg) in enumerate(zip(plan, cfgs, strict=True)):
         if t.knob != "repeat" and any(r.knob == "repeat" and r.status == "changed" for r in rows):
             causes += likely_causes(baseline)
-            echo("[audit] the repeats differ: no knob can be judged until they agree; stopping")
+            _say.info("the repeats differ: no knob can be judged until they agree; stopping")
             return
         if t.skip:
             rows.append(audit_report.Row(t.knob, t.value, "n/a", note=t.skip))
@@ -297,7 +293,7 @@ def _run_trials(
         rows.append(row)
         if t.knob == "repeat" and record is not None:
             baseline.append(record)
-        echo(f"[audit] {i + 1}/{len(plan)} {t.knob} {t.value}: {audit_report.status_text(row)}")
+        _say.info("%d/%d %s %s: %s", i + 1, len(plan), t.knob, t.value, audit_report.status_text(row))
         reference = reference or (record if row.status == "reference" else None)
         if reference is None:
             return  # the job fails, or records nothing, as configured: there is nothing to compare with

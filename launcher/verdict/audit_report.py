@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from launcher.console import table
+from launcher.errors import ExitCode
 
 
 @dataclass
@@ -50,8 +51,8 @@ class Verdict:
     def exit_code(self) -> int:
         """130 interrupted; 0 repeats stable; 1 not stable, or the job failed as configured."""
         if self.interrupted:
-            return 130
-        return 0 if self.stable else 1
+            return ExitCode.INTERRUPTED
+        return ExitCode.OK if self.stable else ExitCode.FAILED
 
 
 def judge(

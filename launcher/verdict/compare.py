@@ -22,14 +22,14 @@ two runs that recorded none of these are NOTHING COMPARED, never IDENTICAL.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
 
 from launcher.console import table
-from launcher.errors import ConfigError, LauncherError, SealError
+from launcher.errors import ConfigError, ExitCode, LauncherError, SealError
 from launcher.record import layout, outputs, trace
 
 # With --tolerance, runs may differ only in these key fields (a software migration).
@@ -65,9 +65,10 @@ class Comparison:
     divergence: trace.Divergence | None = None  # where the step traces first differ
     equal: bool | None = None  # results bitwise equal (None: not compared)
     compared: list[str] = field(default_factory=list)  # what both runs recorded and was compared
+    weights: tuple[str | None, str | None] = (None, None)  # each run's weights_sha256, as it recorded it
 
 
-NOTHING_COMPARED = 6
+NOTHING_COMPARED = ExitCode.NOTHING_COMPARED
 
 
 def compared_items(a: RunRecord, b: RunRecord) -> list[str]:
@@ -208,7 +209,7 @@ def decide(a: RunRecord, b: RunRecord, allow_mismatch: bool = False) -> Comparis
         raise ConfigError(f"runs of different tasks cannot be compared ({task_a} vs {task_b})")
     diffs = key_differences(a, b)
     if diffs and not allow_mismatch:
-        return Comparison("REFUSED", 3, diffs)
+        return Comparison("REFUSED", ExitCode.REFUSED, diffs)
     equal, epoch, layers, divergence = bitwise(a, b)
     compared = compared_items(a, b)
     nothing = not recorded_anything(a) and not recorded_anything(b)
@@ -216,7 +217,9 @@ def decide(a: RunRecord, b: RunRecord, allow_mismatch: bool = False) -> Comparis
         note = (
             "neither run recorded any result" if nothing else "results are bitwise equal" if equal else "results differ"
         )
-        return Comparison("NOT COMPARABLE", 3, diffs, epoch, layers, [f"forced: {note}"], divergence, equal, compared)
+        return Comparison(
+            "NOT COMPARABLE", ExitCode.REFUSED, diffs, epoch, layers, [f"forced: {note}"], divergence, equal, compared
+        )
     if nothing:
         why = [
             "neither run recorded weights, metrics, output files or a step trace: there is nothing to compare",
@@ -229,12 +232,12 @@ def decide(a: RunRecord, b: RunRecord, allow_mismatch: bool = False) -> Comparis
     if unknown:
         notes.append(f"neither run recorded {', '.join(unknown)} (an older launcher)")
     if equal:
-        return Comparison("IDENTICAL", 0, notes=notes, divergence=divergence, equal=True, compared=compared)
+        return Comparison("IDENTICAL", ExitCode.OK, notes=notes, divergence=divergence, equal=True, compared=compared)
     unclaimed = _no_bug_claimed(a, b, unknown)
     if unclaimed is not None:
         return Comparison(
             "NOT COMPARABLE",
-            3,
+            ExitCode.REFUSED,
             [],
             epoch,
             layers,
@@ -252,7 +255,9 @@ def decide(a: RunRecord, b: RunRecord, allow_mismatch: bool = False) -> Comparis
             f"likely cause: a generator made without a seed: {', '.join(list(causes)[:3])} "
             "(seed it from launcher.seed())"
         )
-    return Comparison("DIFFERENT", 1, [], epoch, layers, notes, divergence, equal=False, compared=compared)
+    return Comparison(
+        "DIFFERENT", ExitCode.FAILED, [], epoch, layers, notes, divergence, equal=False, compared=compared
+    )
 
 
 def _no_bug_claimed(a: RunRecord, b: RunRecord, unknown: list[str]) -> str | None:
@@ -303,9 +308,11 @@ def decide_equivalent(a: RunRecord, b: RunRecord, rtol: float, atol: float, allo
     diffs = key_differences(a, b)
     blocking = [d for d in diffs if not d[0].startswith(MIGRATION_FIELDS)]
     if blocking and not allow_mismatch:
-        return Comparison("REFUSED", 3, blocking, notes=["--tolerance admits differences in software only"])
+        return Comparison(
+            "REFUSED", ExitCode.REFUSED, blocking, notes=["--tolerance admits differences in software only"]
+        )
     problems = allclose_problems(a, b, rtol, atol)
-    verdict = ("NOT EQUIVALENT", 1) if problems else ("EQUIVALENT", 0)
+    verdict = ("NOT EQUIVALENT", ExitCode.FAILED) if problems else ("EQUIVALENT", ExitCode.OK)
     return Comparison(*verdict, diffs, notes=problems[:10])
 
 
@@ -378,18 +385,27 @@ def compare_runs(
     """
     ra, rb = load(a), load(b)
     if tolerance is not None:
-        return decide_equivalent(ra, rb, *tolerance, allow_mismatch=allow_mismatch)
-    return decide(ra, rb, allow_mismatch=allow_mismatch)
+        c = decide_equivalent(ra, rb, *tolerance, allow_mismatch=allow_mismatch)
+    else:
+        c = decide(ra, rb, allow_mismatch=allow_mismatch)
+    return replace(c, weights=(ra.result.get("weights_sha256"), rb.result.get("weights_sha256")))
 
 
-def sealed_by(paths: list[str | Path], trust=None) -> list[str]:
-    """Who sealed each run, a line each (``run X: sealed by alice@lab (trusted)``, ``signed by an unknown
-    key``, ``unsigned``), each seal verified first; a signature that does not verify, or a run
-    ``trust.require_signed`` refuses, raises ``SignatureError`` (exit 3) naming the run."""
+def seals(paths: list[str | Path], trust=None) -> list:
+    """Who sealed each run (a ``signing.Seal`` each), each seal verified first; a signature that does
+    not verify, or a run ``trust.require_signed`` refuses, raises ``SignatureError`` (exit 7) naming
+    the run."""
     from launcher.record.store import signing
 
     trust = trust or signing.NO_TRUST
-    return [f"run {Path(p).name}: {signing.describe(signing.check(verified(p), trust))}" for p in paths]
+    return [signing.check(verified(p), trust) for p in paths]
+
+
+def sealed_line(paths: list[str | Path], sealed: list) -> str:
+    """Who sealed each run, on one line: ``run X: sealed by alice@lab (trusted); run Y: unsigned``."""
+    from launcher.record.store import signing
+
+    return "; ".join(f"run {Path(p).name}: {signing.describe(s)}" for p, s in zip(paths, sealed, strict=True))
 
 
 def parse_tolerance(text: str) -> tuple[float, float]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.console import table
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, ExitCode
 
 # Key fields a port may change: its code, and how its TF1 sessions were configured.
 CODE_FIELDS = (
@@ -101,7 +101,7 @@ def check(
     mapping: list[tuple[str, str]] | None = None,
 ) -> Migration:
     """The verdict over two runs' variables (in order) and traced losses (by step). Pure."""
-    result = Migration("EQUIVALENT", 0)
+    result = Migration("EQUIVALENT", ExitCode.OK)
     pairs = _pairs(a, b, mapping, result)
     for (name_a, x), (name_b, y) in pairs:
         if x.shape != y.shape:
@@ -127,7 +127,7 @@ def check(
         _, la, lb, _ = next(r for r in result.losses if r[0] == bad_step)
         result.problem = f"step {bad_step}: loss {la!r} vs {lb!r}"
     if result.problem is not None:
-        result.verdict, result.exit_code = "NOT EQUIVALENT", 1
+        result.verdict, result.exit_code = "NOT EQUIVALENT", ExitCode.FAILED
     return result
 
 
@@ -200,7 +200,7 @@ def compare_runs(
             "with its model, and admits differences in code only"
         ]
         text += compare.difference_table(refused, ra.path.name, rb.path.name)
-        return Migration("REFUSED", 3, differences=refused), "\n".join(text)
+        return Migration("REFUSED", ExitCode.REFUSED, differences=refused), "\n".join(text)
     losses_a = {p["step"]: p.get("loss") for p in ra.steps}
     losses_b = {p["step"]: p.get("loss") for p in rb.steps}
     pairs = read_mapping(mapping) if mapping else None

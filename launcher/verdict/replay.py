@@ -32,7 +32,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from launcher import proc
-from launcher.errors import ConfigError, NotComparable, StoreError
+from launcher.errors import ConfigError, ExitCode, NotComparable, StoreError
 from launcher.record import layout, tracking
 from launcher.record.probe import key
 from launcher.record.store import objects, runs, signing, snapshot
@@ -48,6 +48,7 @@ class ReplayResult:
     verdict: str  # REPRODUCED | DIVERGED | NOT COMPARABLE | NOTHING COMPARED | FAILED
     exit_code: int
     detail: str
+    comparison: compare.Comparison | None = None  # the run against its replay (None: the replay failed)
 
 
 def replay(
@@ -66,6 +67,8 @@ def replay(
 
     ``store``: settings of the ``store`` node the replay's own run is made with, over the run's
     (``signing_key``: who replays seals the replay; the store node is out of the config hash).
+    ``echo``: the job's output on the terminal too (a sweep's replay: not); notes go to the
+    ``launch`` logger whatever it says.
 
     ``rebuild``: run it in a Python environment with the run's recorded distributions
     (``launcher.run.rebuild``), checked against the key like this one would be. ``cpu``: run
@@ -80,11 +83,11 @@ def replay(
             of its snapshot is missing or damaged (exit 4).
         ConfigError: ``cpu`` cannot be emulated here (no qemu-user, an unknown model, a run that was
             not ``runtime=local``), or ``data`` for a run that kept no snapshot (exit 2).
-        RebuildError: ``rebuild`` cannot build or verify the run's Python environment (exit 2).
-        StoreError: the store is not writable, or the snapshot cannot be laid out in it (exit 2).
+        RebuildError: ``rebuild`` cannot build or verify the run's Python environment (exit 8).
+        StoreError: the store is not writable, or the snapshot cannot be laid out in it (exit 8).
         NotComparable: this environment's comparability key differs from the run's, without
             ``allow_mismatch``; nothing was run (exit 3).
-        GpuUnavailable: the GPUs the run asked for cannot be had here (exit 2).
+        GpuUnavailable: the GPUs the run asked for cannot be had here (exit 8).
     """
     if cpu:  # no qemu here, or a model it does not know: refused before anything else
         _check_model(cpu)
@@ -93,7 +96,7 @@ def replay(
     if cpu:
         _check_emulable(original)
     stored = snapshot.read(original)
-    python, probed = _rebuilt_python(original, echo) if rebuild else (None, None)
+    python, probed = _rebuilt_python(original) if rebuild else (None, None)
     work = None
     try:
         if stored is not None:
@@ -134,7 +137,9 @@ def _judged(original: Path, new_run: Path, outcome: pipeline.Outcome, allowed_mi
     """The replay's result (FAILED when its job did not complete, else ``verdict``), tagged on both
     runs where they are tracked."""
     if not outcome.ok:
-        result = ReplayResult(original, new_run, "FAILED", 1, f"the replay {outcome.status}: {outcome.error}")
+        result = ReplayResult(
+            original, new_run, "FAILED", ExitCode.FAILED, f"the replay {outcome.status}: {outcome.error}"
+        )
     else:
         result = verdict(original, new_run, allowed_mismatch=allowed_mismatch)
     tracking.tag_verdict(
@@ -189,7 +194,7 @@ class LaidOut:
     placing: str | None
 
 
-def _rebuilt_python(original: Path, echo: bool) -> tuple[Path, dict]:
+def _rebuilt_python(original: Path) -> tuple[Path, dict]:
     """``--rebuild``: the interpreter of a Python environment holding the run's recorded
     distributions (``launcher.run.rebuild``), and what that interpreter sees of them (for the
     precheck). The wheels an archive brought for this run (unpacked into its own folder) are
@@ -199,7 +204,7 @@ def _rebuilt_python(original: Path, echo: bool) -> tuple[Path, dict]:
     fp = runs.read_json(layout.RunPaths(original).fingerprint)
     wheels = unpacking.checked_wheels(original.parent, original.name, fp)
     python = _rebuild.python_environment(
-        fp, echo=echo, find_links=wheels.folder if wheels else None, wheel_hashes=wheels.hashes if wheels else None
+        fp, find_links=wheels.folder if wheels else None, wheel_hashes=wheels.hashes if wheels else None
     )
     return python, _rebuild.probe(python, list((fp.get("software") or {}).get("distributions") or {}))
 
@@ -481,9 +486,9 @@ def verdict(original: Path, new_run: Path, allowed_mismatch: bool = False) -> Re
         )
     detail = compare.report(c, original, new_run)
     if c.verdict == "IDENTICAL":
-        return ReplayResult(original, new_run, "REPRODUCED", 0, detail)
+        return ReplayResult(original, new_run, "REPRODUCED", ExitCode.OK, detail, c)
     if c.verdict == "DIFFERENT":
-        return ReplayResult(original, new_run, "DIVERGED", 1, detail)
+        return ReplayResult(original, new_run, "DIVERGED", ExitCode.FAILED, detail, c)
     if c.verdict == "NOTHING COMPARED":
-        return ReplayResult(original, new_run, "NOTHING COMPARED", compare.NOTHING_COMPARED, detail)
-    return ReplayResult(original, new_run, "NOT COMPARABLE", 3, detail)
+        return ReplayResult(original, new_run, "NOTHING COMPARED", compare.NOTHING_COMPARED, detail, c)
+    return ReplayResult(original, new_run, "NOT COMPARABLE", ExitCode.REFUSED, detail, c)

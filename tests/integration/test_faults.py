@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.errors import ExitCode
 from tests.conftest import QUICK, REPO, THREE_EPOCHS, copy_store, run_launch
 from tests.integration.resumed import trained_only_after
 
@@ -92,7 +93,7 @@ def test_a_first_image_build_on_a_fresh_cache_makes_its_own_directories(tmp_path
     # pip itself, offline: it prints and fetches nothing, so the hash check below fails as it should.
     monkeypatch.setattr(images, "pip_download_argv", lambda *a: [sys.executable, "-c", "print('pip ran')"])
     with pytest.raises(ImageError, match="no file with a locked hash"):
-        imagebuild.fill_wheelhouse(spec, inputs, echo=False)
+        imagebuild.fill_wheelhouse(spec, inputs)
     cache = home / "xdg cache" / "launch"
     assert "pip ran" in (cache / "logs" / "download.log").read_text()
     assert (cache / "wheels").is_dir()
@@ -214,7 +215,7 @@ def test_a_sigkilled_launcher_leaves_an_abandoned_run_that_resumes(tmp_path, mni
     assert f"run {run.name} is not complete (state: abandoned: its launcher (pid {proc.pid} on " in refused.stderr
     assert f"launch resume {run}" in refused.stderr
     done = _resumed_to_reference(run, reference)
-    assert f"[launch] run {run.name} was abandoned: its launcher (pid {proc.pid} on " in done.stdout
+    assert f"[launch] run {run.name} was abandoned: its launcher (pid {proc.pid} on " in done.stderr
 
 
 @pytest.mark.slow
@@ -289,7 +290,7 @@ def test_a_read_only_store_reads_and_refuses_writes_in_one_line(tmp_path, one_ru
             (("runs", "--store", store, "--reindex"), "cannot rebuild the run index"),
         ]:
             done = run_launch(*args)
-            assert done.returncode == 2, (args, done.stdout[-2000:], done.stderr[-2000:])
+            assert done.returncode == ExitCode.ENVIRONMENT, (args, done.stdout[-2000:], done.stderr[-2000:])
             assert done.stderr.startswith("launch: error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
             assert message in done.stderr, done.stderr
         assert sorted(p.name for p in store.rglob("*")) == before  # nothing written, nothing lost
@@ -362,7 +363,7 @@ def test_docker_as_root_from_a_private_working_dir_refuses_before_building(docke
             f"launch: error: the job container runs as uid 1000, which cannot enter and read '{cwd}' "
             f"(mode 0700, owner uid 0): chmod o+rx '{cwd}', or run launch from a directory it can read"
         )
-        assert "building image" not in done.stdout and "exists" not in done.stdout  # refused before any image
+        assert "building image" not in done.stdout + done.stderr and "exists" not in done.stdout  # before any image
         assert not any((tmp_path / "store").glob("2*")), "a refused job leaves no run directory"
     finally:
         cwd.rmdir()

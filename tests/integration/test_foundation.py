@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.errors import ExitCode
 from tests.conftest import QUICK, quick_run
 
 pytestmark = pytest.mark.slow
@@ -189,18 +190,18 @@ def test_a_failing_script_marks_the_run_failed_never_complete(launch, store, tmp
 
 
 @pytest.mark.parametrize(
-    "overrides,message",
+    "overrides,message,code",
     [
-        (["train.data=/no/such.npz"], "does not exist"),
-        (["train.data=/etc/passwd"], "/etc/passwd is not an .npz file (not a zip archive)"),
-        (["train.epochs=0"], "train.epochs must be a positive integer"),
-        (["train.nope=1"], "Could not override 'train.nope'"),
-        (["store.root=/proc/no-store"], "cannot create store"),
+        (["train.data=/no/such.npz"], "does not exist", ExitCode.USAGE),
+        (["train.data=/etc/passwd"], "/etc/passwd is not an .npz file (not a zip archive)", ExitCode.USAGE),
+        (["train.epochs=0"], "train.epochs must be a positive integer", ExitCode.USAGE),
+        (["train.nope=1"], "Could not override 'train.nope'", ExitCode.USAGE),
+        (["store.root=/proc/no-store"], "cannot create store", ExitCode.ENVIRONMENT),  # the machine's, not input
     ],
 )
-def test_bad_input_is_one_line_without_a_run(launch, tmp_path, overrides, message):
+def test_bad_input_is_one_line_without_a_run(launch, tmp_path, overrides, message, code):
     done = launch(f"store.root={tmp_path}", *overrides)
-    assert done.returncode == 2
+    assert done.returncode == code
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not any(p.is_dir() for p in tmp_path.iterdir())

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from launcher.errors import ExitCode
 from tests.conftest import q
 
 DOCKER_GPU = ("train.epochs=1", "runtime=docker", "image=tf-gpu", "image.base=local")
@@ -32,7 +33,7 @@ def _docker_can_give_gpus() -> bool:
 
 def _refused(done, store, start: str) -> None:
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == ExitCode.ENVIRONMENT, done.stdout[-2000:] + done.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"launch: error: {start}"), done.stderr
     assert list(store.iterdir()) == []  # no run directory, no index, no sweep
 

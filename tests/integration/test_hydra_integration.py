@@ -68,7 +68,7 @@ def test_a_two_trial_optuna_search_repeats_its_trials_and_weights(launch, projec
     )
     first = launch(*args, cwd=project)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "[sweep] reproducible: TPESampler seeded with 0" in first.stdout
+    assert "[sweep] reproducible: TPESampler seeded with 0" in first.stderr  # a note: on stderr
     assert "best: job 00" in first.stdout
     second = launch(*args, cwd=project)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]

@@ -152,7 +152,7 @@ def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, 
     script.write_text('raise SystemExit("edited after the kill")\n' + script.read_text())
     done = launch("resume", run, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"resuming with the code the run ran, kept in it; changed since: {script}" in done.stdout
+    assert f"resuming with the code the run ran, kept in it; changed since: {script}" in done.stderr
     trained_only_after(done.stdout, json.loads((run / "result.json").read_text())["resumed_from_epoch"], EPOCHS)
     resumed = record(run, work)  # history.json written into the launch directory, as the run would have
     for key in ("weights", "layers", "metrics", "trace", "history"):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.errors import ExitCode
 from tests.conftest import DATA, NPZ, TINY, q, run_dir_of
 
 pytestmark = pytest.mark.slow
@@ -183,7 +184,9 @@ def test_a_signed_run_shows_its_signer_in_verify_replay_and_compare_and_forgerie
         f"store.allowed_signers={keys['mallory_only']}",
         "store.require_signed=true",
     )
-    assert strangers.returncode == 3 and "signed by an unknown key" in strangers.stderr, strangers.stderr
+    assert strangers.returncode == ExitCode.SIGNATURE and "signed by an unknown key" in strangers.stderr, (
+        strangers.stderr
+    )
     assert not (tmp_path / "third" / run.name).exists()
 
     # edited and sealed again without the key: the signature no longer verifies
@@ -199,6 +202,6 @@ def test_a_signed_run_shows_its_signer_in_verify_replay_and_compare_and_forgerie
     (run / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n")
     for argv in (("verify", str(run)), ("replay", str(run)), ("compare", str(run), str(replay_run))):
         refused = launch(*argv)
-        assert refused.returncode == 3, (argv, refused.stdout[-1000:], refused.stderr[-1000:])
+        assert refused.returncode == ExitCode.SIGNATURE, (argv, refused.stdout[-1000:], refused.stderr[-1000:])
         assert run.name in refused.stderr and "does not verify" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1

@@ -74,8 +74,8 @@ def test_a_jobs_bits_do_not_depend_on_its_slot_or_launcher(launch, store, mnist_
     done, sweep_dir = _sweep(launch, store, mnist_npz, "+seed=5,5", "runtime.slots=2")
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = _summary(sweep_dir)["jobs"]
-    # The two slots this machine gave (its cores, or its GPUs), as the sweep's first line names them.
-    planned = done.stdout.split("slots: ", 1)[1].splitlines()[0].split(", ")
+    # The two slots this machine gave (its cores, or its GPUs), as the sweep's first note (stderr) names them.
+    planned = done.stderr.split("slots: ", 1)[1].splitlines()[0].split(", ")
     assert len(planned) == 2 and {j["slot"] for j in jobs} == set(planned)  # the two ran at once, one per slot
     assert jobs[0]["weights_sha256"] == jobs[1]["weights_sha256"]
     # The same seed outside any slot (a plain run) and under submitit's local launcher.

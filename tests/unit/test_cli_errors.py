@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from launcher.cli import main as cli
+from launcher.errors import ExitCode
 from launcher.run import pipeline
 
 
@@ -95,7 +96,7 @@ def test_a_missing_argument_shows_the_usage_line_not_argparse_field_names(capsys
     for args in (["replay"], ["resume"], ["sweep", "replay"]):
         _, err = _launch(capsys, *args)
         assert len(err) == 2 and err[1].startswith(f"usage: launch {args[0]}"), err
-        assert err[0].endswith(("RUN", "SWEEP_DIR")), err  # the metavar, never the argparse field name
+        assert err[0].endswith(("RUN", "RUN|FILE", "SWEEP_DIR")), err  # the metavar, never the argparse field name
 
 
 @pytest.mark.parametrize("data", ["/etc/passwd", "wrong.npz", "empty-dir"])
@@ -116,16 +117,16 @@ def test_a_run_without_metrics_ends_with_single_spaces():
     assert pipeline.summary_line(outcome).endswith("seed=0 loss=0.5000 weights_sha256=(no model recorded)")
 
 
-def test_no_docker_daemon_is_one_line_exit_2_and_no_run(capsys, monkeypatch, tmp_path):
+def test_no_docker_daemon_is_one_line_exit_8_and_no_run(capsys, monkeypatch, tmp_path):
     """What a machine without Docker shows (moved from tests/integration/test_docker.py, whose
-    module skips every test on exactly such a machine)."""
+    module skips every test on exactly such a machine): a fault of the machine, exit 8, not bad input."""
     url = f"unix://{tmp_path}/none.sock"
     monkeypatch.setenv("DOCKER_HOST", url)
     store = tmp_path / "store"
     code, err = _launch(
         capsys, "determinism=strict", "train=mnist", "runtime=docker", "image.base=local", f"store.root={store}"
     )
-    assert code == 2
+    assert code == ExitCode.ENVIRONMENT
     assert err == [f"launch: error: no Docker daemon answers at {url}: start one (dockerd) or use runtime=local"]
     for run in (p for p in store.iterdir() if p.is_dir()):  # found out after the run directory: marked failed
         assert json.loads((run / "status.json").read_text())["state"] == "failed"
@@ -188,7 +189,7 @@ def test_an_old_spelling_still_works_for_a_release_and_names_its_new_one(capsys,
 
 
 def test_one_word_one_meaning_in_the_usage():
-    lines = {line.split()[1]: line for line in cli.usage().splitlines() if line.startswith("       launch ")}
+    lines = {name: " ".join(cli.parser(name).format_usage().split()) for name in cli.COMMANDS}
     assert "[--allow-mismatch]" in lines["compare"] and "[--allow-mismatch]" in lines["replay"]
     assert "[--reindex]" in lines["runs"] and "--rebuild" not in lines["runs"]
     assert "--force" not in lines["compare"] + lines["replay"] + lines["resume"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main as cli
+from launcher.errors import ExitCode
 from launcher.record import layout
 from launcher.record.store import gc, objects, snapshot
 from tests import factories
@@ -143,7 +144,7 @@ def test_a_snapshot_that_cannot_be_read_stops_the_gc_before_anything_is_removed(
     orphan = _object(store, b"orphan")
     run_dir = _run(store, "interrupted")
     (run_dir / layout.SNAPSHOT).write_text("{truncated")
-    assert cli.main(["gc", "--store", str(store)]) == 2
+    assert cli.main(["gc", "--store", str(store)]) == ExitCode.ENVIRONMENT  # the store as found, not what was typed
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"cannot tell what {run_dir.name} references" in err[0] and "nothing was removed" in err[0]
     assert objects.object_path(store, orphan).is_file()
@@ -168,7 +169,7 @@ def test_gc_refuses_a_missing_store_and_a_second_gc(store, tmp_path, capsys, mon
     assert "does not exist" in capsys.readouterr().err
     monkeypatch.setattr(gc, "WAIT_S", 0.2)  # how long it waits for the other to end
     with gc.store_lock(store, shared=False, wait_s=0):
-        assert cli.main(["gc", "--store", str(store)]) == 2
+        assert cli.main(["gc", "--store", str(store)]) == ExitCode.ENVIRONMENT  # busy: try again
     err = capsys.readouterr().err
     assert "is busy" in err and "another launch gc" in err
 

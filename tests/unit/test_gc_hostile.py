@@ -18,7 +18,7 @@ import pytest
 
 from launcher.cli import gc as _cli_gc  # noqa: F401 - imported before a child process drops its privileges
 from launcher.cli import main as cli
-from launcher.errors import StoreError
+from launcher.errors import ExitCode, StoreError
 from launcher.record import layout
 from launcher.record.store import gc, objects, runs
 from tests.unit.test_gc import _object, _run, _sha
@@ -31,14 +31,15 @@ def _objects(store: Path) -> list[Path]:
     return sorted(p for p in (store / layout.OBJECTS).rglob("*") if p.is_file())
 
 
-def _refused(store: Path, capsys, *names: str) -> str:
-    """Run ``launch gc --store STORE``: it must exit 2 with one line naming ``names``, and remove nothing."""
+def _refused(store: Path, capsys, *names: str, code: int = ExitCode.ENVIRONMENT) -> str:
+    """Run ``launch gc --store STORE``: it must exit ``code`` (8: what the store holds stops it; 2: what
+    was given is no store) with one line naming ``names``, and remove nothing."""
     before = _objects(store)
     assert before, "a test store without objects proves nothing"
-    code = cli.main(["gc", "--store", str(store)])
+    ended = cli.main(["gc", "--store", str(store)])
     captured = capsys.readouterr()
     assert _objects(store) == before, captured.out
-    assert code == 2
+    assert ended == code
     err = captured.err.splitlines()
     assert len(err) == 1 and "nothing was removed" in err[0], captured.err
     assert all(name in err[0] for name in names), err[0]
@@ -136,7 +137,7 @@ def test_a_run_the_gc_user_cannot_read_stops_the_gc(open_store, private):
         locked.chmod(0o755 if locked.is_dir() else 0o644)
     assert _objects(store) == before, out + err
     assert objects.object_path(store, theirs).is_file() and objects.object_path(store, mine).is_file()
-    assert code == 2 and out == "", out + err
+    assert code == ExitCode.ENVIRONMENT and out == "", out + err  # the store as found here, not bad input
     assert len(err.splitlines()) == 1 and "nothing was removed" in err, err
     if private == "run directory":
         assert f"cannot list {private_run} (Permission denied)" in err and "a user who can read the whole store" in err
@@ -194,7 +195,7 @@ def test_an_objects_directory_that_cannot_be_listed_is_one_line(store, capsys, m
         return real_scandir(path, *args)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    assert cli.main(["gc", "--store", str(store)]) == 2
+    assert cli.main(["gc", "--store", str(store)]) == ExitCode.ENVIRONMENT
     monkeypatch.undo()
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"cannot list {fan} (Permission denied); nothing was removed" in err[0]
@@ -218,6 +219,7 @@ def test_a_store_root_that_looks_like_a_run_is_refused(store, capsys, marker):
         "looks like a run directory, not a store",
         marker,
         "give the store (the directory holding the runs",
+        code=ExitCode.USAGE,
     )
     assert not (store / layout.GC_LOCK).exists()
 

@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from launcher.docker import gpus as docker_gpus
-from launcher.errors import ConfigError, GpuUnavailable
+from launcher.errors import ConfigError, ExitCode, GpuUnavailable
 from launcher.record.probe import probes
 from launcher.run import gpus
 from launcher.sweep import slots
@@ -172,7 +172,7 @@ def test_check_raises_gpu_unavailable_from_what_it_probed(monkeypatch):
     monkeypatch.setattr(docker_gpus, "probe", lambda: (info("runc"), None, True))
     with pytest.raises(GpuUnavailable) as raised:
         gpus.check(cfg(), {})
-    assert raised.value.exit_code == 2 and "image.gpus=false" in str(raised.value)
+    assert raised.value.exit_code == ExitCode.ENVIRONMENT and "image.gpus=false" in str(raised.value)
     with pytest.raises(GpuUnavailable):
         gpus.check(cfg(runtime="local"), {"CUDA_VISIBLE_DEVICES": "3"})
     monkeypatch.setattr(probes, "gpu_facts", listed(A100S))

@@ -383,6 +383,25 @@ def test_no_daemon_is_one_line_with_next_step(monkeypatch, tmp_path):
 def test_subcommands_register():
     from launcher.cli import main as cli
 
-    assert {"image", "lock"} <= set(cli.COMMANDS)
+    assert "image" in cli.COMMANDS and "lock" not in cli.COMMANDS  # lock is an action of image now
+    assert cli.RENAMED["lock"] == ("image", "lock")
     with pytest.raises(ConfigError, match="invalid choice"):
         cli.command("image")(["frobnicate"])
+
+
+@pytest.mark.parametrize("words", [["image", "lock"], ["lock"]], ids=["image lock", "old lock"])
+def test_image_lock_pins_the_image_named_and_the_old_lock_still_works_with_a_note(monkeypatch, capsys, words):
+    """``launch image lock image=NAME [--host]``; ``launch lock ...``, its old spelling, works one more
+    release and says its new name on stderr in one line."""
+    from launcher.cli import main as cli
+    from launcher.docker import baseimage
+
+    locked = []
+    monkeypatch.setattr(baseimage, "lock", lambda spec, on_host=False: locked.append((spec.name, on_host)))
+    assert cli.main([*words, "image=tf-gpu", "--host"]) == 0
+    assert locked == [("tf-gpu", True)]
+    err = capsys.readouterr().err
+    if words == ["lock"]:
+        assert err == "[launch] note: lock is now image lock (the old spelling goes in the next release)\n"
+    else:
+        assert err == ""

@@ -136,7 +136,7 @@ class FakeProc:
     def __init__(self, download: set[str] = frozenset(), install_ok: bool = True) -> None:
         self.download, self.install_ok, self.calls = set(download), install_ok, []
 
-    def __call__(self, argv, env, log_path, cwd=None, echo=True, preexec_affinity=None) -> int:
+    def __call__(self, argv, env, log_path, cwd=None, echo=True, preexec_affinity=None, progress=None) -> int:
         self.calls.append(list(argv))
         with open(log_path, "a") as log:
             if argv[1:3] == ["-m", "venv"]:
@@ -174,7 +174,7 @@ def test_a_failed_build_leaves_no_environment_that_looks_ready_and_keeps_its_log
     fake = FakeProc(download={"termcolor==3.2.0", "typing-extensions==4.12.0"}, install_ok=False)
     monkeypatch.setattr(rebuild.proc, "run_streaming", fake)
     with pytest.raises(RebuildError, match="failed installing the wheels .*THESE PACKAGES DO NOT MATCH") as err:
-        rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
+        rebuild.python_environment(_fp(), cache_root=tmp_path)
     (log,) = tmp_path.glob("*.log")
     assert str(log) in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([log.name, f".{log.stem}.lock"])  # the lock stays
@@ -185,7 +185,7 @@ def test_a_failed_build_leaves_no_environment_that_looks_ready_and_keeps_its_log
 def test_a_distribution_the_index_lacks_is_refused_by_name(tmp_path, monkeypatch, here):
     monkeypatch.setattr(rebuild.proc, "run_streaming", FakeProc(download={"termcolor==3.2.0"}))
     with pytest.raises(RebuildError, match="no wheel of typing-extensions==4.12.0 could be downloaded") as err:
-        rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
+        rebuild.python_environment(_fp(), cache_root=tmp_path)
     assert err.value.distribution == "typing-extensions"
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith((".log", ".lock"))]
 
@@ -195,7 +195,7 @@ def test_a_built_environment_is_verified_every_time_and_a_mismatch_names_the_dis
     monkeypatch.setattr(rebuild.proc, "run_streaming", fake)
     seen = {"tensorflow-cpu": TF, "termcolor": {"version": "3.2.0", "files_sha256": "t32"}}
     monkeypatch.setattr(rebuild, "probe", lambda python, names: {"software": {}, "distributions": seen})
-    python = rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
+    python = rebuild.python_environment(_fp(), cache_root=tmp_path)
     venv = python.parent.parent
     assert python == venv / "bin" / "python" and venv.parent == tmp_path
     info = json.loads((venv / layout.REBUILD).read_text())
@@ -206,11 +206,11 @@ def test_a_built_environment_is_verified_every_time_and_a_mismatch_names_the_dis
     assert not (venv / "wheels").exists()
     assert json.loads(rebuild.lock_path(venv).read_text())["pid"] == os.getpid()  # the build held its lock
     calls = len(fake.calls)
-    again = rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
+    again = rebuild.python_environment(_fp(), cache_root=tmp_path)
     assert again == python and len(fake.calls) == calls  # cached
     seen["termcolor"] = {"version": "3.2.0", "files_sha256": "another wheel"}
     with pytest.raises(RebuildError, match="rebuilt environment's termcolor is 3.2.0 .files another whe") as err:
-        rebuild.python_environment(_fp(), cache_root=tmp_path, echo=False)
+        rebuild.python_environment(_fp(), cache_root=tmp_path)
     assert err.value.distribution == "termcolor"
 
 

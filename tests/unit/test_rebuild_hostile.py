@@ -105,7 +105,7 @@ def test_a_poisoned_cached_environment_is_refused_before_its_python_starts(tmp_p
     (site / rebuild.SHARED_PTH).write_text(rebuild.pth_text(rebuild.shared_site_dirs()))
     (site / "zz-poison.pth").write_text("import os; os.system('touch /tmp/owned')\n")
     with pytest.raises(RebuildError, match="holds zz-poison.pth"):
-        rebuild.python_environment({"software": {}}, cache_root=tmp_path / "cache", echo=False)
+        rebuild.python_environment({"software": {}}, cache_root=tmp_path / "cache")
 
 
 def test_the_cache_key_follows_the_wheels_an_archive_brought():

@@ -200,7 +200,7 @@ def test_a_build_whose_lock_is_held_is_not_removed_and_one_whose_lock_is_free_is
 def test_a_second_build_waits_for_the_lock_and_names_who_holds_it(held_elsewhere, capsys):
     final, _ = held_elsewhere
     with pytest.raises(RebuildError, match=r"pid 4242 on node7 \(since then\) is still building .*abc after 0 s"):
-        with rebuild.build_lock(final, echo=True, timeout=0.2):
+        with rebuild.build_lock(final, timeout=0.2):
             pytest.fail("the lock was taken while another process held it")
     assert "waiting for pid 4242 on node7" in capsys.readouterr().err
 
@@ -209,7 +209,7 @@ def test_the_lock_names_this_host_and_pid_while_building_and_guards_its_director
     final = tmp_path / "abc"
     building = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     (building / "bin").mkdir(parents=True)
-    with rebuild.build_lock(final, echo=False):
+    with rebuild.build_lock(final):
         owner = json.loads(rebuild.lock_path(final).read_text())
         assert (owner["host"], owner["pid"]) == (socket.gethostname(), os.getpid())
         other = subprocess.run(
@@ -244,5 +244,5 @@ def test_a_launch_that_waited_for_the_lock_uses_what_the_holder_built(held_elsew
 
     timer = threading.Timer(0.5, finish)
     timer.start()
-    assert rebuild.python_environment(fp, cache_root=final.parent, echo=False) == final / "bin" / "python"
+    assert rebuild.python_environment(fp, cache_root=final.parent) == final / "bin" / "python"
     timer.join()

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from launcher.cli import main as cli
-from launcher.errors import ConfigError, ResumeError, SealError, SignatureError
+from launcher.errors import ConfigError, ExitCode, ResumeError, SealError, SignatureError
 from launcher.record import hashing, layout
 from launcher.record.store import runs, signing
 from launcher.run import pipeline, resume
@@ -126,16 +126,19 @@ def test_require_signed_refuses_a_run_this_store_did_not_create_before_writing_a
     copy = tmp_path / "b" / run.name
     shutil.copytree(run, copy)
     before = _tree(copy.parent)
-    assert cli.main(["resume", str(copy), "store.require_signed=true"]) == 3
+    assert cli.main(["resume", str(copy), "store.require_signed=true"]) == ExitCode.SIGNATURE
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"launch: error: run {copy.name} was not created in this store") and "\n" not in err
     assert "store.require_signed=true resumes only runs this store created" in err
     assert _tree(copy.parent) == before  # refused before anything was written
 
     # made in this store: past the ledger, on to the next checks (which this hand-made run does not pass)
-    assert cli.main(["resume", str(run), "store.require_signed=true", "store.signing_key=none"]) not in (0, 3)
+    assert cli.main(["resume", str(run), "store.require_signed=true", "store.signing_key=none"]) not in (
+        0,
+        ExitCode.SIGNATURE,
+    )
     said = capsys.readouterr()
-    assert f"[launch] resuming run {run.name}, created in this store by " in said.out
+    assert f"[launch] resuming run {run.name}, created in this store by " in said.err  # a note: on stderr
     assert "not created" not in said.err
 
 
@@ -143,8 +146,8 @@ def test_resume_takes_the_store_trust_words_and_no_others(tmp_path, handed_to_ex
     run = _interrupted(tmp_path / "store")
     assert cli.main(["resume", str(run), "store.signing_key=/keys/resumer", "store.allowed_signers=null"]) == 0
     assert handed_to_execute[-1].signing_key == "/keys/resumer"
-    out = capsys.readouterr().out
-    assert f"[launch] resuming run {run.name}, created in this store by " in out
+    err = capsys.readouterr().err
+    assert f"[launch] resuming run {run.name}, created in this store by " in err
     assert cli.main(["resume", str(run), f"store.root={tmp_path}"]) == ConfigError.exit_code
     assert "store.root cannot be given" in capsys.readouterr().err
     assert cli.main(["resume", str(run), "store.nope=1"]) == 2  # the words are Hydra's overrides of store.*
@@ -211,13 +214,15 @@ def test_a_crafted_interrupted_run_naming_the_victims_key_is_not_signed_by_it(la
     runs.verify_seal(run)
     assert not (run / layout.SIGNATURE).exists(), "sealed with the key the run's own config named"
     assert signing.describe(signing.check(run)) == "unsigned"
-    assert f"[launch] resuming run {run.name}, created in this store by " in resumed.stdout
+    assert f"[launch] resuming run {run.name}, created in this store by " in resumed.stderr
 
     refused = launch("resume", str(copied), f"store.allowed_signers={keys['allowed']}", "store.require_signed=true")
-    assert refused.returncode == 3 and "was not created in this store" in refused.stderr, refused.stderr
+    assert refused.returncode == ExitCode.SIGNATURE and "was not created in this store" in refused.stderr, (
+        refused.stderr
+    )
     resumed = launch("resume", str(copied), "--allow-mismatch", f"store.signing_key={keys['resumer']}")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert f"[launch] run {copied.name} was not created in this store (copied in from elsewhere" in resumed.stdout
+    assert f"[launch] run {copied.name} was not created in this store (copied in from elsewhere" in resumed.stderr
     seal = signing.check(runs.verify_seal(copied), signing.Trust(str(keys["allowed"]), require_signed=True))
     assert seal.principal == "resumer@lab" and seal.run == copied.name  # the resumer's key, the run's id signed
     assert [p.name for p in (tmp_path / "other").iterdir() if is_run(p)] == [copied.name]

@@ -1,5 +1,5 @@
 """Signed seals (issue 41): a run sealed with store.signing_key carries an ssh-keygen signature of its
-manifest; readers say who sealed it, refuse a signature that does not verify (exit 3, naming the run)
+manifest; readers say who sealed it, refuse a signature that does not verify (exit 7, naming the run)
 and, with store.require_signed, any run a trusted key did not seal. Real ssh-keygen, real keys."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli.main import main
-from launcher.errors import ConfigError, SignatureError
+from launcher.errors import ConfigError, ExitCode, SignatureError
 from launcher.record import layout
 from launcher.record.store import runs, signing
 from launcher.run import composition
@@ -75,8 +75,8 @@ def test_a_run_edited_and_sealed_again_without_the_key_is_refused(tmp_path, keys
     runs.verify_seal(run)  # the unkeyed seal alone cannot tell
     with pytest.raises(SignatureError) as info:
         signing.check(run, trust(keys))
-    assert info.value.exit_code == 3 and run.name in str(info.value)
-    assert main(["verify", str(run)]) == 3
+    assert info.value.exit_code == ExitCode.SIGNATURE == 7 and run.name in str(info.value)
+    assert main(["verify", str(run)]) == ExitCode.SIGNATURE
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and run.name in err and "does not verify" in err
 
@@ -90,7 +90,10 @@ def test_require_signed_refuses_unsigned_runs_and_keys_not_in_allowed_signers(tm
         with pytest.raises(SignatureError, match=f"run {run.name} is {said}.*require_signed"):
             signing.check(run, trust(keys, require=True))
     assert signing.check(alice, trust(keys, require=True)).principal == "alice@lab"
-    assert main(["verify", str(mallory), f"store.allowed_signers={keys['allowed']}", "store.require_signed=true"]) == 3
+    assert (
+        main(["verify", str(mallory), f"store.allowed_signers={keys['allowed']}", "store.require_signed=true"])
+        == ExitCode.SIGNATURE
+    )
     assert "require_signed" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="needs store.allowed_signers"):
         signing.check(alice, signing.Trust(None, True))
@@ -152,7 +155,7 @@ def test_an_archive_holding_a_forged_signed_run_is_refused_before_it_is_imported
             if data is not None:
                 member.size = len(data)
             out.addfile(member, io.BytesIO(data) if data is not None else None)
-    assert main(["unpack", str(tmp_path / "forged.tar"), "--store", str(tmp_path / "dest")]) == 3
+    assert main(["unpack", str(tmp_path / "forged.tar"), "--store", str(tmp_path / "dest")]) == ExitCode.SIGNATURE
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and run.name in err and "does not verify" in err
     assert not (tmp_path / "dest" / run.name).exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli.main import main
-from launcher.errors import SealError, SignatureError
+from launcher.errors import ExitCode, SealError, SignatureError
 from launcher.record import layout
 from launcher.record.store import runs, signing
 from tests.unit.test_archive import sealed_run
@@ -83,8 +83,8 @@ def test_a_signed_run_found_under_another_name_is_refused(tmp_path, keys, capsys
     runs.verify_seal(renamed)  # every file as sealed: only the name changed
     with pytest.raises(SignatureError, match=f"signed as run {run.name}, found as {renamed.name}") as info:
         signing.check(renamed, signing.Trust(str(keys["allowed"])))
-    assert info.value.exit_code == 3 and info.value.run == renamed.name
-    assert main(["verify", str(renamed)]) == 3
+    assert info.value.exit_code == ExitCode.SIGNATURE and info.value.run == renamed.name
+    assert main(["verify", str(renamed)]) == ExitCode.SIGNATURE
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"signed as run {run.name}, found as {renamed.name}" in err
 

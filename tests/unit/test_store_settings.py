@@ -19,7 +19,7 @@ from launcher.run import composition, config
 from launcher.share import pack as packing
 from tests.unit.test_archive import sealed_run
 
-REFUSED = SignatureError.exit_code  # 3
+REFUSED = SignatureError.exit_code  # 7: ExitCode.SIGNATURE
 SAID = "store.require_signed=true"  # how a refusal under it names it
 
 

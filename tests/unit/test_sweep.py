@@ -438,7 +438,7 @@ class FakeReplay(types.ModuleType):
         if verdict == "RAISE":
             raise NotComparable("key differs: software.tensorflow", [])
         return types.SimpleNamespace(
-            original=run_dir, new_run=run_dir.parent / "new", verdict=verdict, exit_code=0, detail=""
+            original=run_dir, new_run=run_dir.parent / "new", verdict=verdict, exit_code=0, detail="", comparison=None
         )
 
 

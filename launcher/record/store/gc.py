@@ -50,7 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.errors import LauncherError, StoreBusy, StoreError
+from launcher.errors import LauncherError, NotAStore, StoreBusy, StoreError
 from launcher.record import layout
 from launcher.record.store import objects, snapshot
 
@@ -184,17 +184,17 @@ def _entries(directory: str | os.PathLike) -> list[os.DirEntry]:
 
 
 def check_store(store_root: Path) -> None:
-    """Refuse (``StoreError``) a ``store_root`` that is missing, not a directory, or a run directory
+    """Refuse (``NotAStore``, exit 2) a ``store_root`` that is missing, not a directory, or a run directory
     (``run_marker``): a run's ``config.yaml`` at the top would make the whole store one run
     without a snapshot, whose mark keeps nothing. Nothing is written first, not even the lock."""
     root = Path(store_root)
     if not root.exists():
-        raise StoreError(f"store {str(root)!r} does not exist")
+        raise NotAStore(f"store {str(root)!r} does not exist")
     if not root.is_dir():
-        raise StoreError(f"store {str(root)!r} is not a directory: give the store (the directory holding the runs)")
+        raise NotAStore(f"store {str(root)!r} is not a directory: give the store (the directory holding the runs)")
     marker = run_marker(entry.name for entry in _entries(root))
     if marker is not None:
-        raise StoreError(
+        raise NotAStore(
             f"launch gc: {str(root)!r} looks like a run directory, not a store (it holds {marker}): "
             f"nothing was removed; give the store (the directory holding the runs, "
             f"{str(root.parent)!r} if this is one of them)"
@@ -328,10 +328,11 @@ def collect(
     waiting up to ``WAIT_S`` for another gc or the runs storing their snapshots.
 
     Raises:
-        StoreError: nothing was removed (exit 2): the store is missing, not a directory, or a run
-            directory; it cannot be locked, or stayed busy for ``WAIT_S``; a directory of it cannot
-            be listed; a link in it points at a run outside it; a run's snapshot cannot be read to
-            tell what it references.
+        NotAStore: nothing was removed (exit 2): the store is missing, not a directory, or a run
+            directory.
+        StoreError: nothing was removed (exit 8): the store cannot be locked, or stayed busy for
+            ``WAIT_S``; a directory of it cannot be listed; a link in it points at a run outside it;
+            a run's snapshot cannot be read to tell what it references.
     """
     root = Path(store_root)
     check_store(root)

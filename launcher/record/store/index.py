@@ -20,12 +20,12 @@ import datetime as _dt
 import json
 import os
 import sqlite3
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from launcher import console
 from launcher.errors import IndexUnreadable, StoreError
 from launcher.record import layout
 
@@ -65,7 +65,7 @@ class Row:
 
 
 def _say(message: str) -> None:
-    print(f"[launch] {message}", file=sys.stderr, flush=True)
+    console.log.info("%s", message)
 
 
 def _is_unreadable(exc: sqlite3.Error) -> bool:

@@ -18,7 +18,7 @@ another run) is refused. A signed seal without one (an older launcher's) is read
 but not under ``store.require_signed``: what it signs could be any run's.
 
 Reading a run checks it (``check``): a signature that does not verify refuses the run
-(``SignatureError``, exit 3): the run was edited and sealed again without the key, or
+(``SignatureError``, exit 7): the run was edited and sealed again without the key, or
 damaged. One that verifies is *trusted* when its key is in ``store.allowed_signers``
 (git's ``gpg.ssh.allowedSignersFile`` format: ``principal [namespaces="launch-run"] key``)
 and names its principal; one whose key that file lists but does not let sign a launch run
@@ -338,7 +338,7 @@ def sign(run_dir: Path, key: str) -> bytes:
 
 
 def check(run_dir: Path, trust: Trust = NO_TRUST, now: _dt.datetime | None = None) -> Seal:
-    """Who sealed ``run_dir`` (whose seal the caller has verified): ``SignatureError`` (exit 3, naming
+    """Who sealed ``run_dir`` (whose seal the caller has verified): ``SignatureError`` (exit 7, naming
     the run) when its signature does not verify, when the id it signs is not the run directory's
     name, or when ``trust.require_signed`` and no trusted key sealed it with its id. ``now``: when
     an untrusted key's validity is judged (ssh-keygen judges it now)."""
