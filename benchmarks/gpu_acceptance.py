@@ -359,7 +359,7 @@ def failed_run(check: str, out: str) -> Row:
 
 def local_tensorflow(env: dict[str, str]) -> dict | None:
     """TensorFlow's facts in this Python, as a job would record them (a child process)."""
-    code = "import json; from launcher.record import probes; print(json.dumps(probes.tensorflow_software()))"
+    code = "import json; from launcher.record.probe import probes; print(json.dumps(probes.tensorflow_software()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     try:
         return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None

@@ -5,14 +5,18 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where arrays are hashed: a file's hash needs none (light imports)
+    import numpy as np
 
 CHUNK = 1 << 20  # bytes of a file hashed at a time: a file is never read whole
 
 
 def array_digest(h: hashlib._Hash, name: str, array: np.ndarray) -> None:
     """Feed one named array into ``h``: name, dtype, shape, then little-endian C-order bytes."""
+    import numpy as np
+
     a = np.ascontiguousarray(array)
     a = a.astype(a.dtype.newbyteorder("<"), copy=False)
     h.update(f"{name}|{a.dtype.str}|{a.shape}\n".encode())
@@ -38,7 +42,7 @@ def keras_weights(model) -> list[tuple[str, str, np.ndarray]]:
     out = []
     for layer in model.layers:
         for weight in layer.weights:
-            out.append((layer.name, getattr(weight, "path", weight.name), np.asarray(weight.numpy())))
+            out.append((layer.name, getattr(weight, "path", weight.name), _asarray(weight.numpy())))
     return out
 
 
@@ -146,3 +150,9 @@ def file_sha256(path: str | os.PathLike) -> str:
         while block := f.read(CHUNK):
             h.update(block)
     return h.hexdigest()
+
+
+def _asarray(value: object) -> np.ndarray:
+    import numpy as np
+
+    return np.asarray(value)

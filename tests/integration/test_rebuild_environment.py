@@ -27,7 +27,7 @@ from launcher.run import rebuild
 pytestmark = pytest.mark.slow
 
 IDENTITY = (
-    "import json, sys; sys.path.insert(0, sys.argv[1]); from launcher.record import distributions; "
+    "import json, sys; sys.path.insert(0, sys.argv[1]); from launcher.record.probe import distributions; "
     "print(json.dumps(distributions.distribution_identity(sys.argv[2])))"
 )
 

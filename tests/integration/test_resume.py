@@ -108,7 +108,7 @@ def test_a_torn_checkpoint_falls_back_to_the_previous_one(launch, store, mnist_n
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # torn mid-write
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "checkpoint epoch-000002 is incomplete" in done.stdout and "falling back" in done.stdout
+    assert "checkpoint epoch-000002 is incomplete" in done.stderr and "falling back" in done.stderr  # a note: stderr
     assert _result(run)["resumed_from_epoch"] == 1
     trained_only_after(done.stdout, 1, 3)
     assert _result(run)["weights_sha256"] == uninterrupted["result"]["weights_sha256"]
