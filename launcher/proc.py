@@ -196,6 +196,177 @@ class _Stopper:
             self.proc.kill()
 
 
+# ---------------------------------------------------------------- many processes of one job
+# How long the other workers of a multi-worker job, asked to stop when one of them died, may take
+# before they are killed: a worker blocked in a collective never reaches a place where it could stop.
+DEAD_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process of a group started by ``run_group``: its command line, environment and log."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    log_path: Path
+    echo: bool = False  # its output on our stdout too (the chief's), less TensorFlow's start-up noise
+
+
+@dataclass(frozen=True)
+class GroupEnded:
+    """How a group of processes started by ``run_group`` ended."""
+
+    ended: list[Ended]  # each member's, in order
+    stop: int | None = None  # the signal that asked us to stop the group, if one came
+    first_failed: int | None = None  # the member that ended first with a non-zero status (or by a signal)
+
+
+def run_group(
+    members: Sequence[Member],
+    cwd: str | None = None,
+    preexec_affinity: set[int] | None = None,
+    grace_s: float = STOP_GRACE_S,
+    dead_grace_s: float = DEAD_GRACE_S,
+) -> GroupEnded:
+    """Run the processes of one job (a multi-worker job's workers) together, as ``run_job`` runs
+    one, each in a session of its own with SIGINT and SIGTERM blocked until it can stop: our first
+    SIGINT or SIGTERM goes to every member, a second one or ``grace_s`` seconds kills them all.
+    When one member ends with a non-zero status, the others can never finish (they wait for it in
+    a collective): they are asked to stop and, ``dead_grace_s`` seconds later, killed with their
+    process groups. Members are asked with SIGINT, whatever the signal that came to us. Nothing
+    is left running when this returns."""
+    own = threading.current_thread() is threading.main_thread()
+
+    def _child_setup() -> None:
+        _die_with_parent()
+        if preexec_affinity:
+            os.sched_setaffinity(0, preexec_affinity)
+        if own:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    group = _Group(grace_s, dead_grace_s)
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS} if own else {}
+    logs: list = []
+    try:
+        for signum, handler in previous.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(signum, group.handle)
+        for member in members:
+            logs.append(open(member.log_path, "ab"))  # noqa: SIM115 - closed in finally, with the others
+            group.procs.append(_start(member.argv, member.env, cwd, _child_setup, new_session=own))
+        group.started()
+        _pump_group(group, logs, [m.echo for m in members])
+        codes = [p.wait() for p in group.procs]
+        return GroupEnded(
+            [Ended(code, group.signal, group.killed.get(i)) for i, code in enumerate(codes)],
+            group.signal,
+            group.first_failed,
+        )
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        for i, p in enumerate(group.procs):
+            if p.poll() is None:
+                group.kill(i, "the launcher stopped")
+                p.wait()
+        for log in logs:
+            log.close()
+
+
+class _Group:
+    """Our side of a group's stop: a signal or a member's death asks the others to stop; a
+    second signal, or the grace's end, kills them."""
+
+    def __init__(self, grace_s: float, dead_grace_s: float) -> None:
+        self.grace_s, self.dead_grace_s = grace_s, dead_grace_s
+        self.procs: list[subprocess.Popen] = []
+        self.signal: int | None = None
+        self.deadline: float | None = None
+        self.killed: dict[int, str] = {}
+        self.first_failed: int | None = None
+        self.pending = False
+
+    def started(self) -> None:
+        if self.signal is not None:  # a signal noted while they were being started
+            self._ask(self.signal)
+
+    def _ask(self, signum: int) -> None:
+        # As SIGINT: in a multi-worker TensorFlow job, the coordination service's preemption
+        # notifier takes SIGTERM for itself (measured: the job trained on), never the job's handler.
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+
+    def handle(self, signum: int, frame) -> None:
+        if self.signal is None:
+            self.signal = signum
+            self.deadline = time.monotonic() + self.grace_s
+            self._ask(signum)
+        else:
+            for i in range(len(self.procs)):
+                self.kill(i, f"a second {signal.Signals(signum).name}")
+
+    def tick(self) -> None:
+        if self.first_failed is None:
+            for i, p in enumerate(self.procs):
+                code = p.poll()
+                if code is not None and code != 0:
+                    self.first_failed = i
+                    if self.deadline is None:
+                        self.deadline = time.monotonic() + self.dead_grace_s
+                    self._ask(signal.SIGINT)
+                    break
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            why = (
+                f"it did not stop within {self.grace_s:g} s"
+                if self.signal is not None
+                else f"worker {self.first_failed} ended, and it did not stop within {self.dead_grace_s:g} s"
+            )
+            for i in range(len(self.procs)):
+                if i not in self.killed:
+                    self.kill(i, why)
+
+    def kill(self, i: int, why: str) -> None:
+        p = self.procs[i]
+        if p.poll() is not None:
+            return
+        self.killed[i] = why
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # the worker and whatever it started
+        except (ProcessLookupError, PermissionError):
+            p.kill()
+
+
+def _pump_group(group: _Group, logs: list, echo: list[bool]) -> None:
+    """Copy each member's output to its log (and ours, ``echo``) until every member closed it."""
+    out = sys.stdout.buffer
+    open_fds = {p.stdout.fileno(): i for i, p in enumerate(group.procs)}
+    shown = {i: NoiseFilter() for i, e in enumerate(echo) if e}
+    while open_fds:
+        group.tick()
+        ready = select.select(list(open_fds), [], [], 0.2)[0]
+        for fd in ready:
+            i = open_fds[fd]
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                del open_fds[fd]
+                if i in shown and (rest := shown[i].flush()):
+                    out.write(rest)
+                    out.flush()
+                continue
+            try:
+                logs[i].write(chunk)
+                logs[i].flush()
+            except OSError:
+                pass  # a full disk: the job goes on, and says how it ends
+            if i in shown and (visible := shown[i].feed(chunk)):
+                out.write(visible)
+                out.flush()
+    while any(p.poll() is None for p in group.procs):  # output closed, not yet ended
+        group.tick()
+        time.sleep(0.05)
+
+
 def pass_on_as_ctrl_c() -> int:
     """Send SIGINT to this process's children in its process group, as a terminal's Ctrl-C
     would have: a sweep's workers, when a SIGTERM came to ``launch`` alone (jobs run in

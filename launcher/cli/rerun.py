@@ -52,5 +52,6 @@ def refused(exc: NotComparable) -> int:
     from launcher.verdict import compare
 
     print(f"REFUSED: {exc}")
-    print("\n".join(compare.difference_table(exc.differences, "stored run", "here, now")))
+    diffs = exc.differences
+    print("\n".join(compare.difference_table(diffs, "stored run", "here, now", compare.here_words(diffs))))
     return exc.exit_code

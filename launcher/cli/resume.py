@@ -5,7 +5,6 @@ as a run's are (``storeargs``). The run continues in its own store, whatever sto
 
 from __future__ import annotations
 
-from launcher import console
 from launcher.cli import storeargs
 from launcher.cli.rerun import refused, rerun_parser
 from launcher.errors import ConfigError, ExitCode, NotComparable
@@ -25,14 +24,14 @@ def main(argv: list[str]) -> int:
     if any(word.startswith("store.root=") for word in words):
         raise ConfigError("launch resume continues a run in the store it is in: store.root cannot be given")
     try:
-        outcome, notes = resume.resume(
+        outcome, _ = resume.resume(
             args.run, allow_mismatch=args.allow_mismatch, store=storeargs.settings(words, args.config_dir)
         )
     except NotComparable as exc:
         return refused(exc)
-    for note in notes:
-        console.log.info("%s", note)
-    print(pipeline.summary_line(outcome) + resume_hint(outcome))
+    # the notes (an abandoned run, a checkpoint skipped) were said as the resume began, before the job's output
+    refusal = outcome.status == "interrupted" and (outcome.error or "").startswith(resume.REFUSED_BY_JOB)
+    print(pipeline.summary_line(outcome) + ("" if refusal else resume_hint(outcome)))
     if outcome.ok:
         return ExitCode.OK
     return ExitCode.INTERRUPTED if outcome.status == "interrupted" else ExitCode.FAILED

@@ -94,6 +94,11 @@ def _run(run_dir: Path) -> None:
     paths = layout.RunPaths(run_dir)
     job = runs.read_json(paths.job)
     plan, effective = _apply_plan(job)
+    worker = job.get("worker") or {"index": 0, "count": 1}  # distribute.workers: which one of how many
+    if worker["count"] > 1:
+        from launcher.job import cluster
+
+        cluster.install(plan.level)
     ctx = _task_context(run_dir, job, plan)
     # Written now and again at the end: an interrupted run keeps the software it ran on.
     runs.write_json(paths.job_facts, fingerprint.job_facts(effective, {}))
@@ -101,10 +106,17 @@ def _run(run_dir: Path) -> None:
     laid_out = observers.watch(run_dir, ctx.root)
     observers.install_for_task()
     recorder = _Recorder(run_dir, job, ctx, effective, started, bootstrap_s, laid_out)
-    ctx.facts_so_far = recorder.facts_so_far
+    if worker["index"] == 0:  # another worker's code is kept by the chief's, which runs the same
+        ctx.facts_so_far = recorder.facts_so_far
     with _recorded_exit(ctx, recorder.record):
         result = tasks.get(ctx.cfg.train.name)(ctx)
     recorder.record(result)
+    if worker["index"] == 0 and worker["count"] > 1:
+        from launcher.job import cluster
+
+        cluster.wait_for_workers(run_dir, worker["count"])
+    elif worker["index"] > 0:  # recorded: gone before the chief's coordination service is, or its end says so
+        _exit_now(0)
 
 
 def _apply_plan(job: dict):
@@ -204,6 +216,11 @@ class _Recorder:
         facts = fingerprint.job_facts(final, self.ctx.data_files, used, launch_dir=self.job.get("launch_dir"))
         facts = snapshot.unroot_facts(facts, self.ctx.root)  # the names the run it reruns recorded
         facts.update(observers.observed())
+        worker = self.job.get("worker")
+        if worker and worker["count"] > 1:
+            from launcher.job import cluster
+
+            facts["cluster"] = {"worker": worker["index"], **cluster.observed()}
         return facts
 
     def facts_so_far(self) -> None:

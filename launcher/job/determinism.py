@@ -30,6 +30,13 @@ _NPY_ABOVE_V3 = {
     "old": "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR",
 }
 _NPY_ABOVE_V3_PREFIXES = ("AVX512", "X86_V4", "AVX10", "AMX")
+# Grappler passes strict turns off (tf.config.optimizer.set_experimental_options). The dependency
+# optimizer, by removing the Identity a scalar ``sum`` becomes, lets the arithmetic optimizer fold
+# ``total + (a + b)`` into one AddN that rounds as ``(total + a) + b``, in some processes and not in
+# others: a Keras metric of a sum (keras-io's VAE) then differs in its last bits from run to run.
+# Off, the VAE's runs all computed it as written (measured: docs/determinism.md, "A metric's last bits").
+# TF1 sessions keep their own ConfigProto's graph options: this is the eager context's.
+STRICT_GRAPH_REWRITES = {"dependency_optimization": False}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,8 @@ class Plan:
     random_ops: str | None = None
     # portable: the x86-64 level every runtime ISA dispatch is capped at (its caps are in env)
     isa_baseline: str | None = None
+    # grappler passes set for the job (tf.config.optimizer.set_experimental_options); None: TensorFlow's
+    graph_rewrites: dict[str, bool] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,6 +136,7 @@ def plan(
         jit_compile=False if jit_compile is None else jit_compile,
         random_ops=random_ops,
         isa_baseline=(isa_baseline or ISA_BASELINES[0]) if level == "portable" else None,
+        graph_rewrites=dict(STRICT_GRAPH_REWRITES),
     )
 
 
@@ -173,6 +183,8 @@ def apply(p: Plan) -> None:
         tf.config.experimental.enable_op_determinism()
     if p.jit_compile is False:  # XLA off: TensorFlow's own auto-clustering too, not only Keras' per model
         tf.config.optimizer.set_jit(False)
+    if p.graph_rewrites:
+        tf.config.optimizer.set_experimental_options(dict(p.graph_rewrites))
     if p.seed_everything:
         import keras
 
@@ -231,7 +243,22 @@ def read_back(p: Plan) -> dict:
     }
     if p.isa_baseline:
         effective["isa_baseline"] = isa_read_back(p.isa_baseline)
+    if p.graph_rewrites:
+        effective["graph_rewrites"] = graph_rewrites(tf, p.graph_rewrites)
     return effective
+
+
+def graph_rewrites(tf, planned: dict[str, bool]) -> dict[str, bool | None]:
+    """Each planned grappler pass as TensorFlow's context holds it (None: TensorFlow's default, on).
+
+    Read from the context's own options rather than ``tf.config.optimizer.get_experimental_options()``,
+    which builds the whole ConfigProto and so lists the physical devices before the task runs."""
+    from tensorflow.python.eager import context
+
+    options = getattr(context.context(), "_optimizer_experimental_options", None)
+    if options is None:
+        options = tf.config.optimizer.get_experimental_options()
+    return {name: options.get(name) for name in planned}
 
 
 def isa_read_back(baseline: str) -> dict:
@@ -364,6 +391,10 @@ def verify(p: Plan, effective: dict) -> None:
         planned = getattr(p, key)
         if planned is not None and effective.get(key, planned) != planned and not _stricter(key, planned, effective):
             problems.append(f"{key}={effective[key]} (planned {planned})")
+    for name, value in (p.graph_rewrites or {}).items():
+        got = effective.get("graph_rewrites", p.graph_rewrites).get(name)  # as for the keys above: unread, unjudged
+        if got != value:
+            problems.append(f"graph rewrite {name}={got} (planned {value})")
     if p.isa_baseline:
         problems += isa_problems(p, effective.get("isa_baseline") or {})
     if problems:

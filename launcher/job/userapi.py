@@ -76,3 +76,13 @@ def trace_callback():
     from launcher.job.training import trace
 
     return trace.keras_callback(run_dir(), int(os.environ.get("LAUNCH_TRACE_EVERY") or 0))
+
+
+def __getattr__(name: str):
+    """``Checkpointer`` (``launcher.job.training.checkpoints``), imported when first named: the epoch
+    checkpoints of a custom training loop, ``launcher.Checkpointer(launcher.run_dir(), model, keep)``."""
+    if name == "Checkpointer":
+        from launcher.job.training.checkpoints import Checkpointer
+
+        return Checkpointer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

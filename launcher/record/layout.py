@@ -28,6 +28,7 @@ TRACE = "trace.jsonl"  # the step trace: loss and weight hashes every N steps
 OUTPUT_DIR = "outputs"  # the job's own output files
 CHECKPOINTS = "checkpoints"  # epoch checkpoints of the whole training state
 LOG = "log.txt"  # the job's output, whole
+WORKERS = "workers"  # a multi-worker run's other workers: workers/<i>/, each laid out as a run directory
 # Written by the launcher when the job has ended, or by a runtime
 CONTAINER = "container.json"  # a container runtime's image id, tag, uid, network
 SNAPSHOT = "snapshot.json"  # the code and small data the run keeps, by content, in <store>/objects
@@ -38,6 +39,7 @@ REBUILD = "rebuild.json"  # replay --rebuild: what was built, for reading (in th
 # Every name above (rebuild.json's too): no other module spells one (tests/unit/test_owner_names.py)
 RUN_NAMES = frozenset(
     {CONFIG, FINGERPRINT, JOB, STATUS, JOB_FACTS, RESULT, ERROR, METRICS, TRACE, OUTPUT_DIR, CHECKPOINTS, LOG}
+    | {WORKERS}
     | {CONTAINER, SNAPSHOT, MANIFEST, SIGNATURE, TENSORBOARD, REBUILD}
 )
 
@@ -137,6 +139,16 @@ class RunPaths:
     def log(self) -> Path:
         """``log.txt``: the job's output, whole."""
         return self.run_dir / LOG
+
+    @property
+    def workers(self) -> Path:
+        """A multi-worker run's folder of its other workers (``distribute.workers``)."""
+        return self.run_dir / WORKERS
+
+    def worker(self, index: int) -> RunPaths:
+        """Worker ``index``'s files: the chief's (0) are the run's own, so every single-worker reader
+        keeps working; another worker's lie in ``workers/<index>/``, named as a run's."""
+        return self if index == 0 else RunPaths(self.workers / str(index))
 
     @property
     def container(self) -> Path:

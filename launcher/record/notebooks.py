@@ -75,18 +75,30 @@ def first_line(text: str) -> str:
     return line if len(line) <= 60 else line[:57] + "..."
 
 
+def cell_sources(nb: Mapping) -> dict[str, str]:
+    """``{"code cell N": source}`` over the code cells the user wrote (an injected-parameters cell
+    is the config's, not code), numbered as the key numbers them."""
+    written = [source(cell) for _, cell in code_cells(nb) if INJECTED not in tags(cell)]
+    return {cell_name(number): text for number, text in enumerate(written, 1)}
+
+
+SHA256_MARK = "  [sha256 "  # what separates a key value's first line from its cell's hash
+
+
 def cells_key(nb: Mapping) -> dict[str, str]:
-    """``{"code cell N": "<first line>  [sha256 <12 hex>]"}`` over the code cells the user wrote
-    (an injected-parameters cell is the config's, not code): what the key compares."""
-    out = {}
-    number = 0
-    for _, cell in code_cells(nb):
-        if INJECTED in tags(cell):
-            continue
-        number += 1
-        text = source(cell)
-        out[cell_name(number)] = f"{first_line(text)}  [sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]}]"
-    return out
+    """``{"code cell N": "<first line>  [sha256 <12 hex>]"}`` (``cell_sources``): what the key compares."""
+    return {
+        name: f"{first_line(text)}{SHA256_MARK}{hashlib.sha256(text.encode()).hexdigest()[:12]}]"
+        for name, text in cell_sources(nb).items()
+    }
+
+
+def key_parts(value: str) -> tuple[str, str | None]:
+    """A ``cells_key`` value split into its first line and its hash (12 hex; None when it has none)."""
+    line, sep, rest = value.rpartition(SHA256_MARK)
+    if not sep or not rest.endswith("]"):
+        return value, None
+    return line, rest[:-1]
 
 
 def tags(cell: Mapping) -> list[str]:

@@ -33,6 +33,7 @@ NOT_IN_HASH = (
     "train.save_weights",  # a copy of the final weights, written after training
     "train.save_weights_max_mb",  # how large that copy may be
     "tracking",  # MLflow logging reads the sealed run, after it ended (tested bit for bit)
+    "distribute",  # the worker count is keyed as the run's cluster (fingerprint's cluster), with what it used
 )
 NOT_IN_HASH_DOCKER = (
     "image.ca_bundle",
@@ -76,11 +77,37 @@ def validate(cfg: DictConfig) -> None:
             "jit_compile to its own model.compile()"
         )
     _check_task(cfg)
+    _check_distribute(cfg)
     if tracking is not None and tracking.get("name") == "mlflow":
         import importlib.util
 
         if importlib.util.find_spec("mlflow") is None:  # before training, not a warning after it
             raise ConfigError("tracking=mlflow needs mlflow: pip install 'tf-repro-launcher[mlflow]'")
+
+
+def _check_distribute(cfg: DictConfig) -> None:
+    """``distribute.workers``: a positive integer; more than one runs the user's own code (which
+    builds ``tf.distribute.MultiWorkerMirroredStrategy``) as that many local processes."""
+    node = cfg.get("distribute")
+    if node is None:
+        return
+    if not OmegaConf.is_dict(node):
+        raise ConfigError(f"distribute is a set of settings, not a value (distribute={node!r}); set distribute.workers")
+    workers = node.get("workers")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"distribute.workers must be a positive integer (1: one process), got {workers!r}")
+    if workers == 1:
+        return
+    if cfg.train.name not in ("script", "custom"):
+        raise ConfigError(
+            f"distribute.workers={workers} runs your own code, which builds tf.distribute.MultiWorkerMirroredStrategy "
+            f"(train=script or train=custom); train={cfg.train.name} trains on one worker"
+        )
+    if cfg.runtime.name != "local":
+        raise ConfigError(
+            f"distribute.workers={workers} starts its workers on this machine or under Slurm (runtime=local); "
+            f"runtime={cfg.runtime.name} runs one container"
+        )
 
 
 def _check_task(cfg: DictConfig) -> None:

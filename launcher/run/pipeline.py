@@ -22,7 +22,7 @@ from launcher.record import layout, tbevents, tracking
 from launcher.record.probe import fingerprint, key, probes
 from launcher.record.store import index, runs, snapshot
 from launcher.record.store.keep import keep_snapshot, keep_so_far
-from launcher.run import config, gpus, runtime, signals
+from launcher.run import config, gpus, runtime, signals, workers
 
 LAUNCHER_ROOT = str(Path(__file__).resolve().parents[2])
 # ``Options.signing_key`` when not given: the ``store.signing_key`` of the config it is handed,
@@ -48,7 +48,8 @@ class Options:
     of the sweep). ``python``: the job's interpreter when not ours (a rebuilt Python environment).
     ``cpu``: a CPU model the job process runs as, under qemu-user (``replay --cpu``).
     ``signing_key``: the key a completed run's seal is signed with (``COMPOSED``: the config's
-    ``store.signing_key``).
+    ``store.signing_key``). ``slurm``: a multi-worker run whose workers are the tasks of a Slurm
+    step (``launcher.run.workers``); this process starts the chief, the other tasks the others.
     """
 
     cwd: str | None = None
@@ -63,6 +64,7 @@ class Options:
     python: str | None = None
     cpu: str | None = None
     signing_key: object = COMPOSED
+    slurm: bool = False  # a multi-worker run whose workers are a Slurm step's tasks; this one the chief's
 
 
 @dataclass
@@ -149,9 +151,22 @@ def execute(resolved: DictConfig, run_dir: Path, options: Options = Options()) -
             "resume": o.resume,
         },
     )
+    n = workers.count(resolved)
+    if n > 1:
+        workers.prepare(run_dir, n)
     row = _row(run_dir, resolved, "running", replay_of=o.replay_of)
     index.record(run_dir.parent, row)
-    job = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, cpus=o.cpus, echo=o.echo, python=o.python, cpu_model=o.cpu)
+    job = runtime.Job(
+        run_dir=run_dir,
+        env=env,
+        cwd=cwd,
+        cpus=o.cpus,
+        echo=o.echo,
+        python=o.python,
+        cpu_model=o.cpu,
+        workers=n,
+        slurm=o.slurm,
+    )
     with tbevents.follow(run_dir):
         try:
             returncode = runtime.get(str(resolved.runtime.name)).run(job)
@@ -209,6 +224,8 @@ def launch_fingerprint(
     if config_dir and root:
         config_dir = {"path": snapshot.rooted(str(config_dir["path"]), root), "files": list(config_dir["files"])}
     fp["config_files"] = fingerprint.config_files(config_dir)  # launch --config-dir
+    if (n := workers.count(resolved)) > 1:  # as the launcher expects it; the run's is settled from its workers
+        fp["cluster"] = workers.expected_cluster(fp, n)
     return plan, env, fp
 
 
@@ -246,10 +263,22 @@ def _finish(
     paths = layout.RunPaths(run_dir)
     if returncode == 0 and interrupts.was_stopped(run_dir) is not None:
         returncode = 130  # stopped, its code caught the stop and ended by itself: a stop is never a completion
+    n = workers.count(resolved)
+    unclean = None  # why a multi-worker run's workers are not one result
     if returncode == 0 and paths.result.exists() and paths.job_facts.exists():
         container = runs.read_json(paths.container) if paths.container.exists() else None
         fp = fingerprint.merge_job_facts(fp, runs.read_json(paths.job_facts), container)
+        if n > 1:
+            fp, unclean = workers.settle(run_dir, fp, n, container)
+            if fp["cluster"].get("heterogeneous"):
+                from launcher import console
+
+                console.log.warning("%s", fp["cluster"]["heterogeneous"])
         runs.write_json(paths.fingerprint, fp)
+    if unclean is not None:
+        runs.write_json(paths.error, {"type": "WorkersDiffer", "message": unclean})
+        returncode = 1
+    elif returncode == 0 and paths.result.exists() and paths.job_facts.exists():
         paths.job_facts.unlink()
         keep_snapshot(run_dir, resolved, fp, launch_dir or os.getcwd(), root)
         result = runs.read_json(paths.result)

@@ -143,6 +143,8 @@ def key_differences_now(
                 current[section][sub] = (stored[section] or {}).get(sub)
         else:
             current[section] = stored[section]
+    if stored.get("cluster") and current.get("cluster"):  # the collective its strategy used: measured in the job
+        current["cluster"]["collective"] = stored["cluster"].get("collective")
     for name in ("tensorflow", "keras", "numpy") if current["software"] else ():
         # The launcher reads distribution versions; the job reads __version__. Same release,
         # but e.g. local builds may spell it differently: the job's check after the run decides.

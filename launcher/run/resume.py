@@ -22,6 +22,7 @@ only a run this store made. The resumed run's seal is signed with the resumer's
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -34,7 +35,7 @@ from launcher import console
 from launcher.errors import NotComparable, ResumeError, SealError, SignatureError, StoreError, UnsafeRun
 from launcher.record import checkpoints, layout, trace
 from launcher.record.probe import fingerprint, key
-from launcher.record.store import runs, signing, snapshot
+from launcher.record.store import index, runs, signing, snapshot
 from launcher.run import gpus, pipeline, precheck
 
 
@@ -61,12 +62,22 @@ def _task(run_dir: Path) -> str | None:
         return None
 
 
+def _workers(run_dir: Path) -> int:
+    """How many workers the run ran on (``distribute.workers``; 1 without a readable config)."""
+    from launcher.run import workers
+
+    try:
+        return workers.count(OmegaConf.load(layout.RunPaths(run_dir).config))
+    except Exception:  # no readable config: resume says why elsewhere
+        return 1
+
+
 def _why_none(run_dir: Path) -> str:
     if _task(run_dir) in USER_CODE:
         return (
             "the launcher checkpoints the epochs of your code's Keras fit in seeded and strict runs; "
             "this one had none: determinism=off, train.checkpoint_every=0, it died in its first epoch, "
-            "or it trains without fit (a custom loop: use launcher.job.training.checkpoints.Checkpointer); "
+            "or it trains without fit (a custom loop: use launcher.Checkpointer); "
             "run it again with launch"
         )
     return "determinism=off, or it died in epoch 1"
@@ -90,6 +101,11 @@ def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
             )
         if alive is False:
             owner = [f"run {run_dir.name} was {runs.describe_state(run_dir)}; resuming it"]
+    if (n := _workers(run_dir)) > 1:
+        raise ResumeError(
+            f"run {run_dir.name} cannot be resumed: it ran on {n} workers (distribute.workers={n}), and resume "
+            "restarts one job from its own checkpoint, not a cluster; run it again with launch"
+        )
     path, epoch, notes = checkpoints.latest_complete(run_dir)
     if path is None:
         why = "; ".join(notes) if notes else f"it has no checkpoints ({_why_none(run_dir)})"
@@ -243,6 +259,9 @@ def resume(
     if stored is None:
         stored = _stored_fingerprint(run_dir)
     console.log.info("%s", said)
+    if echo:  # now, before the job's output: in a log of both streams the lines stand in the order they happened
+        for note in notes:
+            console.log.info("%s", note)
     work = None
     try:
         cwd, root, work = _where(run_dir, previous, kept)
@@ -348,8 +367,31 @@ def _continue(
         resume_info.update(fit=fit["fit"], fit_epoch=fit["fit_epoch"], stop_training=bool(fit.get("stop_training")))
     runs.set_status(run_dir, "running", pid=os.getpid(), resumed_from_epoch=epoch)
     # the resumer's key: resolved is the run's own config, whose store.signing_key is the run's to write
-    return pipeline.execute(
+    outcome = pipeline.execute(
         resolved,
         run_dir,
         pipeline.Options(echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key),
     )
+    return left_interrupted(outcome)
+
+
+REFUSED_BY_JOB = "the resume stopped before it trained; the run is as it was"
+
+
+def left_interrupted(outcome: pipeline.Outcome) -> pipeline.Outcome:
+    """A resumed job that refused to continue (its ``ResumeError``: a checkpoint whose variables do not
+    match the resumed job's, a data order or a generator that cannot be reproduced) stopped before its
+    first resumed step: the run is left interrupted, as it was, not failed; its status and index row say
+    why (``REFUSED_BY_JOB``)."""
+    paths = layout.RunPaths(outcome.run_dir)
+    if outcome.status != "failed" or not paths.error.exists():
+        return outcome
+    error = runs.read_json(paths.error)
+    if error.get("type") != ResumeError.__name__:
+        return outcome
+    said = f"{REFUSED_BY_JOB}: {error.get('message')}"
+    runs.set_status(outcome.run_dir, "interrupted", error=said, returncode=outcome.returncode)
+    row = index.row_from_dir(outcome.run_dir)
+    if row is not None:
+        index.record(outcome.run_dir.parent, row)
+    return dataclasses.replace(outcome, status="interrupted", error=said)

@@ -34,6 +34,8 @@ class Job:
     extra: dict = field(default_factory=dict)
     python: str | None = None  # the interpreter of a rebuilt environment (replay --rebuild); default: ours
     cpu_model: str | None = None  # run the job process under qemu-user as this CPU (replay --cpu); local only
+    workers: int = 1  # distribute.workers: that many job processes, one run (launcher.run.workers); local only
+    slurm: bool = False  # the workers are a Slurm step's tasks: this one starts the chief only
 
 
 class Runtime(Protocol):
@@ -69,6 +71,8 @@ class LocalRuntime:
     def run(self, job: Job) -> int:
         """The job's exit code; 130 whenever a SIGINT or SIGTERM stopped it (its error says why),
         also when the job's code caught the stop and ended with status 0: a stop is never a completion."""
+        if job.workers > 1:
+            return run_workers(job, 0 if job.slurm else None)
         argv = bootstrap_argv(job.python or sys.executable, job.run_dir, job.cpu_model)
         ended = proc.run_job(
             proc.place_argv(sys.executable, placed_data(job.run_dir), argv),
@@ -90,6 +94,33 @@ class LocalRuntime:
         if ended.returncode != 130 or not error.exists():  # killed, or ended otherwise: say what stopped it
             runs.write_json(error, {"type": "KeyboardInterrupt", "message": stop_reason(ended)})
         return 130
+
+
+def run_workers(job: Job, only: int | None = None) -> int:
+    """A multi-worker ``job`` (``launcher.run.workers``): its ``job.workers`` workers started
+    together on this machine, each with its ``TF_CONFIG`` naming free local ports; or, under
+    Slurm, worker ``only`` alone here, its ``TF_CONFIG`` from the step's node list. The run's
+    exit code (the chief's side: ``workers.ended``), or worker ``only``'s own when not the chief."""
+    from launcher.run import workers
+
+    if only is None:
+        addresses, indices = workers.local_addresses(workers.free_ports(job.workers)), range(job.workers)
+    else:
+        addresses, indices = workers.slurm_cluster(os.environ)[0], [only]
+    members, placed = [], placed_data(job.run_dir)
+    for i in indices:
+        paths = layout.RunPaths(job.run_dir).worker(i)
+        argv = proc.place_argv(
+            sys.executable, placed, bootstrap_argv(job.python or sys.executable, paths.run_dir, job.cpu_model)
+        )
+        env = {**job.env, "TF_CONFIG": workers.tf_config(addresses, i)}
+        members.append(proc.Member(argv, env, paths.log, echo=job.echo and i == 0))
+    group = proc.run_group(members, cwd=job.cwd, preexec_affinity=set(job.cpus) if job.cpus else None)
+    if only not in (None, 0):
+        return group.ended[0].returncode
+    if only == 0:  # the other workers are other tasks': their ends, before the run is sealed
+        workers.await_ended(job.run_dir, job.workers)
+    return workers.ended(job.run_dir, group)
 
 
 def placed_data(run_dir: Path) -> dict[str, str]:

@@ -9,7 +9,8 @@ run/<name>/...               the sealed run directory (manifest.json, its signat
 objects/ab/abcdef...         every object the run's snapshot.json names
 wheels/*.whl                 with --with-env: the wheels of every distribution the job used and
                              of the launcher with what it needs, so `tar -x` then
-                             `pip install --no-index --find-links wheels tf-repro-launcher` works
+                             `pip install --no-index --no-deps wheels/*.whl` installs the run's
+                             environment (docs/sharing.md, "Replay elsewhere")
 ```
 
 Every member is declared with its sha256 and its size, so a reader refuses a member larger than

@@ -437,8 +437,15 @@ def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
         os.environ.update(meta.get("worker_env", {}))
         if meta.get("launcher") not in SCHEDULED:  # a cluster node's environment is its own
             restore_launch_env(meta.get("launch_env"))
+        from launcher.run import workers
+
+        task = workers.slurm_task(os.environ) if meta.get("launcher") in SCHEDULED else None
+        if task is not None and task[0] > 0:  # one more worker of the run the step's first task runs
+            return _other_worker(sweep_dir, num, *task)
+        if task is not None:
+            cfg = with_workers(cfg, task[1])
         with _outlive_ctrl_c():
-            line = _run_in_slot(cfg, sweep_dir, meta, record)
+            line = _run_in_slot(cfg, sweep_dir, meta, record, slurm=task is not None)
     except Exception as exc:  # one failed job never stops the others
         message = str(exc) if isinstance(exc, LauncherError) else f"{type(exc).__name__}: {exc}"
         record.update(status="failed", error=message)
@@ -446,6 +453,61 @@ def run_job(cfg, sweep_dir: Path, num: int, overrides: list[str]) -> dict:
     runs.write_json(job_path(sweep_dir, num), record)
     print(f"[sweep] job {num:03d} {line}", flush=True)
     return record
+
+
+def with_workers(cfg, tasks: int):
+    """A job of a Slurm step of ``tasks`` tasks is one run of that many workers (issue 49):
+    ``distribute.workers`` left at 1 becomes ``tasks``; another count is refused."""
+    from omegaconf import open_dict
+
+    from launcher.run import workers
+
+    asked = workers.count(cfg)
+    if asked not in (1, tasks):
+        raise ConfigError(
+            f"distribute.workers={asked}, but the Slurm job has {tasks} tasks: each task is one worker "
+            f"(set hydra.launcher.tasks_per_node, or nodes x tasks, to {asked})"
+        )
+    with open_dict(cfg):
+        cfg.distribute = {"workers": tasks}
+    return cfg
+
+
+def _other_worker(sweep_dir: Path, num: int, index: int, tasks: int) -> dict:
+    """In task ``index`` > 0 of a Slurm step: worker ``index`` of the run the first task created
+    (named in the job's record), run here; the job's record is the first task's alone."""
+    from launcher.run import workers
+
+    def noted_run() -> str | None:
+        path = job_path(sweep_dir, num)
+        return runs.read_json(path).get("run_dir") if path.exists() else None
+
+    try:
+        code = _run_worker(workers.await_worker(noted_run, index), index)
+    except Exception as exc:  # noqa: BLE001 - never run_job's record: the job's record is the chief's task's
+        print(f"[sweep] job {num:03d} worker {index}: {exc}", flush=True)
+        return {"num": num, "worker": index, "status": "failed", "error": str(exc)}
+    print(f"[sweep] job {num:03d} worker {index} of {tasks} ended with status {code}", flush=True)
+    return {"num": num, "worker": index, "status": "worker", "returncode": code}
+
+
+def _run_worker(run_dir: Path, index: int) -> int:
+    """Worker ``index`` of the chief's run ``run_dir``, here: the launcher's side of its fingerprint
+    taken on this node (its hardware), then its job run to its end; its exit code."""
+    from omegaconf import OmegaConf
+
+    from launcher.run import pipeline, runtime, workers
+
+    paths = layout.RunPaths(run_dir)
+    resolved = OmegaConf.load(paths.config)
+    job = runs.read_json(paths.worker(index).job)
+    cwd = str(job.get("launch_dir") or os.getcwd())
+    _, env, fp = pipeline.launch_fingerprint(resolved, cwd, None, job.get("root"))
+    runs.write_json(paths.worker(index).fingerprint, fp)
+    worker = runtime.Job(run_dir=run_dir, env=env, cwd=cwd, echo=False, workers=workers.count(resolved), slurm=True)
+    code = runtime.run_workers(worker, index)
+    workers.note_ended(run_dir, index, code)
+    return code
 
 
 def requeued_run(sweep_dir: Path, num: int) -> Path | None:
@@ -464,8 +526,9 @@ def requeued_run(sweep_dir: Path, num: int) -> Path | None:
     return Path(earlier)
 
 
-def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
-    """Hold a slot for the job's whole life; update ``record``; return the job's line."""
+def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict, slurm: bool = False) -> str:
+    """Hold a slot for the job's whole life; update ``record``; return the job's line. ``slurm``:
+    the job is the chief of a run whose other workers are its Slurm step's other tasks."""
     from launcher.run import pipeline
 
     earlier = requeued_run(sweep_dir, record["num"])  # before this attempt's record replaces the earlier one
@@ -507,6 +570,7 @@ def _run_in_slot(cfg, sweep_dir: Path, meta: dict, record: dict) -> str:
                         echo=False,
                         extra_env=dict(slot.env) if slot else None,
                         track=False,  # MLflow: the sweep logs its jobs as children at the end (finalize)
+                        slurm=slurm,
                     ),
                     store_root=Path(meta["store_root"]),
                     on_created=created,

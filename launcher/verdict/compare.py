@@ -30,12 +30,12 @@ from omegaconf import OmegaConf
 
 from launcher.console import table
 from launcher.errors import ConfigError, ExitCode, LauncherError, SealError
-from launcher.record import layout, outputs, trace
+from launcher.record import hashing, layout, notebooks, outputs, trace
 
 # With --tolerance, runs may differ only in these key fields (a software migration).
 from launcher.record.probe import fingerprint
 from launcher.record.probe import key as comparability
-from launcher.record.store import runs
+from launcher.record.store import objects, runs
 from launcher.run import config
 
 MIGRATION_FIELDS = ("software.", "code.launcher")
@@ -66,6 +66,7 @@ class Comparison:
     equal: bool | None = None  # results bitwise equal (None: not compared)
     compared: list[str] = field(default_factory=list)  # what both runs recorded and was compared
     weights: tuple[str | None, str | None] = (None, None)  # each run's weights_sha256, as it recorded it
+    shown: dict[str, tuple[object, object]] = field(default_factory=dict)  # text of a differing field (``shown``)
 
 
 NOTHING_COMPARED = ExitCode.NOTHING_COMPARED
@@ -273,7 +274,9 @@ def _no_bug_claimed(a: RunRecord, b: RunRecord, unknown: list[str]) -> str | Non
         return f"results differ, and the runs' reads were not fully observed: {gaps[0]}{more}"
     resumed = [r.path.name for r in (a, b) if r.resumed]
     if resumed:
-        return f"results differ, and {' and '.join(resumed)} {RESUMED}"
+        said = [f"{o['op']} at {o['where']}" for r in (a, b) for o in _not_bitwise(r)]
+        why = f"; its resume said it would not be bitwise: {', '.join(said[:3])}" if said else ""
+        return f"results differ, and {' and '.join(resumed)} {RESUMED}{why}"
     return None
 
 
@@ -283,6 +286,12 @@ RESUMED = (
     "the job appends to, an object a callback changes in place, a random generator made during a fit or "
     "without a seed) can differ after a resume"
 )
+
+
+def _not_bitwise(r: RunRecord) -> list[dict]:
+    """The random ops a resumed run's job found that no checkpoint keeps (``observed.resume_not_bitwise``)."""
+    found = (r.result.get("observed") or {}).get("resume_not_bitwise") if r.resumed else None
+    return [o for o in found or [] if isinstance(o, dict) and {"op", "where"} <= o.keys()]
 
 
 def unobserved_reads(a: RunRecord, b: RunRecord) -> list[str]:
@@ -388,7 +397,167 @@ def compare_runs(
         c = decide_equivalent(ra, rb, *tolerance, allow_mismatch=allow_mismatch)
     else:
         c = decide(ra, rb, allow_mismatch=allow_mismatch)
-    return replace(c, weights=(ra.result.get("weights_sha256"), rb.result.get("weights_sha256")))
+    return replace(
+        c,
+        weights=(ra.result.get("weights_sha256"), rb.result.get("weights_sha256")),
+        shown=shown(c.differences, ra, rb),
+    )
+
+
+NOT_READ = "not read by this run"
+# What a key entry that only one run has means, by the field it is under (else: NOT_RECORDED).
+ABSENT = {
+    "data": NOT_READ,
+    "software.distributions": NOT_READ,
+    "software.libraries": NOT_READ,
+    "code.modules": NOT_READ,
+    "environment_read": NOT_READ,
+    "config_files": NOT_READ,
+    "code.notebook_cells": "no such code cell in this run",
+    "environment": "not set in this run",
+}
+NOT_RECORDED = "not recorded by this run"
+
+
+def shown(diffs: list[tuple[str, object, object]], a: RunRecord, b: RunRecord) -> dict[str, tuple[object, object]]:
+    """How the text table shows the differing fields that raw values would not tell apart, field ->
+    (run a's cell, run b's cell), a cell being text, lines, or None for the value as it is: an entry
+    of the key only one run has (``absent_words``: "not read by this run", not ``null``), and a
+    changed notebook cell where it differs, with its hash (``changed_cell``: the cell's source as the
+    run's snapshot kept it, when its store still holds it)."""
+    out = absent_words(
+        diffs, comparability.comparability_key(a.fingerprint), comparability.comparability_key(b.fingerprint)
+    )
+    changed = [(n, x, y) for n, x, y in diffs if n.startswith(CELLS) and isinstance(x, str) and isinstance(y, str)]
+    if changed:
+        sources = notebook_sources(a), notebook_sources(b)
+        for name, x, y in changed:
+            cell = name[len(CELLS) :]
+            out[name] = changed_cell(x, y, (sources[0] or {}).get(cell), (sources[1] or {}).get(cell))
+    return out
+
+
+CELLS = "code.notebook_cells."
+
+
+def absent_words(
+    diffs: list[tuple[str, object, object]], key_a: dict, key_b: dict
+) -> dict[str, tuple[str | None, str | None]]:
+    """For each differing field that one run's comparability key (``key_a``, ``key_b``) does not hold
+    at all (a file only one run read: ``None`` in ``diffs``, as in ``--json``'s null), what that side's
+    cell says instead (``ABSENT``); None where the run recorded the value."""
+    out = {}
+    for name, x, y in diffs:
+        words = tuple(
+            _absent(name) if value is None and _lacks(key, name) else None for value, key in ((x, key_a), (y, key_b))
+        )
+        if any(words):
+            out[name] = words
+    return out
+
+
+NOT_INSTALLED = "not installed here"
+INSTALLED = ("software.distributions.", "software.tensorflow", "software.keras", "software.numpy")
+
+
+def here_words(diffs: list[tuple[str, object, object]]) -> dict[str, tuple[str | None, str | None]]:
+    """``shown`` for a refusal of a stored run against this environment, before anything ran here
+    (``launch replay``, ``launch resume``): a distribution the run used that this environment does
+    not have is ``not installed here``, not ``null``."""
+    return {
+        name: (None, NOT_INSTALLED)
+        for name, x, y in diffs
+        if y is None and x is not None and name.startswith(INSTALLED)
+    }
+
+
+def _absent(name: str) -> str:
+    top = max((f for f in ABSENT if name.startswith(f + ".")), key=len, default=None)
+    return ABSENT[top] if top else NOT_RECORDED
+
+
+def _lacks(key: dict, name: str) -> bool:
+    """Whether the key has no entry at the dotted ``name`` below one of its fields (names hold dots too)."""
+    top = max((f for f in key if name.startswith(f + ".")), key=len, default=None)
+    return top is not None and not _holds(key[top], name[len(top) + 1 :])
+
+
+def _holds(value: object, rest: str) -> bool:
+    if not isinstance(value, dict):
+        return False
+    if rest in value:
+        return True
+    return any(rest.startswith(f"{k}.") and _holds(v, rest[len(k) + 1 :]) for k, v in value.items())
+
+
+def notebook_sources(record: RunRecord) -> dict[str, str] | None:
+    """The code cells' sources (``notebooks.cell_sources``) of a notebook run, from the notebook its
+    snapshot kept in its store, checked against its hash; None when the run ran no notebook or its
+    store no longer holds it intact."""
+    digest = (record.fingerprint.get("code") or {}).get("notebook_sha256")
+    if not objects.is_sha256(digest):
+        return None
+    path = objects.object_path(record.path.parent, digest)
+    try:
+        if hashing.file_sha256(path) != digest:
+            return None
+        return notebooks.cell_sources(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError, TypeError):
+        return None
+
+
+def changed_cell(x: str, y: str, source_x: str | None, source_y: str | None, width: int = 44) -> tuple[object, object]:
+    """Both cells of a changed notebook cell: where the two differ, as a window around the first
+    differing character of each side (the first differing line of the sources, ``line N: …``, when
+    both are given and match their keys' hashes; else of the keys' first lines), then its sha256."""
+    (line_x, sha_x), (line_y, sha_y) = notebooks.key_parts(x), notebooks.key_parts(y)
+    if sha_x is None or sha_y is None:
+        return None, None
+    first = None
+    if _is_cell(source_x, sha_x) and _is_cell(source_y, sha_y):
+        where = _first_differing_line(source_x, source_y)
+        if where is not None:
+            number, in_x, in_y = where
+            indent = len(in_x) - len(in_x.lstrip())
+            if in_y[:indent] == in_x[:indent]:  # the indentation both share says nothing
+                in_x, in_y = in_x[indent:], in_y[indent:]
+            label = f"line {number}: "
+            first = tuple(label + w for w in windows(in_x, in_y, width - len(label)))
+    first = first or windows(line_x, line_y, width)
+    return (first[0], f"[sha256 {sha_x}]"), (first[1], f"[sha256 {sha_y}]")
+
+
+def _is_cell(source: str | None, sha: str) -> bool:
+    import hashlib
+
+    return source is not None and hashlib.sha256(source.encode()).hexdigest()[: len(sha)] == sha
+
+
+def _first_differing_line(x: str, y: str) -> tuple[int, str, str] | None:
+    """(line number from 1, that line of x, of y) of the first line that differs; a line one side
+    lacks is ``(no such line)``; None when every line is equal (only line endings differ)."""
+    lx, ly = x.splitlines(), y.splitlines()
+    for i in range(max(len(lx), len(ly))):
+        a = lx[i] if i < len(lx) else None
+        b = ly[i] if i < len(ly) else None
+        if a != b:
+            return i + 1, "(no such line)" if a is None else a, "(no such line)" if b is None else b
+    return None
+
+
+def windows(x: str, y: str, width: int = 44) -> tuple[str, str]:
+    """Two differing texts, each cut to ``width`` characters around the first character where they
+    differ (a ``…`` where text is left out), so that a long value never shows only what both share."""
+    at = next((i for i, (c, d) in enumerate(zip(x, y, strict=False)) if c != d), min(len(x), len(y)))
+    if at < width - 1 or (len(x) <= width and len(y) <= width):
+        return _short(x, width), _short(y, width)
+    start = at - width // 3
+    return _window(x, start, width), _window(y, start, width)
+
+
+def _window(text: str, start: int, width: int) -> str:
+    body = text[start + 1 : start + width - 1]  # a … before it
+    return "…" + body + ("…" if start + width - 1 < len(text) else "")
 
 
 def seals(paths: list[str | Path], trust=None) -> list:
@@ -448,14 +617,30 @@ def item_differences(x: object, y: object, a: str = "run A", b: str = "run B") -
     return "; ".join(p for p in parts if p)
 
 
-def difference_table(diffs: list[tuple[str, object, object]], a: str = "run A", b: str = "run B") -> list[str]:
+def difference_table(
+    diffs: list[tuple[str, object, object]],
+    a: str = "run A",
+    b: str = "run B",
+    shown: dict[str, tuple[object, object]] | None = None,
+) -> list[str]:
     """One row per differing key field with both values; a list or mapping is shown by the
-    items that differ (never a truncated value that hides them), wrapped onto following lines."""
+    items that differ, a long text around its first difference (``windows``): never a truncated
+    value that hides them; wrapped onto following lines. ``shown``: a field's cells where the
+    values do not say it (``shown``: "not read by this run", a notebook cell's lines)."""
     rows: list[tuple[str, ...]] = []
     for name, x, y in diffs:
+        cells = (shown or {}).get(name, (None, None))
+        if cells != (None, None):
+            default = windows(x, y) if isinstance(x, str) and isinstance(y, str) else (_short(x), _short(y))
+            sides = [[c] if isinstance(c, str) else list(c or [default[i]]) for i, c in enumerate(cells)]
+            for i in range(max(map(len, sides))):
+                rows.append((name if i == 0 else "", *(s[i] if i < len(s) else "" for s in sides)))
+            continue
         items = item_differences(x, y, a, b)
         if items is None:
-            rows.append((name, _short(x), _short(y)))
+            rows.append(
+                (name, *(windows(x, y) if isinstance(x, str) and isinstance(y, str) else (_short(x), _short(y))))
+            )
         else:  # rows of two cells: the items span both values' columns
             rows += [(name if i == 0 else "", chunk) for i, chunk in enumerate(_wrap(items, 88))]
     return table(("field", a, b), rows, indent="  ", widths=(0, 44))
@@ -508,7 +693,7 @@ def report(c: Comparison, a: Path, b: Path) -> str:
     else:
         lines.append(c.verdict)
     if c.differences:
-        lines += difference_table(c.differences, a.name, b.name)
+        lines += difference_table(c.differences, a.name, b.name, c.shown)
     if c.verdict == "REFUSED" and (words := comparability.launcher_modules_changed(c.differences)):
         lines.append(words)
     if c.verdict == "REFUSED" and not c.notes:

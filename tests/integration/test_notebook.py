@@ -104,11 +104,24 @@ def test_a_notebook_twice_is_identical_and_prose_or_outputs_do_not_refuse(runs):
     assert "1 output file" in done.stdout.splitlines()[0]  # the executed notebooks, by meaning
 
 
-def test_a_changed_code_cell_is_refused_by_name(runs):
+def test_a_changed_code_cell_is_refused_by_name_and_shown_where_it_differs_with_its_sha256(runs):
+    """Its first line did not change: the table shows the first line that did, from each run's kept
+    notebook, cut around the difference on both sides, and each version's sha256 (issue 46)."""
     done = run_launch("compare", runs["A"], runs["D"])
     assert done.returncode == 3, done.stdout
     assert done.stdout.startswith("REFUSED"), done.stdout
-    assert "code.notebook_cells.code cell 3" in done.stdout and "model = keras.Sequential([" in done.stdout
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  code.notebook_cells.code cell 3  "))
+    column = lines[1].index(runs["D"].name)
+    first, second = lines[at], lines[at + 1]
+    assert first[:column].rstrip().endswith("line 3: keras.layers.Conv2D(8, 3, activatio…"), done.stdout
+    assert first[column:] == "line 3: keras.layers.Conv2D(4, 3, activatio…", done.stdout
+    shas = [
+        json.loads((runs[r] / "fingerprint.json").read_text())["code"]["notebook_cells"]["code cell 3"][-13:-1]
+        for r in ("A", "D")
+    ]
+    assert shas[0] != shas[1] and second[:column].strip() == f"[sha256 {shas[0]}]", done.stdout
+    assert second[column:] == f"[sha256 {shas[1]}]", done.stdout
     assert "code cell 2" not in done.stdout and "code cell 4" not in done.stdout
 
 

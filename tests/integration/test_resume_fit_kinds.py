@@ -128,6 +128,11 @@ def test_a_generator_that_gives_other_batches_when_run_again_is_refused_in_one_l
     assert "its fit's Python generator gives other batches when run again than it gave" in done.stdout + done.stderr
     assert epoch_lines(done.stdout) == []  # nothing was trained on other data
     assert not (run / "manifest.json").exists()
+    # the job refused before its first resumed step: the run is left interrupted, as it was, never failed
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["error"].startswith("the resume stopped before it trained")
+    assert done.returncode == 130 and "INTERRUPTED: the resume stopped before it trained" in done.stdout
+    assert "continue it with" not in done.stdout  # the same resume would refuse again
 
 
 NOTEBOOK = Path(__file__).parent / "notebooks" / "train.ipynb"

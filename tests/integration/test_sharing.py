@@ -1,6 +1,7 @@
-"""A run travels (issue 41): `launch pack RUN --with-env` makes one file; on a machine with only Python,
-a fresh venv installs the launcher from that file's wheels with no index, and `launch replay FILE` says
-REPRODUCED, the original store, script and data gone. Signed runs say who sealed them in compare,
+"""A run travels (issues 41, 46): `launch pack RUN --with-env` makes one file; on a machine with only
+Python, docs/sharing.md's "Replay elsewhere" commands, run as written (a fresh venv, the archive's
+wheels installed with no index, `launch replay FILE`), say REPRODUCED for a script importing matplotlib
+and for a notebook, the original store, script and data gone. Signed runs say who sealed them in compare,
 replay and verify; a forged re-sealed run and a key not in allowed_signers are refused.
 
 Real training, a real venv and real pip (no index: `PIP_NO_INDEX=1`, no pip configuration), real
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -50,56 +53,103 @@ def tamper_record(venv: Path, distribution: str) -> None:
     record.write_text(record.read_text() + f"{distribution}/not_the_runs.py,sha256=AAAA,1\n")
 
 
-@pytest.mark.long(seconds=150)
-def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_wheels_with_no_index(launch, tmp_path):
+REPO = Path(__file__).parent.parent.parent
+NOTEBOOK = Path(__file__).parent / "notebooks" / "train.ipynb"
+DOC_ARCHIVE = "run.launch.tar.gz"  # the archive's name in docs/sharing.md's commands
+
+
+def _fenced(text: str, after: str) -> list[str]:
+    """The lines of the first ```bash block after the line ``after`` of a page."""
+    lines = text[text.index(after) :].splitlines()
+    start = lines.index("```bash") + 1
+    return lines[start : lines.index("```", start)]
+
+
+def _command(line: str) -> str:
+    return line.split("  #")[0].strip()
+
+
+def documented_recipe() -> tuple[list[str], list[str]]:
+    """docs/sharing.md's commands: ``launch pack`` (its first block) and the replay elsewhere (its
+    block under "Replay elsewhere"), each as written; the README's "Hand a run to someone else" must
+    name the same pack, install and replay commands, so the two cannot drift from what runs here."""
+    page = (REPO / "docs" / "sharing.md").read_text()
+    pack = shlex.split(_command(next(ln for ln in _fenced(page, "# Sharing a run") if ln.startswith("launch pack "))))
+    recipe = _fenced(page, "## Replay elsewhere")
+    readme = (REPO / "README.md").read_text()
+    paragraph = next(p for p in readme.split("\n\n") if p.startswith("**Hand a run to someone else.**"))
+    spans = re.findall(r"`([^`]+)`", paragraph)
+    assert spans[0] == "launch pack RUN --with-env" and pack[:2] == ["launch", "pack"] and "--with-env" in pack
+    install = next(c for c in map(_command, recipe) if c.startswith("pip install"))
+    assert spans[1] == install and "--no-index" in install, (spans, install)
+    replay = next(c for c in map(_command, recipe) if c.startswith("launch replay"))
+    assert spans[2].replace("FILE", DOC_ARCHIVE) == replay, (spans, replay)
+    assert " then " in paragraph.split(spans[1])[1].split(spans[2])[0] and "REPRODUCED" in paragraph
+    return pack, recipe
+
+
+@pytest.mark.long(seconds=240)
+def test_the_documented_recipe_replays_a_matplotlib_script_and_a_notebook_reproduced_in_one_offline_venv(
+    launch, tmp_path
+):
+    """docs/sharing.md's commands as written (the README's, checked the same): a script importing
+    matplotlib and Pillow, and a notebook (IPython, nbformat), each packed --with-env; elsewhere, in
+    one fresh venv with no index and an empty HOME, the "Replay elsewhere" block for each archive."""
+    pack, recipe = documented_recipe()
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(SCRIPTS / "with_helper.py", project / "train.py")
+    shutil.copy(SCRIPTS / "plot_loss.py", project / "train.py")
     shutil.copy(SCRIPTS / "helper.py", project / "helper.py")
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", project / "digits.npz")
+    shutil.copy(NOTEBOOK, project / "train.ipynb")
     store = tmp_path / "store"
-    done = launch(
+    script = launch(
         "train=script", "train.script=train.py", "train.args=[digits.npz]", f"store.root={q(store)}", cwd=project
     )
-    run = run_dir_of(done)
-    archive = tmp_path / "shipped" / "run.launch.tar.gz"
-    archive.parent.mkdir()
+    notebook = launch(
+        "train=notebook",
+        "train.notebook=train.ipynb",
+        "train.params={data: digits.npz, epochs: 1}",
+        f"store.root={q(store)}",
+        cwd=project,
+    )
+    runs = {"script": run_dir_of(script), "notebook": run_dir_of(notebook)}
+    used = {
+        kind: set(json.loads((run / "fingerprint.json").read_text())["software"]["distributions"])
+        for kind, run in runs.items()
+    }
+    assert {"matplotlib", "pillow"} <= used["script"] and {"ipython", "nbformat"} <= used["notebook"], used
+    archives = {kind: tmp_path / "shipped" / f"{kind}.launch.tar.gz" for kind in runs}
+    (tmp_path / "shipped").mkdir()
     started = time.monotonic()
-    packed = launch("pack", str(run), "--with-env", "-o", str(archive))
-    assert packed.returncode == 0, packed.stdout[-2000:] + packed.stderr[-2000:]
+    for kind, run in runs.items():
+        argv = [str(run) if a.startswith("runs/") else str(archives[kind]) if a == DOC_ARCHIVE else a for a in pack]
+        packed = launch(*argv[1:])
+        assert packed.returncode == 0, packed.stdout[-2000:] + packed.stderr[-2000:]
+        assert "wheel(s)" in packed.stdout and packed.stdout.strip().endswith("unsigned")
     pack_s = time.monotonic() - started
-    assert "wheel(s)" in packed.stdout and packed.stdout.strip().endswith("unsigned")
 
-    for gone in (store, project):  # the original store, script, helper and data
+    for gone in (store, project):  # the original store, script, helper, notebook and data
         for path in [gone, *gone.rglob("*")]:
             if not path.is_symlink():
                 path.chmod(path.stat().st_mode | stat.S_IWUSR)
         shutil.rmtree(gone)
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "home").mkdir(parents=True)
-    started = time.monotonic()
-    subprocess.run(["tar", "-xzf", str(archive), "wheels"], cwd=elsewhere, check=True)  # plain tar gets them
-    subprocess.run([sys.executable, "-m", "venv", str(elsewhere / "venv")], check=True)
+    python = tmp_path / "python-only"  # `python` is this interpreter (the run's Python), and nothing else
+    python.mkdir()
+    (python / "python").symlink_to(sys.executable)
     env = offline_env(elsewhere / "venv", elsewhere / "home")
-    # the recipe as docs/sharing.md writes it: `pip install --no-index --no-deps wheels/*.whl`
-    wheels = sorted(str(w.relative_to(elsewhere)) for w in (elsewhere / "wheels").glob("*.whl"))
-    installed = subprocess.run(
-        [str(elsewhere / "venv" / "bin" / "pip"), "install", "-q", "--no-index", "--no-deps", *wheels],
-        cwd=elsewhere,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
-    install_s = time.monotonic() - started
-    work = elsewhere / "work"
-    work.mkdir()
+    env["PATH"] = f"{python}:/usr/bin:/bin"  # no venv yet: the recipe makes it and activates it
 
-    def replay(*extra: str) -> subprocess.CompletedProcess:
+    def recipe_for(kind: str) -> subprocess.CompletedProcess:
+        """The block as docs/sharing.md writes it, for one archive, in ``elsewhere``: the venv made
+        by the first is the one the second reuses (``python -m venv`` keeps what it holds)."""
+        shutil.rmtree(elsewhere / "wheels", ignore_errors=True)  # only this archive's wheels
+        block = "\n".join(recipe).replace(DOC_ARCHIVE, shlex.quote(str(archives[kind])))
         return subprocess.run(
-            [str(elsewhere / "venv" / "bin" / "launch"), "replay", str(archive), *extra],
-            cwd=work,
+            ["bash", "-e", "-c", f"{block}\ncommand -v launch >&2"],
+            cwd=elsewhere,
             env=env,
             capture_output=True,
             text=True,
@@ -107,16 +157,31 @@ def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_whee
         )
 
     started = time.monotonic()
-    done = replay()
-    replay_s = time.monotonic() - started
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.startswith(f"run {run.name} unpacked into {work / 'runs'}; unsigned; its ")
-    assert "\nREPRODUCED: replay " in done.stdout and f"of {work / 'runs' / run.name}" in done.stdout
-    assert "the launcher" not in done.stderr  # the launcher the job imported is the venv's, from the archive
-    listed = subprocess.run(
-        [str(elsewhere / "venv" / "bin" / "launch"), "runs"], cwd=work, env=env, capture_output=True, text=True
-    )
-    assert run.name in listed.stdout and "2 run(s)" in listed.stdout, listed.stdout + listed.stderr
+    done = {kind: recipe_for(kind) for kind in runs}
+    recipe_s = time.monotonic() - started
+    store_here = elsewhere / "runs"
+    for kind, run in runs.items():
+        out = done[kind]
+        assert out.returncode == 0, kind + out.stdout[-3000:] + out.stderr[-3000:]
+        assert out.stderr.strip().endswith(str(elsewhere / "venv" / "bin" / "launch"))  # the venv's, from the archive
+        assert f"run {run.name} unpacked into {store_here}; unsigned; its " in out.stdout, out.stdout[-3000:]
+        assert "\nREPRODUCED: replay " in out.stdout and f"of {store_here / run.name}\n" in out.stdout, out.stdout
+        assert "the launcher" not in out.stderr  # the launcher the job imported is the venv's, from the archive
+    assert "1 output file" in done["notebook"].stdout.strip().splitlines()[-1]  # the executed notebook too
+    venv_launch = str(elsewhere / "venv" / "bin" / "launch")
+    env["PATH"] = f"{elsewhere / 'venv' / 'bin'}:/usr/bin:/bin"
+    listed = subprocess.run([venv_launch, "runs"], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert all(r.name in listed.stdout for r in runs.values()) and "4 run(s)" in listed.stdout, listed.stdout
+
+    def replay(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [venv_launch, "replay", str(archives["script"]), *extra],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     # --rebuild from the archive's wheels, with no index: the venv's termcolor made unlike the run's
     tamper_record(elsewhere / "venv", "termcolor")
@@ -124,11 +189,12 @@ def test_a_packed_run_replays_reproduced_in_a_fresh_venv_installed_from_its_whee
     assert refused.returncode == 3 and "software.distributions.termcolor" in refused.stdout, refused.stdout[-2000:]
     rebuilt = replay("--rebuild")
     assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr[-3000:]
-    assert f"run {run.name} already in" in rebuilt.stdout and "\nREPRODUCED: " in rebuilt.stdout
-    assert "termcolor==3" in rebuilt.stderr or "termcolor==" in rebuilt.stderr  # what the overlay installed
+    assert f"run {runs['script'].name} already in" in rebuilt.stdout and "\nREPRODUCED: " in rebuilt.stdout
+    assert "termcolor==" in rebuilt.stderr  # what the overlay installed
+    sizes = ", ".join(f"{a.stat().st_size / (1 << 20):.0f} MiB" for a in archives.values())
     print(
-        f"\npack --with-env {pack_s:.1f} s; tar -x wheels + venv + pip install {install_s:.1f} s; "
-        f"replay FILE {replay_s:.1f} s; archive {archive.stat().st_size / (1 << 20):.0f} MiB"
+        f"\npack --with-env x2 {pack_s:.1f} s; the recipe x2 (venv, pip install, replay) {recipe_s:.1f} s; "
+        f"archives {sizes}"
     )
 
 

@@ -57,3 +57,31 @@ def test_the_trace_count_a_checkpoint_kept_is_read_only_when_it_is_one(tmp_path)
         assert checkpoints.trace_points(path) == read, kept
     (path / checkpoints.MANIFEST).write_text("[]")  # a crafted manifest that is not an object
     assert checkpoints.trace_points(path) is None
+
+
+def test_a_restore_names_the_first_variable_that_does_not_match():
+    """By name, not by position (issue 46): the checkpoint's record of each variable against the resumed
+    job's, in one line naming the variable."""
+    from launcher.job.training.checkpoints import first_mismatch
+
+    kept = {"model/dense/kernel": ["float32", [4, 2]], "optimizer/step_counter": ["int64", []]}
+    assert first_mismatch(kept, dict(reversed(list(kept.items())))) is None  # the order does not matter
+    assert first_mismatch(kept, {**kept, "optimizer/step_counter": ["float32", []]}) == (
+        "optimizer/step_counter is int64 [] in the checkpoint and float32 [] in the resumed job"
+    )
+    assert first_mismatch(kept, {"model/dense/kernel": ["float32", [4, 2]]}) == (
+        "optimizer/step_counter (int64 []) is in the checkpoint and not in the resumed job"
+    )
+
+
+def test_the_checkpointer_is_public_as_launcher_checkpointer(tmp_path):
+    """Users are told ``launcher.Checkpointer`` (a refusal, the docs), never the module it lives in."""
+    import launcher
+    from launcher.job.training import checkpoints as job_checkpoints
+    from launcher.run import resume
+
+    assert launcher.Checkpointer is job_checkpoints.Checkpointer and "Checkpointer" in launcher.__all__
+    run_dir = runs.create(tmp_path)
+    runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n")
+    why = resume._why_none(run_dir)
+    assert "launcher.Checkpointer" in why and "launcher.job" not in why

@@ -61,6 +61,7 @@ def _effective(plan, **over):
         "intra_op_threads": plan.intra_op_threads or 0,
         "inter_op_threads": plan.inter_op_threads or 0,
         "env": dict(plan.env),
+        "graph_rewrites": dict(plan.graph_rewrites or {}),
     }
     eff.update(over)
     return eff
@@ -91,6 +92,21 @@ def test_verify_names_every_setting_that_did_not_take():
         "intra_op_threads=2 (planned 1)",
     ]
     assert text == "determinism settings did not take effect: " + "; ".join(info.value.problems)
+
+
+def test_strict_turns_grappler_dependency_optimizer_off_and_verify_holds_it():
+    """A Keras metric of a sum (keras-io's VAE) rounded otherwise in some processes while this pass
+    ran (docs/determinism.md, "A metric's last bits"): strict and portable turn it off, seeded and off
+    leave TensorFlow's default; a job whose pass is back on fails before training."""
+    for level in ("strict", "portable"):
+        p = determinism.plan(level, 1, 1, 1, True)
+        assert p.graph_rewrites == {"dependency_optimization": False}
+        on = {"dependency_optimization": None}  # never set: TensorFlow's default, on
+        with pytest.raises(DeterminismError) as info:
+            determinism.verify(p, _effective(p, graph_rewrites=on))
+        assert info.value.problems == ["graph rewrite dependency_optimization=None (planned False)"]
+        assert determinism.verify(p, _effective(p)) is None
+    assert determinism.plan("seeded", 1).graph_rewrites is None and determinism.plan("off", 1).graph_rewrites is None
 
 
 def test_tf_data_kept_in_order_though_a_dataset_asked_for_none_is_no_failure():
@@ -149,6 +165,7 @@ out["keras"] = effective["keras"]
 out["sessions"] = effective["sessions"]
 off = determinism.read_back(determinism.plan("off", 3, random_ops="constant"))
 out["off"] = {k: off[k] for k in ("level", "seed", "random_ops")}
+out["off_rewrites"] = "graph_rewrites" in off
 out["off_env"] = sorted(off["env"])
 portable = determinism.plan("portable", 4, 1, 1, False)
 portable_read = determinism.read_back(portable)
@@ -193,6 +210,7 @@ def test_read_back_asks_tensorflow_what_took_effect_not_the_plan(tmp_path):
         "deterministic_data": True,
         "jit_compile": True,
         "random_ops": None,
+        "graph_rewrites": {"dependency_optimization": False},
     }
     names = sorted(
         [
@@ -205,6 +223,7 @@ def test_read_back_asks_tensorflow_what_took_effect_not_the_plan(tmp_path):
     )
     assert out["strict_env"] == names
     assert out["off"] == {"level": "off", "seed": 3, "random_ops": "constant"}
+    assert out["off_rewrites"] is False  # nothing planned, nothing recorded: TensorFlow's defaults
     assert out["off_env"] == names  # an off run records these unset, rather than not at all
     assert out["portable_env"] == sorted(set(names) | set(out["portable_caps"])) != names  # and the ISA caps
     assert out["portable_isa"] == ["name", "numpy_dispatch", "openblas_cores", "supported_by_cpu"]
@@ -231,6 +250,8 @@ STRICT_ENV = {
     "TF_CUDNN_DETERMINISTIC": "1",
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
 }
+# Written out, not read from determinism.STRICT_GRAPH_REWRITES: the plan is held to this table.
+GRAPH_REWRITES = {"dependency_optimization": False}
 
 
 @pytest.mark.parametrize(
@@ -284,6 +305,7 @@ STRICT_ENV = {
                 inter_op_threads=3,
                 deterministic_data=True,
                 jit_compile=False,
+                graph_rewrites=GRAPH_REWRITES,
             ),
         ),
         (
@@ -301,6 +323,7 @@ STRICT_ENV = {
                 deterministic_data=False,
                 jit_compile=True,
                 random_ops="num_random_ops",
+                graph_rewrites=GRAPH_REWRITES,
             ),
         ),
         # The NumPy the job imports names its dispatch targets (2.4 renamed them): both namings, so that one
@@ -321,6 +344,7 @@ STRICT_ENV = {
                     deterministic_data=True,
                     jit_compile=False,
                     isa_baseline="x86-64-v3",
+                    graph_rewrites=GRAPH_REWRITES,
                 ),
             )
             for version in ("2.4.0", "1.26.4")

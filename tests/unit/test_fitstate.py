@@ -256,3 +256,34 @@ def test_iterator_counts_are_keyed_by_the_dataset_not_its_id():
     assert fitstate.made(again[0]) == 1 and fitstate.made(again[1]) == 0
     fitstate.note_iterator(7)  # not weakly referenceable: never counted, never an error
     assert fitstate.made(7) == 0
+
+
+def test_a_loss_scale_optimizers_variables_are_named_by_path_and_made_once(tmp_path):
+    """A LossScaleOptimizer (mixed_float16): its own counters and loss scale, its inner optimizer's under
+    ``inner_optimizer``; a checkpointer of an optimizer already built (in training) builds it no second
+    time (a second build added a second loss scale: the checkpoint then held 14 optimizer variables, a
+    resumed job 12)."""
+    keras = pytest.importorskip("keras")
+    from launcher.job.training.checkpoints import Checkpointer, named_variables
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        inputs = keras.Input((3,))
+        outputs = keras.layers.Activation("softmax", dtype="float32")(keras.layers.Dense(2, name="d")(inputs))
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer=keras.optimizers.RMSprop(), loss="sparse_categorical_crossentropy")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    model.optimizer.build(model.trainable_variables)  # as the first training step does
+    checkpointer = Checkpointer(tmp_path, model, 2)
+    assert list(checkpointer.named) == list(named_variables(model))
+    assert sorted(k for k in checkpointer.named if k.startswith("optimizer/")) == [
+        "optimizer/dynamic_scale",
+        "optimizer/inner_optimizer/d_bias_velocity",
+        "optimizer/inner_optimizer/d_kernel_velocity",
+        "optimizer/inner_optimizer/iteration",
+        "optimizer/inner_optimizer/learning_rate",
+        "optimizer/iteration",
+        "optimizer/learning_rate",
+        "optimizer/step_counter",
+    ]

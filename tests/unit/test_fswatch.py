@@ -268,6 +268,7 @@ def test_the_observation_reports_the_watch_and_its_gaps(fresh_reads, monkeypatch
     class Watch:
         watched, truncated, attributed, gaps = 12, True, True, ["the fanotify event queue overflowed"]
         opened, by_others = {"/data/a": None}, {"/data/b": None}
+        written, written_by_others = {"/data/out": "created"}, {"/data/theirs": "written"}
 
     monkeypatch.setattr(reads, "_watch", Watch())
     assert reads.observation() == {
@@ -282,8 +283,88 @@ def test_the_observation_reports_the_watch_and_its_gaps(fresh_reads, monkeypatch
         "gaps": ["the fanotify event queue overflowed"],
     }
     assert reads.natively_opened() == {"/data/a": None}
+    assert reads.natively_written() == {"/data/out": "created", "/data/theirs": "another process"}
     reads.children.append({"argv": ["zcat", "a.gz"], "cwd": "/w"})  # its children may outlive it: all count
+    assert reads.natively_written() == {"/data/out": "created", "/data/theirs": "written"}
     assert reads.observation()["watch"]["others_in_key"] and reads.natively_opened() == {
         "/data/a": None,
         "/data/b": None,
     }
+
+
+@pytest.mark.parametrize("backend", ["Fanotify", "Inotify"])
+def test_a_watch_sees_the_files_written_and_made_in_its_trees_and_in_directories_made_there(tmp_path, backend):
+    """A file written in place is ``written``; one made, or moved there (a checkpoint TensorFlow
+    writes under a temporary name, then renames), ``created``; a file only read, neither. A
+    directory made in a watched one is watched too, and the files already in it are made."""
+    old, read, elsewhere = tmp_path / "old.index", tmp_path / "read.csv", _dirs(tmp_path, "elsewhere") / "elsewhere"
+    for path in (old, read, elsewhere / "part"):
+        path.write_bytes(b"before")
+    watch = fswatch.Watch(skip=[str(elsewhere)], using=[_backend(backend)])
+    watch.add_tree(str(tmp_path))
+    with open(old, "r+b") as f:  # in place: the same file
+        f.write(b"after")
+    with open(read, "rb"):
+        pass
+    (tmp_path / "new.bin").write_bytes(b"x")
+    os.rename(elsewhere / "part", tmp_path / "ckpt-1.data")
+    made = tmp_path / "training_checkpoints"
+    made.mkdir()
+    (made / "at-once.index").write_bytes(b"x")  # before the watch of its directory can begin
+    time.sleep(0.5)
+    (made / "later.index").write_bytes(b"x")
+    time.sleep(0.5)
+    watch.stop()
+    assert watch.written == {
+        str(old): fswatch.WRITTEN,
+        str(tmp_path / "new.bin"): fswatch.CREATED,
+        str(tmp_path / "ckpt-1.data"): fswatch.CREATED,
+        str(made / "at-once.index"): fswatch.CREATED,
+        str(made / "later.index"): fswatch.CREATED,
+    }
+    assert str(read) in watch.opened and watch.written_by_others == {} and watch.gaps == []
+
+
+def test_a_write_by_another_process_is_told_apart(tmp_path):
+    """fanotify: a file another process (no child of the job's) writes meanwhile is not the job's output."""
+    import subprocess
+
+    watch = fswatch.Watch(skip=[], using=[_backend("Fanotify")])
+    watch.add_tree(str(tmp_path))
+    subprocess.run(["sh", "-c", f"(sleep 0.5; echo x > '{tmp_path / 'theirs.csv'}') &"], check=True)
+    time.sleep(1.5)
+    (tmp_path / "mine.csv").write_bytes(b"x")
+    time.sleep(0.3)
+    watch.stop()
+    assert watch.written == {str(tmp_path / "mine.csv"): fswatch.CREATED}
+    assert watch.written_by_others == {str(tmp_path / "theirs.csv"): fswatch.CREATED}
+
+
+def test_a_files_birth_is_its_inodes_and_taken_when_it_was_made(tmp_path):
+    before = time.time_ns()
+    time.sleep(0.05)  # the kernel's file times are a clock tick coarse
+    (tmp_path / "a").write_bytes(b"x")
+    born = fswatch.birth_ns(str(tmp_path / "a"))
+    if born is None:
+        pytest.skip("this file system keeps no birth time")
+    os.utime(tmp_path / "a", ns=(0, 0))  # a copy keeping its source's times is still born now
+    assert born == fswatch.birth_ns(str(tmp_path / "a"))
+    assert born[0] == os.stat(tmp_path / "a").st_ino and before < born[1] <= time.time_ns()
+    assert fswatch.birth_ns(str(tmp_path / "missing")) is None
+
+
+def test_directories_made_and_removed_leave_the_budget(tmp_path):
+    """A save's temporary directory, made and removed every epoch, never uses the watch's budget up."""
+    watch = fswatch.Watch(skip=[], max_dirs=3, using=[_backend("Inotify")])
+    watch.add_tree(str(tmp_path))
+    for epoch in range(5):
+        temp = tmp_path / f"ckpt-{epoch}_temp"
+        temp.mkdir()
+        time.sleep(0.15)
+        temp.rmdir()
+    (tmp_path / "data").mkdir()
+    time.sleep(0.15)
+    (tmp_path / "data" / "x.csv").write_bytes(b"x")
+    time.sleep(0.15)
+    watch.stop()
+    assert str(tmp_path / "data" / "x.csv") in watch.written and not watch.truncated

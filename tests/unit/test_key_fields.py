@@ -98,6 +98,18 @@ IN_KEY = {  # key field -> (change, the differences it must produce as (field, a
         [("code.modules.helper", "h1", "h2")],
     ),
     "data": (_set("data", {"data/mnist.npz": "d2"}), [("data.data/mnist.npz", "d1", "d2")]),
+    # A run without a cluster part ran on one worker (issue 49): against two, the count is named.
+    "cluster": (
+        _set(
+            "cluster", {"workers": 2, "collective": "RING", "order": ["worker:0", "worker:1"], "hardware": ["h", "h"]}
+        ),
+        [
+            ("cluster.collective", None, "RING"),
+            ("cluster.hardware", None, ["h", "h"]),
+            ("cluster.order", None, ["worker:0", "worker:1"]),
+            ("cluster.workers", 1, 2),
+        ],
+    ),
 }
 
 

@@ -32,6 +32,8 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setattr(reads, "_watch", None)
     monkeypatch.setattr(reads, "_listings", True)
     monkeypatch.setattr(reads, "_broad", frozenset())
+    monkeypatch.setattr(reads, "_kind", None)  # who calls is told from the roots of this test's directory
+    monkeypatch.setattr(reads, "_not_the_jobs", reads._not_the_jobs_listings())  # as watch_listings sets it
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -94,6 +96,7 @@ def test_a_file_written_and_never_read_is_the_jobs_output(fresh):
         "written_first": True,
         "stat": None,
         "relative": False,
+        "written": True,
     }
 
 
@@ -102,7 +105,48 @@ def test_a_file_written_first_then_read_stays_the_jobs_output(fresh):
     reads.note(path, writing=True)
     (fresh / "cache.bin").write_text("made by the job")
     reads.note(path)
-    assert reads.opened[path] == {"read": True, "written_first": True, "stat": stat_key(path), "relative": False}
+    assert reads.opened[path] == {
+        "read": True,
+        "written_first": True,
+        "stat": stat_key(path),
+        "relative": False,
+        "written": True,
+    }
+
+
+def test_a_write_into_an_existing_file_keeps_what_it_held_and_one_that_makes_a_file_does_not(fresh):
+    """Appending (``a``, ``O_APPEND``) to a file that was there keeps its content, which a later
+    read may find: not written first; appending that makes the file, or emptying one, is."""
+    (fresh / "kept.log").write_text("before")
+    (fresh / "emptied.log").write_text("before")
+    reads.note(str(fresh / "kept.log"), writing=True, replacing=False)
+    reads.note(str(fresh / "made.log"), writing=True, replacing=False)
+    reads.note(str(fresh / "emptied.log"), writing=True, replacing=True)
+    assert {os.path.basename(p): i["written_first"] for p, i in reads.opened.items()} == {
+        "kept.log": False,
+        "made.log": True,
+        "emptied.log": True,
+    }
+    assert all(i["written"] for i in reads.opened.values())
+
+
+@pytest.mark.parametrize(
+    ("mode", "flags", "replaces"),
+    [("w", None, True), ("x", None, True), ("a", None, False), ("r+", None, False), (None, os.O_WRONLY, False)]
+    + [(None, os.O_WRONLY | os.O_TRUNC, True), (None, os.O_WRONLY | os.O_CREAT | os.O_EXCL, True)]
+    + [(None, os.O_WRONLY | os.O_APPEND, False), (None, None, False)],
+)
+def test_a_write_replaces_what_was_there_by_its_mode_or_flags(mode, flags, replaces):
+    assert reads._replacing(mode, flags) is replaces
+
+
+def test_an_append_event_writes_in_place(fresh, monkeypatch):
+    (fresh / "a.log").write_text("before")
+    monkeypatch.setattr(reads, "_recording", True)
+    reads._hook("open", (str(fresh / "a.log"), "a", os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+    reads._hook("open", (str(fresh / "w.log"), "w", os.O_WRONLY | os.O_TRUNC | os.O_CREAT))
+    assert reads.opened[str(fresh / "a.log")]["written_first"] is False
+    assert reads.opened[str(fresh / "w.log")]["written_first"] is True
 
 
 def test_a_read_that_found_nothing_then_a_write_makes_it_output(fresh):
@@ -123,7 +167,13 @@ def test_the_state_of_a_file_is_taken_at_the_first_read_that_found_it(fresh):
     path.write_text("1,2\n3,4\n5,6\n")  # changed after: the run read the first state
     reads.note(str(path))
     reads.note(str(path), writing=True)
-    assert reads.opened[str(path)] == {"read": True, "written_first": False, "stat": first, "relative": False}
+    assert reads.opened[str(path)] == {
+        "read": True,
+        "written_first": False,
+        "stat": first,
+        "relative": False,
+        "written": True,
+    }
 
 
 def test_the_directory_of_each_data_file_read_is_watched_once_found(fresh, monkeypatch):

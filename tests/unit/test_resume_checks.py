@@ -94,5 +94,5 @@ def test_an_interrupted_run_of_users_code_says_why_it_has_no_checkpoints(tmp_pat
     runs.write_bytes(run_dir / "config.yaml", b"seed: 0\ntrain:\n  name: script\n")
     runs.set_status(run_dir, "interrupted")
     why = r"no checkpoints \(the launcher checkpoints the epochs of your code's Keras fit .*a custom loop: use "
-    with pytest.raises(ResumeError, match=why + r"launcher.job.training.checkpoints.Checkpointer"):
+    with pytest.raises(ResumeError, match=why + r"launcher\.Checkpointer\)"):
         resume.check_resumable(run_dir)

@@ -712,3 +712,146 @@ def test_a_file_there_before_the_job_that_it_read_then_changed_or_deleted_is_nev
         "kept.bin": hashlib.sha256(b"before").hexdigest(),
         "read.bin": "deleted while the job ran (run-1)",
     }
+
+
+# ---------------------------------------------------------------- the job's own files: outputs, however written
+STARTED = 1_000
+
+
+def _info(mtime_ns: int, ino: int = 7, **more) -> dict:
+    return {"read": True, "written_first": False, "stat": ("/w/f", 1, ino, 10, mtime_ns), "relative": True, **more}
+
+
+@pytest.mark.parametrize(
+    ("info", "written", "birth", "now", "kind"),
+    [
+        (_info(900), None, None, None, usage.INPUT),  # there before the job, read
+        (_info(900), usage.CREATED, (7, 1_100), ("/w/f", 1, 7, 10, 900), usage.OUTPUT),  # made by it, older times kept
+        (_info(900), usage.ANOTHER, (7, 1_100), ("/w/f", 1, 7, 10, 900), usage.INPUT),  # made by another process
+        (_info(900), usage.CREATED, (7, 1_100), ("/w/f", 1, 7, 99, 1_200), usage.INPUT),  # changed since the read
+        (_info(900), usage.CREATED, (7, 500), ("/w/f", 1, 7, 10, 900), usage.INPUT),  # born before: moved there
+        (_info(1_100), usage.CREATED, None, None, usage.OUTPUT),  # made natively (SaveV2), then read back
+        (_info(1_100), usage.WRITTEN, None, None, usage.OUTPUT),  # rewritten natively (an earlier run's ckpt.index)
+        (_info(1_100), None, None, None, usage.OUTPUT),  # modified after the start, no write seen: the fallback
+        (_info(1_100), usage.ANOTHER, None, None, usage.INPUT),  # written meanwhile by another process only
+        (_info(1_100, written=True), None, (7, 500), ("/w/f", 1, 7, 10, 1_100), usage.BOTH),  # appended to by Python
+        (_info(1_100, written=True), None, None, None, usage.BOTH),  # the same, where no birth is kept
+        (_info(1_100, written=True), None, (7, 1_050), ("/w/f", 1, 7, 10, 1_100), usage.OUTPUT),  # Python made it
+        (_info(1_100, written_first=True), None, None, None, usage.OUTPUT),  # emptied by Python ("w"), then read
+        (_info(900, written_first=True), None, None, None, usage.OUTPUT),
+    ],
+)
+def test_what_the_job_read_is_its_input_its_output_or_both(info, written, birth, now, kind):
+    assert usage.origin(info, STARTED, written, birth, now) == kind
+
+
+def test_without_the_jobs_start_everything_read_is_input():
+    assert usage.origin(_info(1_100), None, usage.CREATED) == usage.INPUT
+
+
+def test_data_files_leave_out_what_the_job_made_and_keep_what_was_there(tmp_path):
+    """By the file's birth where the file system keeps one, else by the watch's events."""
+    from launcher.record.filecache import stat_key
+
+    for name in ("old.csv", "made.index", "rewritten.index", "appended.log", "copied.npz", "theirs.csv"):
+        (tmp_path / name).write_text(name)
+    stats = {name: stat_key(str(tmp_path / name)) for name in os.listdir(tmp_path)}
+    started = max(s[4] for s in stats.values()) + 1
+    os.utime(tmp_path / "copied.npz", ns=(started - 10, started - 10))  # made by the job, older times kept
+    for name in ("made.index", "rewritten.index", "appended.log", "theirs.csv"):
+        os.utime(tmp_path / name, ns=(started + 10, started + 10))  # written while the job ran
+    stats = {name: stat_key(str(tmp_path / name)) for name in os.listdir(tmp_path)}
+    births = {"made.index": started + 5, "copied.npz": started + 5, "theirs.csv": started + 5}
+
+    def born(path):
+        name = os.path.basename(path)
+        return stats[name][2], births.get(name, started - 100)
+
+    opened = {str(tmp_path / n): {"read": True, "written_first": False, "stat": stats[n]} for n in stats}
+    opened[str(tmp_path / "appended.log")]["written"] = True  # opened with "a" by Python, before the read
+    written = {
+        str(tmp_path / "made.index"): usage.CREATED,
+        str(tmp_path / "copied.npz"): usage.CREATED,
+        str(tmp_path / "theirs.csv"): usage.ANOTHER,
+    }
+    found = usage.read_files(opened, ROOTS, str(tmp_path / "home"), started_ns=started, written=written, born=born)
+    assert {os.path.basename(p): kind for p, kind in found.items()} == {
+        "old.csv": usage.INPUT,
+        "made.index": usage.OUTPUT,
+        "rewritten.index": usage.OUTPUT,  # no birth kept here and no event: modified after the start
+        "appended.log": usage.BOTH,
+        "copied.npz": usage.OUTPUT,
+        "theirs.csv": usage.INPUT,
+    }
+    data = usage.data_files(opened, ROOTS, str(tmp_path / "home"), started_ns=started, written=written, born=born)
+    assert sorted(os.path.basename(p) for p in data) == ["appended.log", "old.csv", "theirs.csv"]
+
+
+def test_a_job_that_rewrites_its_own_checkpoints_and_an_input_keeps_only_the_input_in_the_key(tmp_path, monkeypatch):
+    """Real files, the real kernel watch, a real birth time: the shape of a DCGAN script run again
+    in its directory. An earlier run's ``ckpt-2.index`` rewritten in place and a ``ckpt-2.data``
+    moved there are read back: outputs, as is ``ckpt-1.index``, written and never read. Inputs,
+    with a value no other run has, and outputs: ``settings.csv``, there before, read, rewritten
+    natively and read again; ``notes.log``, there before, appended to, then read. ``digits.csv``,
+    only read: an input."""
+    from launcher.job.observe import fswatch
+
+    for name in ("settings.csv", "digits.csv", "notes.log"):
+        (tmp_path / name).write_text("1,2\n")
+    (tmp_path / "training_checkpoints").mkdir()
+    (tmp_path / "training_checkpoints" / "ckpt-2.index").write_text("an earlier run's")
+    time.sleep(0.05)  # the kernel's file times are a clock tick coarse
+    started = time.time_ns()
+    time.sleep(0.05)
+    monkeypatch.chdir(tmp_path)
+    for name in ("opened", "listed", "patterns"):
+        monkeypatch.setattr(reads, name, {})
+    watch = fswatch.start(skip=[])
+    if watch is None:
+        pytest.skip("no fanotify or inotify here")
+    monkeypatch.setattr(reads, "_watch", watch)
+    watch.add_tree(str(tmp_path))
+    reads.note("settings.csv")
+    reads.note("digits.csv")
+    (tmp_path / "settings.csv").write_text("3,4\n")  # natively, unseen by Python
+    reads.note("notes.log", writing=True, replacing=False)  # appended to by Python, then read back
+    with open(tmp_path / "notes.log", "a") as log:
+        log.write("epoch 1\n")
+    (tmp_path / "training_checkpoints" / "ckpt-1.index").write_text("this run's, never read")
+    (tmp_path / "training_checkpoints" / "ckpt-2.index").write_text("this run's")  # in place, as MergeV2Checkpoints
+    (tmp_path / "ckpt-2_temp").mkdir()
+    (tmp_path / "ckpt-2_temp" / "part").write_text("weights")
+    os.rename(tmp_path / "ckpt-2_temp" / "part", tmp_path / "training_checkpoints" / "ckpt-2.data-00000-of-00001")
+    time.sleep(0.3)
+    for name in ("ckpt-2.index", "ckpt-2.data-00000-of-00001"):  # the restore at the end
+        reads.note(os.path.join("training_checkpoints", name))
+    reads.note("settings.csv")
+    reads.note("notes.log")
+    watch.stop()
+    run = tmp_path / "run-1"
+    run.mkdir()
+    seen = usage.Observed(
+        reads.opened,
+        modules={},
+        maps_text="",
+        started_ns=started,
+        native=reads.natively_opened(),
+        written=reads.natively_written(),
+        born=fswatch.birth_ns,
+    )
+    used = usage.gather(seen, str(run), str(tmp_path))
+    assert used["data"] == {
+        "digits.csv": hashlib.sha256(b"1,2\n").hexdigest(),
+        "notes.log": "changed while the job ran (run-1)",
+        "settings.csv": "changed while the job ran (run-1)",
+    }
+    assert used["outputs"] == {
+        "files": {
+            "notes.log": usage.BOTH,
+            "settings.csv": usage.BOTH,
+            "training_checkpoints/ckpt-1.index": usage.OUTPUT,
+            "training_checkpoints/ckpt-2.data-00000-of-00001": usage.OUTPUT,
+            "training_checkpoints/ckpt-2.index": usage.OUTPUT,
+        },
+        "total": 5,
+    }

@@ -18,6 +18,13 @@ whether it was there before a job that then deleted it (an input all the same, a
 checkpoint a job restores and then rotates away is); one created or modified after the job
 started is an output.
 
+The watch also notes the files written (closed after writing), made or moved into the watched
+directories, and watches every directory made in one while the job runs (the files already in
+it when its watch begins are made too): a file the job made or rewrote and then read back is
+its output, however it was written (``SaveV2``, ``tf.io.write_file``, a C library), never its
+input (``launcher.record.probe.usage.origin``); ``birth_ns`` tells a file made during the run
+that kept older times.
+
 Two kernel interfaces, the better first, each behind a small backend class here (ctypes for
 fanotify, ``inotify_simple`` for inotify; no other module touches either):
 
@@ -69,6 +76,13 @@ SKIP_NAMES = frozenset(
     }
 )
 OVERFLOW = object()  # what a backend yields for a lost event queue
+# What a backend reports of a file: opened; written (closed after writing: in place, or new);
+# created in its directory, or moved there (a file written under a temporary name, then renamed,
+# as TensorFlow's checkpoints and its ``checkpoint`` state file are)
+OPENED, WRITTEN, CREATED = "opened", "written", "created"
+# A directory made in a watched one (watched too, and what it holds by then is the job's output),
+# or moved there (watched too)
+NEW_DIR, MOVED_DIR = "new directory", "moved directory"
 _OVERFLOW_GAP = "the {} event queue overflowed: some files opened natively were not seen"
 
 
@@ -101,7 +115,8 @@ def tree(root: str, skip: Iterable[str], budget: int) -> tuple[list[str], bool]:
 
 
 class Inotify:
-    """inotify: every open in a directory, by any process (whose it was is unknown: ``None``)."""
+    """inotify: every open, write and creation in a directory, by any process (whose it was is
+    unknown: ``None``)."""
 
     name = "inotify"
 
@@ -109,7 +124,9 @@ class Inotify:
         from inotify_simple import INotify, flags
 
         self._inotify = INotify(nonblocking=True)
-        self._mask = flags.OPEN | flags.ONLYDIR
+        self._mask = flags.OPEN | flags.CLOSE_WRITE | flags.CREATE | flags.MOVED_TO | flags.ONLYDIR
+        self._kinds = ((flags.OPEN, OPENED), (flags.CLOSE_WRITE, WRITTEN), (flags.CREATE | flags.MOVED_TO, CREATED))
+        self._dir_kinds = ((flags.CREATE, NEW_DIR), (flags.MOVED_TO, MOVED_DIR))
         self._overflow, self._isdir = flags.Q_OVERFLOW, flags.ISDIR
         self._event = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
 
@@ -123,31 +140,39 @@ class Inotify:
     def discard(self, directory: str, token: object) -> None:
         self._inotify.rm_watch(token)
 
-    def events(self, data: bytes) -> Iterator[tuple[object, bytes, bool | None]]:
-        """(token, file name, whether the job's own process opened it) per open in ``data``."""
+    def events(self, data: bytes) -> Iterator[tuple[object, bytes, bool | None, str]]:
+        """(token, file name, whether the job's own process did it, ``OPENED``, ``WRITTEN`` or
+        ``CREATED``) per event on a file in ``data``."""
         header, offset, end = self._event.size, 0, len(data)
         while offset + header <= end:
             wd, mask, _cookie, length = self._event.unpack_from(data, offset)
             name = data[offset + header : offset + header + length].rstrip(b"\0")
             offset += header + length
             if mask & self._overflow:
-                yield OVERFLOW, b"", None
-            elif name and not mask & self._isdir:
-                yield wd, name, None
+                yield OVERFLOW, b"", None, OPENED
+            elif name:
+                for bits, kind in self._dir_kinds if mask & self._isdir else self._kinds:
+                    if mask & bits:
+                        yield wd, name, None, kind
 
     def close(self) -> None:
         self._inotify.close()
 
 
 class Fanotify:
-    """fanotify, reporting each open by its directory's file handle and its name, and the
-    opener's pid when it is this process (an unprivileged listener is told no other pid)."""
+    """fanotify, reporting each open, write and creation by its directory's file handle and its
+    name, and the pid when it is this process (an unprivileged listener is told no other pid)."""
 
     name = "fanotify"
     _INIT = 0x1 | 0x2 | 0x400 | 0x800  # FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DIR_FID | FAN_REPORT_NAME
     _MARK = 0x1 | 0x4 | 0x8  # FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW | FAN_MARK_ONLYDIR (as the handle is taken)
     _MARK_REMOVE = 0x2 | 0x4 | 0x8  # FAN_MARK_REMOVE | FAN_MARK_DONT_FOLLOW | FAN_MARK_ONLYDIR
-    _OPEN_OF_CHILDREN = 0x20 | 0x08000000  # FAN_OPEN | FAN_EVENT_ON_CHILD (not FAN_ONDIR: files only)
+    # FAN_OPEN | FAN_CLOSE_WRITE of the directory's files (FAN_EVENT_ON_CHILD), and FAN_CREATE |
+    # FAN_MOVED_TO of its entries (reported by name, FAN_REPORT_DIR_FID), directories too (FAN_ONDIR)
+    _EVENTS = 0x20 | 0x08 | 0x08000000 | 0x100 | 0x80 | 0x40000000
+    _KINDS = ((0x20, OPENED), (0x08, WRITTEN), (0x100 | 0x80, CREATED))
+    _DIR_KINDS = ((0x100, NEW_DIR), (0x80, MOVED_DIR))  # a directory's own opens are no file's
+    _ONDIR = 0x40000000
     _Q_OVERFLOW = 0x4000
     _DFID_NAME = 2  # FAN_EVENT_INFO_TYPE_DFID_NAME
     _AT_FDCWD = -100
@@ -181,15 +206,16 @@ class Fanotify:
         """Mark one directory (OSError if it cannot be: a file system without file handles);
         the token its events carry."""
         token = self._handle(directory)
-        if self._mark(self._fd, self._MARK, self._OPEN_OF_CHILDREN, self._AT_FDCWD, os.fsencode(directory)) < 0:
+        if self._mark(self._fd, self._MARK, self._EVENTS, self._AT_FDCWD, os.fsencode(directory)) < 0:
             raise OSError(ctypes.get_errno(), "fanotify_mark", directory)
         return token
 
     def discard(self, directory: str, token: object) -> None:
-        self._mark(self._fd, self._MARK_REMOVE, self._OPEN_OF_CHILDREN, self._AT_FDCWD, os.fsencode(directory))
+        self._mark(self._fd, self._MARK_REMOVE, self._EVENTS, self._AT_FDCWD, os.fsencode(directory))
 
-    def events(self, data: bytes) -> Iterator[tuple[object, bytes, bool | None]]:
-        """(token, file name, whether the job's own process opened it) per open in ``data``."""
+    def events(self, data: bytes) -> Iterator[tuple[object, bytes, bool | None, str]]:
+        """(token, file name, whether the job's own process did it, ``OPENED``, ``WRITTEN`` or
+        ``CREATED``) per event on a file in ``data`` (one the kernel merged: each of its kinds)."""
         offset, end = 0, len(data)
         while offset + self._META.size <= end:
             length, _version, _, meta_length, mask, fd, pid = self._META.unpack_from(data, offset)
@@ -198,7 +224,7 @@ class Fanotify:
             if fd >= 0:  # not asked for (FAN_REPORT_DIR_FID reports none); never leak one
                 os.close(fd)
             if mask & self._Q_OVERFLOW:
-                yield OVERFLOW, b"", None
+                yield OVERFLOW, b"", None, OPENED
             info, event_end = offset + meta_length, offset + length
             while not mask & self._Q_OVERFLOW and info + self._INFO.size <= event_end:  # the records after it
                 kind, _, info_length, _fsid, size, handle_kind = self._INFO.unpack_from(data, info)
@@ -208,7 +234,10 @@ class Fanotify:
                     start = info + self._INFO.size
                     name = data[start + size : info + info_length].split(b"\0", 1)[0]
                     if name:
-                        yield (handle_kind, data[start : start + size]), name, pid == self._pid
+                        token = (handle_kind, data[start : start + size])
+                        for bits, kind in self._DIR_KINDS if mask & self._ONDIR else self._KINDS:
+                            if mask & bits:
+                                yield token, name, pid == self._pid, kind
                     break
                 info += info_length
             offset += length
@@ -245,7 +274,11 @@ class Watch:
         # first-opened order: whether the file was there before the job, and unchanged since
         self.opened: dict[str, tuple | None] = {}
         self.by_others: dict[str, tuple | None] = {}
-        self._seen: set[tuple[int, object, bytes]] = set()
+        # path -> CREATED (made, or moved there) or WRITTEN (only written: in place) while watched,
+        # by the job (as its opens are told apart), and by another process
+        self.written: dict[str, str] = {}
+        self.written_by_others: dict[str, str] = {}
+        self._seen: set[tuple] = set()
         self._reaped = reaped_children()  # children reaped when the current window began
         self._pid = os.getpid()
         self.gaps: list[str] = []
@@ -259,9 +292,9 @@ class Watch:
         """Whether every watched directory tells the job's opens from other processes'."""
         return all(isinstance(self._backends[i], Fanotify) for i, _ in self._dirs)
 
-    def add_tree(self, root: str, recursive: bool = True) -> None:
+    def add_tree(self, root: str, recursive: bool = True) -> list[str]:
         """Watch ``root`` and, when ``recursive``, the directories below it (once per root,
-        within the budget)."""
+        within the budget); the directories of it now watched."""
         root = os.path.realpath(root)
         with self._lock:
             if (
@@ -269,8 +302,10 @@ class Watch:
                 or not os.path.isdir(root)
                 or (root + "/").startswith(tuple(s.rstrip("/") + "/" for s in self._skip))
             ):
-                return
+                return []
             self._roots.add(root)
+            if len(self._dirs) >= self._budget:  # directories made and removed again (a save's temporary one)
+                self._forget_removed()
             known = set(self._dirs.values())
             budget = self._budget - len(self._dirs)
             directories, truncated = tree(root, self._skip, budget) if recursive else ([root][:budget], budget < 1)
@@ -278,6 +313,30 @@ class Watch:
             for directory in directories:
                 if directory not in known:
                     self._add(directory)
+            return directories
+
+    def _forget_removed(self) -> None:
+        """Leave out of the budget the watched directories removed since (their marks went with them)."""
+        for key, directory in list(self._dirs.items()):
+            if not os.path.isdir(directory):
+                del self._dirs[key]
+                self._roots.discard(directory)
+
+    def _new_directory(self, path: str, made: bool) -> None:
+        """A directory made (``made``) or moved into a watched one: watched too, and the files
+        already in one made while the job ran (before its watch began) are its output."""
+        if os.path.basename(path) in SKIP_NAMES:
+            return
+        for directory in self.add_tree(path):
+            if not made:
+                continue
+            try:
+                with os.scandir(directory) as entries:
+                    files = [e.path for e in entries if e.is_file(follow_symlinks=False)]
+            except OSError:
+                continue
+            for file in files:
+                _note_write(self.written, file, CREATED)
 
     def _add(self, directory: str) -> None:
         for index, backend in enumerate(self._backends):
@@ -345,23 +404,29 @@ class Watch:
         return alive
 
     def _parse(self, index: int, data: bytes, had_a_child) -> None:
-        # Repeated opens of a file already counted (every epoch of a tf.data pipeline) cost one
-        # set lookup: the names stay bytes until they are new.
+        # Repeated events on a file already counted (every epoch of a tf.data pipeline opening its
+        # files) cost one set lookup: the names stay bytes until they are new.
         seen = self._seen
-        for token, name, own in self._backends[index].events(data):
+        for token, name, own, kind in self._backends[index].events(data):
             if token is OVERFLOW:
                 self._gap(_OVERFLOW_GAP.format(self._backends[index].name))
-            elif (index, token, name) not in seen:
+            elif (index, token, name, kind) not in seen:
                 directory = self._dirs.get((index, token))
                 if directory is None:
                     continue
                 path = os.path.join(directory, os.fsdecode(name))
-                if own is False and not had_a_child():  # another's, unless a later open is the job's
-                    if path not in self.by_others:
+                if own is False and not had_a_child():  # another's, unless a later event is the job's
+                    if kind in (WRITTEN, CREATED):
+                        _note_write(self.written_by_others, path, kind)
+                    elif kind == OPENED and path not in self.by_others:
                         self.by_others[path] = stat_key(path, resolved=True)
                     continue
-                seen.add((index, token, name))
-                if path not in self.opened:
+                seen.add((index, token, name, kind))
+                if kind in (NEW_DIR, MOVED_DIR):
+                    self._new_directory(path, made=kind == NEW_DIR)
+                elif kind != OPENED:
+                    _note_write(self.written, path, kind)
+                elif path not in self.opened:
                     self.opened[path] = self.by_others.get(path) or stat_key(path, resolved=True)
 
     def _gap(self, why: str) -> None:
@@ -387,12 +452,45 @@ class Watch:
                 pass
 
 
+def _note_write(written: dict[str, str], path: str, kind: str) -> None:
+    """``path`` was written or created: made while watched outranks written in place."""
+    if written.get(path) != CREATED:
+        written[path] = kind
+
+
 def _same_directory(a: str, b: str) -> bool:
     try:
         sa, sb = os.stat(a), os.stat(b)
     except OSError:
         return False
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+_STATX_BTIME = 0x800
+_STATX = struct.Struct("=I4x8x4x4x4x2x2xQ8x8x8x16sqI")  # struct statx to stx_btime: mask, ..., ino, ..., btime
+_statx = None
+
+
+def birth_ns(path: str) -> tuple[int, int] | None:
+    """(inode, birth time in ns) of the file at ``path`` (links followed), from ``statx``; None
+    where the file system or the C library keeps no birth time, or the file is gone. A file
+    born after the job started is one it made, whatever its modification time says (a copy
+    that kept its source's, an extracted archive's)."""
+    global _statx
+    if _statx is None:
+        try:
+            _statx = ctypes.CDLL(None, use_errno=True).statx
+        except AttributeError:  # a C library before glibc 2.28
+            _statx = False
+    if not _statx:
+        return None
+    buffer = ctypes.create_string_buffer(256)  # sizeof(struct statx)
+    if _statx(-100, os.fsencode(path), 0, ctypes.c_uint(_STATX_BTIME | 0x100), buffer) != 0:  # AT_FDCWD; STATX_INO
+        return None
+    mask, ino, _atime, seconds, nanoseconds = _STATX.unpack_from(buffer.raw)
+    if not mask & _STATX_BTIME:
+        return None
+    return ino, seconds * 1_000_000_000 + nanoseconds
 
 
 def reaped_children() -> int:

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from launcher.job.observe import envreads, imports, reads, seeding
+from launcher.job.observe import envreads, fswatch, imports, reads, seeding
 from launcher.record.probe import places, usage
 from launcher.record.store import snapshot
+
+_outputs: dict | None = None  # the job's outputs seen at the last gathering (``used``), for ``observed``
 
 
 def install_first() -> None:
@@ -66,7 +68,9 @@ def paused() -> Iterator[None]:
 
 
 def used(run_dir: Path, launch_dir: str, root: str | None, laid_out: bool) -> dict:
-    """What the job used (``usage.gather``): its modules, distributions, libraries and data."""
+    """What the job used (``usage.gather``): its modules, distributions, libraries and data; a file
+    it made (written through Python or natively, or born after it started) is its output, not data."""
+    global _outputs
     seen = usage.Observed(
         reads.opened,
         explicit=reads.explicit,
@@ -78,8 +82,12 @@ def used(run_dir: Path, launch_dir: str, root: str | None, laid_out: bool) -> di
         code_files=reads.code_files,
         executed=reads.executed,
         importers=imports.importers,
+        written=reads.natively_written(),
+        born=fswatch.birth_ns,
     )
-    return usage.gather(seen, str(run_dir), launch_dir)
+    gathered = usage.gather(seen, str(run_dir), launch_dir)
+    _outputs = gathered.pop("outputs", None)
+    return gathered
 
 
 def _as_linked(path: str, root: str | None) -> str:
@@ -92,9 +100,12 @@ def _as_linked(path: str, root: str | None) -> str:
 
 
 def observed() -> dict:
-    """The facts beside what was used: the variables the job's code read, and how completely its
-    reads were seen."""
-    return {"environment_read": envreads.recorded(), "observation": reads.observation()}
+    """The facts beside what was used: the variables the job's code read, how completely its
+    reads were seen, and the output files it wrote that were seen (``outputs``: out of the key)."""
+    observation = reads.observation()
+    if _outputs is not None:
+        observation["outputs"] = _outputs
+    return {"environment_read": envreads.recorded(), "observation": observation}
 
 
 def unseeded() -> list[dict]:

@@ -37,12 +37,16 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from launcher.job.observe import callers
 from launcher.record.filecache import stat_key
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 # path -> {"read": bool, "written_first": bool, "stat": stat key at first read,
-#          "relative": the job named it relative to its working directory}
+#          "relative": the job named it relative to its working directory}, and "written": True
+# once the job opened it for writing. "written_first": the job's first write made the file or
+# replaced what was in it (``w``, ``O_TRUNC``) before any read found it; a write in place of a
+# file that was there (``a``, ``O_WRONLY``) keeps what it held: that content may still be read.
 opened: dict[str, dict] = {}
 # Never data, and opened thousands of times by imports: skipped with string checks only.
 _CODE = (".py", ".pyc", ".pyo", ".so", ".pth", ".pyi")
@@ -78,9 +82,9 @@ def name_explicitly(path: str | os.PathLike) -> str:
     return real
 
 
-def note(path: object, writing: bool = False, source: bool = False) -> None:
-    """Record that the job opened ``path`` (for writing when ``writing``; Python ``source`` it
-    read as text when ``source``)."""
+def note(path: object, writing: bool = False, source: bool = False, replacing: bool = True) -> None:
+    """Record that the job opened ``path`` (for writing when ``writing``, replacing what it held
+    when ``replacing``; Python ``source`` it read as text when ``source``)."""
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     if not isinstance(path, str) or not path or "://" in path or "\0" in path or (path.endswith(_CODE) and not source):
@@ -92,9 +96,13 @@ def note(path: object, writing: bool = False, source: bool = False) -> None:
         return
     info = opened.get(path)
     if info is None:
-        info = opened[path] = {"read": False, "written_first": writing, "stat": None, "relative": relative}
+        # a first write in place keeps what an existing file held: not the job's alone
+        made = writing and (replacing or not os.path.lexists(path))
+        info = opened[path] = {"read": False, "written_first": made, "stat": None, "relative": relative}
         if source:
             info["source"] = True
+    if writing:
+        info["written"] = True
     if writing and info["read"] and info["stat"] is None:
         info["written_first"] = True  # a read found nothing, then the job made it: its output (a tool's cache)
     elif not writing and (not info["read"] or info["stat"] is None):  # the first read that found a file
@@ -119,8 +127,6 @@ def _called_by_the_job(frame, imports: bool = True) -> bool:
     """Whether the first caller from ``frame`` outside the standard library and code made by
     ``exec`` of a string is the job's own; never, with ``imports`` False, through an import."""
     global _kind
-    from launcher.job.observe import callers
-
     if _kind is None:
         _kind = callers.code_kind(callers.roots())
     while frame is not None and _kind(frame.f_code.co_filename) in ("frozen", "python"):
@@ -193,6 +199,14 @@ def _writing(mode: object, flags: object) -> bool:
     )
 
 
+def _replacing(mode: object, flags: object) -> bool:
+    """Whether a write makes the file anew or empties it (``w``, ``x``, ``O_TRUNC``, ``O_EXCL``),
+    rather than writing into what was there (``a``, ``O_APPEND``, a bare ``O_WRONLY``)."""
+    if isinstance(mode, str):
+        return "w" in mode or "x" in mode
+    return isinstance(flags, int) and bool(flags & (os.O_TRUNC | os.O_EXCL))
+
+
 def _not_the_jobs_listings() -> frozenset[str]:
     """The files of code whose os.listdir/os.scandir calls are not the job listing its data:
     the import system and package metadata (they list every directory on sys.path, the
@@ -224,7 +238,8 @@ def _hook(event: str, args: tuple) -> None:
         return
     try:
         if event == "open" and args:
-            writing = _writing(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None)
+            mode, flags = args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None
+            writing = _writing(mode, flags)
             path = args[0]
             if isinstance(path, str) and path.endswith(".py") and not writing:
                 # Python source the job's code reads as text, not by importing it: a config file
@@ -232,7 +247,7 @@ def _hook(event: str, args: tuple) -> None:
                 if _called_by_the_job(sys._getframe(1), imports=False):
                     note(path, source=True)
             else:
-                note(path, writing)
+                note(path, writing, replacing=writing and _replacing(mode, flags))
         elif event in ("os.listdir", "os.scandir") and _listings:
             if sys._getframe(1).f_code.co_filename not in _not_the_jobs:
                 note_listing(args[0] if args else None)
@@ -337,6 +352,17 @@ def natively_opened() -> dict[str, tuple | None]:
     if _watch is None:
         return {}
     return {**(_watch.by_others if children else {}), **_watch.opened}
+
+
+def natively_written() -> dict[str, str]:
+    """The files written or created in the watched directories while watched: path -> ``created``
+    (made, or moved there, by the job: its output, whatever it held before), ``written`` (written
+    in place by the job), or ``another process`` (by none that may have been the job's)."""
+    if _watch is None:
+        return {}
+    if children:  # as for opens: once the job started programs, any process's may be the job's
+        return {**_watch.written_by_others, **_watch.written}
+    return {**dict.fromkeys(_watch.written_by_others, "another process"), **_watch.written}
 
 
 @contextmanager
@@ -444,7 +470,7 @@ def _wrap_init(cls: type, arg: str, reader: str | None = None) -> None:
         value = kwargs.get(arg, args[0] if args else None)
         mode = kwargs.get("mode", args[1] if len(args) > 1 and isinstance(args[1], str) else "r")
         for name in _names(value, reader=reader):
-            note(name, writing=_writing(mode, None))
+            note(name, writing=_writing(mode, None), replacing=_replacing(mode, None))
         original(self, *args, **kwargs)
 
     __init__._launch_reads = True  # type: ignore[attr-defined]

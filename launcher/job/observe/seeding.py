@@ -18,6 +18,13 @@ NumPy's generator classes are not replaced (a stand-in class would break the
 ``isinstance`` checks of the libraries that receive them): NumPy draws fresh entropy
 for any of them through ``numpy.random.bit_generator.randbits``, which is wrapped, and
 the call in the job's code that drew it is read from its source (``unseeded_call``).
+
+A resumed fit's train function is searched, as it is traced and before its first step runs, for
+TensorFlow's stateful random ops (``stateful_random_ops``): ``RandomStandardNormal``,
+``RandomUniform``... keep their position inside the op's kernel, in no variable, and start
+again when a new process traces the function; Keras' legacy ``keras.backend.random_normal``
+makes one, seeded from ``np.random.randint`` at trace time. A resume of such a fit cannot be
+bitwise; the job says so, naming the op's line in the job's code (``not_bitwise_note``).
 """
 
 from __future__ import annotations
@@ -165,6 +172,76 @@ def _wrap_random_init(random, jobs_code) -> None:
 
     __init__._launch_seed_wrapper = True
     random.Random.__init__ = __init__
+
+
+# TensorFlow's random ops whose state lives in the op's kernel (a Philox counter seeded from the op's
+# seed and seed2 attributes), not in a variable: a checkpoint cannot keep it, a new trace restarts it.
+# The stateless ops and tf.random.Generator's (Stateful*, a resource variable) are not among them.
+STATEFUL_RANDOM_OPS = frozenset(
+    {
+        "RandomStandardNormal",
+        "RandomUniform",
+        "RandomUniformInt",
+        "TruncatedNormal",
+        "ParameterizedTruncatedNormal",
+        "RandomShuffle",
+        "Multinomial",
+        "RandomGamma",
+        "RandomPoisson",
+        "RandomPoissonV2",
+        "RandomCrop",
+        "SampleDistortedBoundingBox",
+        "SampleDistortedBoundingBoxV2",
+    }
+)
+
+
+def stateful_random_ops(graph, is_jobs_code=None) -> list[dict]:
+    """The stateful random ops (``STATEFUL_RANDOM_OPS``) in a traced TensorFlow ``graph`` and in
+    every function it calls (a ``tf.function`` inside, a loop's body), each once per line:
+    ``{"op": type, "where": "file.py:LINE"}``, the line the innermost frame of the job's own code
+    (``is_jobs_code(filename)``; default: the callers' classification) made it at, or of any code
+    when none is the job's. Reads the graph only."""
+    if is_jobs_code is None:
+        kind = callers.code_kind(callers.roots())
+
+        def is_jobs_code(filename: str) -> bool:
+            return kind(filename) == "user"
+
+    found: dict[tuple[str, str], None] = {}
+    pending, seen = [graph], set()
+    while pending:
+        g = pending.pop()
+        if id(g) in seen:
+            continue
+        seen.add(id(g))
+        for op in g.get_operations():
+            if op.type in STATEFUL_RANDOM_OPS:
+                found[(op.type, _made_at(op, is_jobs_code))] = None
+        for function in list(getattr(g, "_functions", {}).values()):
+            inner = getattr(function, "graph", None)
+            if inner is not None:
+                pending.append(inner)
+    return [{"op": op, "where": where} for op, where in found]
+
+
+def _made_at(op, is_jobs_code) -> str:
+    frames = list(getattr(op, "traceback", None) or [])
+    own = [f for f in frames if is_jobs_code(f.filename)]
+    frame = (own or frames or [None])[-1]
+    return "?" if frame is None else f"{os.path.basename(frame.filename)}:{frame.lineno}"
+
+
+def not_bitwise_note(found: list[dict]) -> str:
+    """The line a resume that cannot be bitwise prints before it trains (``found``: ``stateful_random_ops``)."""
+    shown = ", ".join(f"{f['op']} at {f['where']}" for f in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return (
+        f"[launch] warning: this resume will not be bitwise: its train function draws from a random op "
+        f"whose state is in no variable ({shown}{more}: TensorFlow's legacy random ops, as "
+        "keras.backend.random_normal without a seed makes); seed it (seed= a keras.random.SeedGenerator, "
+        "with keras.random.normal) for a bitwise resume"
+    )
 
 
 def _plain(value: object) -> object:

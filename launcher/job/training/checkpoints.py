@@ -5,9 +5,13 @@ checkpoint of every model variable (Keras' ``tf.train.Checkpoint(model=...)`` mi
 the dropout seed-generator states; measured), every optimizer variable (Adam's
 moments and step counter) and TensorFlow's global ``tf.random.Generator``, plus the
 Python and NumPy global RNG states, and ``checkpoint.json`` listing the sha256 of
-each file. It is written under a temporary name and renamed into place, so a
-checkpoint directory exists whole or not at all; a file damaged afterwards (a torn
-write on a lost node) is caught by its hash and the previous checkpoint is used.
+each file. Variables are kept by name (``named_variables``: the model's paths, the optimizer's
+names, a ``LossScaleOptimizer``'s inner optimizer under ``inner_optimizer``), never by position:
+the order an optimizer's variables are made in differs between a process that trained and one
+that resumes. ``checkpoint.json`` records each name's dtype and shape, and a restore that does
+not match names the variable (``ResumeError``: the resume leaves the run interrupted). It is
+written under a temporary name and renamed into place, so a checkpoint directory exists whole
+or not at all; a file damaged afterwards (a torn write on a lost node) is caught by its hash and the previous checkpoint is used.
 
 The example order needs no state: each epoch's order is a pure function of
 (seed, epoch) (``tasks.mnist.epoch_order``). Pruning keeps the newest ``keep`` and, for an
@@ -31,17 +35,19 @@ from launcher.record.store import runs
 class Checkpointer:
     """Saves and restores a compiled Keras model's complete training state. Job process only."""
 
-    def __init__(self, run_dir: Path, model, keep: int) -> None:
+    def __init__(self, run_dir: Path, model, keep: int = 2) -> None:
         import tensorflow as tf
 
         self.run_dir = run_dir
         self.root = layout.RunPaths(run_dir).checkpoints
         self.keep = keep
         self.model = model
-        model.optimizer.build(model.trainable_variables)  # create the moments now, to restore into
-        variables = {f"model_{i}": v.value for i, v in enumerate(model.variables)}
-        variables.update({f"optimizer_{i}": v.value for i, v in enumerate(model.optimizer.variables)})
-        self.checkpoint = tf.train.Checkpoint(variables=variables, generator=tf.random.get_global_generator())
+        if not model.optimizer.built:  # create the moments now, to restore into; never twice (a
+            model.optimizer.build(model.trainable_variables)  # LossScaleOptimizer would add a second loss scale)
+        self.named = named_variables(model)
+        self.checkpoint = tf.train.Checkpoint(
+            variables={key: v.value for key, v in self.named.items()}, generator=tf.random.get_global_generator()
+        )
 
     def save(self, epoch: int, extra: dict | None = None, arrays: dict | None = None) -> Path:
         """Write checkpoint ``epoch`` atomically; ``extra`` (JSON) and ``arrays`` (NumPy) are kept
@@ -75,6 +81,7 @@ class Checkpointer:
                     "files": files,
                     "trace_points": trace.count(self.run_dir),
                     "variables": [v.path for v in self.model.variables],
+                    "state": {key: _described(v) for key, v in self.named.items()},  # restored by these names
                 },
             )
         except BaseException as exc:
@@ -95,14 +102,38 @@ class Checkpointer:
         fast-forward of the input put them where they were)."""
         import numpy as np
 
-        self.checkpoint.read(str(path / PREFIX)).assert_consumed()
+        manifest = json.loads((path / MANIFEST).read_text())
+        kept = manifest.get("state")
+        if kept is not None:  # by name: the model's paths, the optimizer's own names (nested ones by attribute)
+            if (mismatch := first_mismatch(kept, {key: _described(v) for key, v in self.named.items()})) is not None:
+                raise _mismatch_error(path, mismatch)
+            checkpoint = self.checkpoint
+        else:  # a checkpoint of a launcher before the names: by position, as it was written
+            checkpoint = self._positional()
+        try:
+            checkpoint.read(str(path / PREFIX)).assert_consumed()
+        except (AssertionError, ValueError) as exc:  # what the names could not tell (TensorFlow's own check)
+            raise _mismatch_error(path, str(exc).splitlines()[0]) from None
+        except Exception as exc:
+            if type(exc).__name__ not in ("InvalidArgumentError", "NotFoundError"):
+                raise
+            raise _mismatch_error(path, str(exc).splitlines()[-1].split("] ")[-1]) from None
         rng = json.loads((path / "rng.json").read_text())
         if rngs:
             random.setstate(_python_state(rng["python"]))
             kind, keys, pos, has_gauss, cached = rng["numpy"]
             np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
         _restore_more_rngs(rng)
-        return json.loads((path / MANIFEST).read_text())["epoch"]
+        return manifest["epoch"]
+
+    def _positional(self):
+        """The checkpoint as launchers before the names wrote it: the model's and the optimizer's
+        variables by their place in ``model.variables`` and ``optimizer.variables``."""
+        import tensorflow as tf
+
+        variables = {f"model_{i}": v.value for i, v in enumerate(self.model.variables)}
+        variables.update({f"optimizer_{i}": v.value for i, v in enumerate(self.model.optimizer.variables)})
+        return tf.train.Checkpoint(variables=variables, generator=tf.random.get_global_generator())
 
     def _prune(self) -> None:
         """Keep the newest ``keep`` checkpoints, and the last epoch's of every fit: a resume from a
@@ -111,6 +142,69 @@ class Checkpointer:
         for old in complete[: max(0, len(complete) - self.keep)]:
             if not is_fit_end(old):
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def named_variables(model) -> dict:
+    """Every variable a checkpoint keeps, by a name that does not depend on the order the variables
+    were made in: ``model/<path>`` for the model's, ``optimizer/<name>`` for the optimizer's own
+    (``iteration``, ``learning_rate``, ``dense_kernel_velocity``: Keras names a slot after its model
+    variable's path), and a wrapped optimizer's under its attribute
+    (``optimizer/inner_optimizer/<name>`` in a ``LossScaleOptimizer``), as Keras' own saving walks
+    them. A name met twice gets ``#2``, ``#3``... in order."""
+    named: dict = {}
+
+    def add(key: str, variable) -> None:
+        n, unique = 1, key
+        while unique in named:
+            n += 1
+            unique = f"{key}#{n}"
+        named[unique] = variable
+
+    for v in model.variables:
+        add(f"model/{v.path}", v)
+    pending = [("optimizer", model.optimizer)]
+    while pending:
+        prefix, optimizer = pending.pop(0)
+        inner = [(a, o) for a, o in sorted(vars(optimizer).items()) if _is_optimizer(o) and o is not optimizer]
+        nested = {id(v) for _, o in inner for v in o.variables}
+        for v in optimizer.variables:
+            if id(v) not in nested:
+                add(f"{prefix}/{getattr(v, 'name', None) or v.path}", v)
+        pending += [(f"{prefix}/{attribute}", o) for attribute, o in inner]
+    return named
+
+
+def _is_optimizer(value: object) -> bool:
+    return any(c.__name__ == "BaseOptimizer" for c in type(value).__mro__) and hasattr(value, "variables")
+
+
+def _described(variable) -> list:
+    """[dtype, shape] of a variable, as a checkpoint's record keeps it."""
+    return [str(getattr(variable.dtype, "name", variable.dtype)), [int(d) for d in variable.shape]]
+
+
+def first_mismatch(kept: dict, now: dict) -> str | None:
+    """The first variable (by name) the checkpoint (``kept``: name -> [dtype, shape]) and the resumed
+    job (``now``) disagree on, said in words; None when they match (pure)."""
+    for key in sorted(set(kept) | set(now)):
+        if key not in now:
+            return f"{key} ({_shown(kept[key])}) is in the checkpoint and not in the resumed job"
+        if key not in kept:
+            return f"{key} ({_shown(now[key])}) is in the resumed job and not in the checkpoint"
+        if list(kept[key]) != list(now[key]):
+            return f"{key} is {_shown(kept[key])} in the checkpoint and {_shown(now[key])} in the resumed job"
+    return None
+
+
+def _shown(described) -> str:
+    dtype, shape = described
+    return f"{dtype} {list(shape)}"
+
+
+def _mismatch_error(path: Path, what: str):
+    from launcher.errors import ResumeError
+
+    return ResumeError(f"checkpoint {path.name} does not match the resumed job's variables: {what}")
 
 
 def _op_seeds():

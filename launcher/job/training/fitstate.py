@@ -4,7 +4,7 @@ At the end of every epoch of every ``fit`` the job's code calls, the observer
 (``launcher.job.training.observer``) checkpoints what the next epoch depends on, with no change
 to the code: the model's variables (Dropout's seed-generator state among them), the
 optimizer's (its step counter, moments and learning rate), the Python, NumPy and
-TensorFlow global RNGs (``launcher.job.training.checkpoints.Checkpointer``), every other variable,
+TensorFlow global RNGs (``launcher.Checkpointer``), every other variable,
 generator and changed callback attribute the job holds (``launcher.job.training.jobstate``), and, in
 ``extra.json``, the fit's position (which ``fit`` call of the job, its epoch, its steps) and Keras'
 ``History``. ``launch resume`` runs the code again; when the checkpointed
@@ -289,6 +289,8 @@ class FitCheckpoints:
         self.batches = 0  # training batches begun in this fit (its steps)
         self.yielded = yielded  # digests of what a Python generator fed to fit yielded, in order
         self.fast_forwarded = False
+        self.before_first_step = None  # called once, as a resumed fit's first step begins (after every callback)
+        self.after_first_step = None  # and once as it ends
 
     def checkpointer(self):
         from launcher.job.training.checkpoints import Checkpointer
@@ -398,11 +400,14 @@ class FitCheckpoints:
         subclassed model) has none yet where a resume restores: build it from the shapes and dtypes of
         its training data (Keras' own symbolic build; no data is read, no step runs)."""
         model = self.model
-        if all(getattr(layer, "built", True) for layer in model._flatten_layers()) and model.variables:
+        had_variables = bool(model.variables)
+        if all(getattr(layer, "built", True) for layer in model._flatten_layers()) and had_variables:
             return
         iterator = self.epoch_iterator
         dataset = getattr(iterator, "_distributed_dataset", None)
         spec = getattr(dataset, "element_spec", None)
+        if spec is None and had_variables:
+            return
         if spec is None:
             raise _resume_error(
                 "its model had no variables when the fit began, and the shapes of its data are "
@@ -416,6 +421,8 @@ class FitCheckpoints:
             batch = tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), spec)
             model._symbolic_build(data_batch=batch)
         except Exception as exc:  # noqa: BLE001 - one line: why, and the fix
+            if had_variables:  # a model of its own train_step and no call (keras-io's VAE): its layers are
+                return  # built; the restore, by name, says which variable it lacks if one is missing
             raise _resume_error(
                 f"its model had no variables when the fit began and could not be built from its "
                 f"data's shapes ({type(exc).__name__}); call the model once on a batch before "
@@ -534,6 +541,12 @@ class FitCheckpoints:
                 if (epoch + 1) % owner.every == 0 or owner.ends_at(epoch):
                     owner.save(epoch, logs)
 
+            def on_train_batch_begin(self, batch: int, logs=None) -> None:
+                # last: the train function Keras calls next is the resumed fit's first step
+                if owner.resuming and owner.before_first_step is not None:
+                    before, owner.before_first_step = owner.before_first_step, None
+                    before()
+
         class FitStateFirst(keras.callbacks.Callback):
             pending = resume_from is not None
 
@@ -555,6 +568,11 @@ class FitCheckpoints:
                 owner.batches += 1
                 if batch == 0:
                     owner.note_first_batch(0)
+
+            def on_train_batch_end(self, batch: int, logs=None) -> None:
+                if owner.after_first_step is not None:
+                    after, owner.after_first_step = owner.after_first_step, None
+                    after()
 
             def on_test_batch_begin(self, batch: int, logs=None) -> None:
                 if batch == 0:

@@ -104,6 +104,7 @@ class Observer:
         existing = trace.read(run_dir)
         self.last_step = existing[-1]["step"] if existing else -1
         self.seconds = 0.0
+        self.not_bitwise: list[dict] = []  # a resumed fit's random ops whose state no checkpoint keeps
 
     # ------------------------------------------------------------ what was trained
     def note_model(self, model) -> None:
@@ -231,6 +232,7 @@ class Observer:
             "epochs": self.epochs,
             "optimizer_steps": self.steps() if self.trained() else 0,
             "session_variables": len(self.graph_variables) if self.session is not None else 0,
+            **({"resume_not_bitwise": self.not_bitwise} if self.not_bitwise else {}),
         }
 
 
@@ -380,6 +382,8 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
             f"its epoch {args['initial_epoch']}",
             flush=True,
         )
+        checkpoints.before_first_step = lambda: _probe_next_call(obs)
+        checkpoints.after_first_step = lambda: _probe_next_call(None)  # a step of no tf.function (run_eagerly)
     elif obs.resume and obs.fits < int(obs.resume.get("fit") or 0):
         resume_from = _fast_forward(obs, args)
     return checkpoints, checkpoints.keras_callbacks(keras, resume_from)
@@ -526,11 +530,38 @@ def _wrap_v1_apply(tf, obs: Observer) -> None:
     cls.apply_gradients = apply_gradients
 
 
+_probe = None  # (observer) whose next top-level tf.function call is a resumed fit's first step
+
+
+def _probe_next_call(obs: Observer | None) -> None:
+    global _probe
+    _probe = obs
+
+
+def _check_resumed_step(function, args: tuple, kwargs: dict, obs: Observer) -> None:
+    """A resumed fit's train function, traced now (the call that follows reuses the trace) and searched
+    for random ops whose state no checkpoint keeps (``seeding.stateful_random_ops``): said before the
+    step runs, and kept in the result (``resume_not_bitwise``)."""
+    from launcher.job.observe import seeding
+
+    try:
+        found = seeding.stateful_random_ops(function.get_concrete_function(*args, **kwargs).graph)
+    except Exception:  # noqa: BLE001 - a function we cannot trace apart: its own call says what is wrong
+        return
+    if found:
+        obs.not_bitwise = found
+        print(seeding.not_bitwise_note(found), flush=True)
+
+
 def _wrap_function_call(function_class, tf, obs: Observer) -> None:
     original = function_class.__call__
 
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
+        global _probe
+        if _probe is not None:  # the resumed fit's first step: before it runs
+            probed, _probe = _probe, None
+            _check_resumed_step(self, args, kwargs, probed)
         with interrupts.deferred():  # a training step: a Ctrl-C stops the job after it
             result = original(self, *args, **kwargs)
         if obs.optimizers and not obs.in_fit and tf.executing_eagerly():

@@ -133,6 +133,8 @@ def merge_job_facts(fp: dict, facts: dict, container: dict | None = None) -> dic
     out["code"]["launcher_modules"] = facts.get("launcher_modules")
     out["environment_read"] = facts.get("environment_read")
     out["observation"] = facts.get("observation")  # how completely the job's reads were seen: not keyed
+    if facts.get("cluster") is not None:  # a multi-worker job: what its strategy used (the run's: workers.settle)
+        out["cluster"] = facts["cluster"]
     # The CPU the job's own instructions saw (CPUID: the emulated one under qemu-user, where
     # /proc/cpuinfo is the host's): for reading, not keyed; hardware.cpu is what is keyed.
     out["hardware"]["cpu_seen_by_job"] = facts.get("cpu_seen")

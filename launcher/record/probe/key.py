@@ -82,6 +82,8 @@ def differing(diffs: list[tuple[str, object, object]]) -> str:
 def launcher_modules_changed(diffs: list[tuple[str, object, object]]) -> str | None:
     """Words for a refusal whose differences include the launcher's own in-job code, or None."""
     mods = [d[0].removeprefix("code.launcher.") for d in diffs if d[0].startswith("code.launcher.")]
+    if any(d[0] == "cluster.workers" for d in diffs):  # imported only by a job of many workers: the count says it
+        mods = [m for m in mods if m != CLUSTER_MODULE]
     if not mods:
         return None
     shown = ", ".join(mods[:6]) + (f" and {len(mods) - 6} more" if len(mods) > 6 else "")
@@ -237,7 +239,36 @@ KEY: dict[str, Callable[[dict], object]] = {
     # checkout of the project reads "the same" files (_in_project); absolute outside it
     # (~/.keras/datasets, /data name the same place on another machine).
     "data": _since_schema_2(lambda fp: _in_project(fp.get("data") or {}, fp)),
+    # A multi-worker run (distribute.workers): how many workers, the collective implementation
+    # their strategy used (RING, AUTO, NCCL: the order of the all-reduce's sums), the worker order
+    # and each worker's hardware class (the chief's hardware is keyed above; another worker's
+    # decides its share of the bits too). A run without the part ran on one worker. Out: hosts
+    # and ports (where, not what), each worker's weights (results, compared, not keyed).
+    "cluster": lambda fp: _cluster(fp.get("cluster")),
 }
+SINGLE_WORKER = {"workers": 1}  # the cluster of every run that ran on one worker
+CLUSTER_MODULE = "launcher.job.cluster"  # the job's side of many workers
+
+
+def _cluster(part: dict | None) -> dict:
+    if not part:
+        return dict(SINGLE_WORKER)
+    return {
+        "workers": part.get("workers"),
+        "collective": part.get("collective"),
+        "order": part.get("order"),
+        "hardware": part.get("hardware"),
+    }
+
+
+HARDWARE_FIELDS = ("hardware.",)
+
+
+def hardware_class(fp: dict) -> str:
+    """A worker's hardware, as the key sees it (every ``hardware.*`` field of ``KEY``), in 16 hex
+    digits: two workers of one class run the same kernels."""
+    fields = {n: g(fp) for n, g in KEY.items() if n.startswith(HARDWARE_FIELDS)}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _in_project(named: dict | None, fp: dict) -> dict | None:

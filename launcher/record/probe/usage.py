@@ -92,6 +92,52 @@ def tool_caches(home: str, environ: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(dirs + ([environ["MPLCONFIGDIR"]] if environ.get("MPLCONFIGDIR") else []))
 
 
+# What a file the job read was to it (``origin``): its input, its own output, or both (it
+# was there before the job, which changed it: what it held before may have reached the job).
+INPUT, OUTPUT, BOTH = "input", "output", "input and output"
+# What the native watch saw done to a file (``launcher.job.observe.reads.natively_written``):
+# made or moved there by the job, written in place by it, or by another process.
+CREATED, WRITTEN, ANOTHER = "created", "written", "another process"
+
+
+def origin(
+    info: Mapping[str, object],
+    started_ns: int | None,
+    written: str | None = None,
+    birth: tuple[int, int] | None = None,
+    now: tuple | None = None,
+) -> str:
+    """Whether a file the job read is its ``INPUT``, its own ``OUTPUT``, or ``BOTH`` (pure).
+
+    ``info`` is its entry in the opened map (``stat`` at first read; ``written_first``;
+    ``written``: a Python write seen), ``written`` what the native watch saw done to it
+    (``CREATED``, ``WRITTEN``, ``ANOTHER``), ``birth`` the (inode, birth time) of the file at its
+    path now and ``now`` its stat now (``filecache.stat_key``), where known.
+
+    What the job read is its own output when the job wrote it: it made the file, or rewrote it
+    before reading it, through Python or natively (``SaveV2``, ``tf.io.write_file``, a C library,
+    rewriting in place what an earlier run left). Its input when it was there before the job
+    started (read before the job changed it: ``BOTH``, as an existing file Python wrote into in
+    place, appending, before reading it back), or was changed meanwhile only by another process.
+    A file made by the job that kept older times (a copy with ``cp -p``, an extracted archive)
+    is told by its birth. With no write seen, a file modified after the job started is its output.
+    """
+    if info.get("written_first"):  # made, or emptied, by the job's Python code before any read
+        return OUTPUT
+    first = info.get("stat")
+    if started_ns is None or not isinstance(first, tuple) or len(first) < 5:
+        return INPUT
+    born = birth[1] if birth is not None and now is not None and birth[0] == now[2] == first[2] else None
+    if first[4] < started_ns:  # what it read was there before the job started
+        made = born is not None and born >= started_ns and now == first and written != ANOTHER
+        return OUTPUT if made else INPUT
+    if written == ANOTHER and not info.get("written"):  # written meanwhile by another process only
+        return INPUT
+    if info.get("written") and (born is None or born < started_ns):
+        return BOTH  # an existing file the job's Python code wrote into (not replaced): what it held stays
+    return OUTPUT
+
+
 def data_files(
     opened: Mapping[str, dict],
     roots: Roots,
@@ -99,41 +145,73 @@ def data_files(
     code: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
     started_ns: int | None = None,
+    written: Mapping[str, str] | None = None,
+    born: Callable[[str], tuple[int, int] | None] | None = None,
 ) -> list[str]:
-    """The paths of ``opened`` (path -> {"read": bool, "written_first": bool, "stat"}) that are data.
+    """The paths of ``opened`` (path -> {"read": bool, "written_first": bool, "stat"}) that are data:
+    the files of ``read_files`` that were the job's input (``INPUT`` or ``BOTH``)."""
+    found = read_files(opened, roots, home, code, environ, started_ns, written, born)
+    return [path for path, kind in found.items() if kind != OUTPUT]
 
-    Out: files the job wrote before reading them (its own outputs), files that did not exist
-    when the job first tried to read them (``stat`` None: a cache a tool then wrote, such as
-    matplotlib's font list), files gone now unless they were there before ``started_ns``
-    (a checkpoint the job restored, then deleted: its input all the same), code and shared
-    libraries, the Python installation and its distributions, system directories (but
-    ``/run/user`` and ``/dev/shm``), tools' own caches (``tool_caches``, with ``environ``'s
-    XDG directories), the launcher's cache, the run directory, and ``IGNORED_NAMES``. Data
-    in ``~/.cache``, ``~/.config`` and ``/tmp`` counts like any other.
+
+def read_files(
+    opened: Mapping[str, dict],
+    roots: Roots,
+    home: str,
+    code: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+    started_ns: int | None = None,
+    written: Mapping[str, str] | None = None,
+    born: Callable[[str], tuple[int, int] | None] | None = None,
+) -> dict[str, str]:
+    """The paths of ``opened`` the job read that may be data, each with its ``origin``: the job's
+    input, its own output, or both (with ``written``, what the native watch saw done to each
+    real path, and ``born``, the (inode, birth time) of a path where the file system keeps one).
+
+    Out: files that did not exist when the job first tried to read them (``stat`` None: a cache
+    a tool then wrote, such as matplotlib's font list), files gone now unless they were there
+    before ``started_ns`` (a checkpoint the job restored, then deleted: its input all the same),
+    code and shared libraries, the Python installation and its distributions, system
+    directories (but ``/run/user`` and ``/dev/shm``), tools' own caches (``tool_caches``, with
+    ``environ``'s XDG directories), the launcher's cache, the run directory, and
+    ``IGNORED_NAMES``. Data in ``~/.cache``, ``~/.config`` and ``/tmp`` counts like any other.
     """
     code = set(code)
     caches = tool_caches(home, environ or {})
-    out = []
+    written = written or {}
+    out = {}
     for opened_as, info in sorted(opened.items()):
         if "\0" in opened_as:  # not a path any file can have (a probe's, a library's sentinel)
             continue
         path = os.path.realpath(opened_as)
-        if not info.get("read") or info.get("written_first") or path in code:
+        if not info.get("read") or path in code:
             continue
         if "stat" in info and info["stat"] is None:  # nothing there to read when the job looked
             continue
-        if path.endswith((".pyc", ".pyo", ".pth")) or _SHARED_LIBRARY.search(path):
-            continue
         if path.endswith(".py") and not info.get("source"):  # source read as text by the job's code is data
-            continue
-        if os.path.basename(path) in IGNORED_NAMES or METADATA.search(path):
             continue
         if not os.path.isfile(path) and (os.path.exists(path) or not _there_before(info.get("stat"), started_ns)):
             continue
-        if system_path(path) or under(path, (*caches, *roots.ignored)) or classify(path, roots) != "user":
+        if not _user_file(path, roots, caches):
             continue
-        out.append(opened_as)
+        how = written.get(path, written.get(opened_as))
+        first = info.get("stat")
+        later = started_ns is not None and isinstance(first, tuple) and len(first) > 4 and first[4] >= started_ns
+        # birth decides only a file written in place by Python, or made natively with older times
+        asks = info.get("written") if later else how == CREATED
+        birth = born(path) if born is not None and asks else None
+        out[opened_as] = origin(info, started_ns, how, birth, stat_key(path) if birth is not None else None)
     return out
+
+
+def _user_file(path: str, roots: Roots, caches: Iterable[str]) -> bool:
+    """Whether a real path may be data or the job's output: not code or a library, the Python
+    installation, a distribution's, the system's, a tool's cache, the run directory, ``IGNORED_NAMES``."""
+    if path.endswith((".pyc", ".pyo", ".pth")) or _SHARED_LIBRARY.search(path):
+        return False
+    if os.path.basename(path) in IGNORED_NAMES or METADATA.search(path):
+        return False
+    return not (system_path(path) or under(path, (*caches, *roots.ignored)) or classify(path, roots) != "user")
 
 
 # A run directory (named like index.RUN_NAME) holds these: what a listing finds inside one
@@ -270,7 +348,10 @@ class Observed:
     files of the other code (libraries, the standard library) that imported it
     (``launcher.job.observe.imports``): the import chain, along which a distribution imported only
     by a library's optional probe, and what that probe pulled in, is told apart from one a keyed
-    distribution needs (``distributions.keyed_distributions``).
+    distribution needs (``distributions.keyed_distributions``). ``written`` are the files the
+    native watch saw written or created, by real path (``CREATED``, ``WRITTEN``, ``ANOTHER``), and
+    ``born`` gives a path's (inode, birth time) where the file system keeps one: with them, a
+    file the job made and read back is its output, not its input (``origin``).
     """
 
     opened: Mapping[str, dict] = field(default_factory=dict)
@@ -285,6 +366,8 @@ class Observed:
     code_files: Iterable[str] = ()
     executed: Iterable[str] = ()
     importers: Mapping[str, Iterable[str]] | None = None
+    written: Mapping[str, str] = field(default_factory=dict)
+    born: Callable[[str], tuple[int, int] | None] | None = None
 
 
 @dataclass
@@ -320,7 +403,7 @@ def gather(seen: Observed, run_dir: str, launch_dir: str) -> dict:
         found = _imported(files, r, dists, hashes)
         _executed(found, files, seen, r, launch_dir, hashes)
         libraries = _libraries(maps_text, r, dists, hashes, found.used)
-        data = _data(opened, seen, r, {m["path"] for m in found.code.values()}, run_dir, launch_dir, hashes)
+        data, outputs = _data(opened, seen, r, {m["path"] for m in found.code.values()}, run_dir, launch_dir, hashes)
     distributions, probed = _keyed(found, seen, dists, r)
     return {
         "modules": found.code,
@@ -329,6 +412,7 @@ def gather(seen: Observed, run_dir: str, launch_dir: str) -> dict:
         "data": dict(sorted(data.items())),
         "launcher": dict(sorted(found.launcher.items())),
         "distributions_probed": probed,
+        "outputs": outputs,
     }
 
 
@@ -404,6 +488,9 @@ def _libraries(maps_text: str, r: Roots, dists: Installed, hashes: FileHashes, u
     return libraries
 
 
+MAX_OUTPUTS = 1000  # output files named in the record (a job may write many thousands)
+
+
 def _data(
     opened: Mapping[str, dict],
     seen: Observed,
@@ -412,35 +499,69 @@ def _data(
     run_dir: str,
     launch_dir: str,
     hashes: FileHashes,
-) -> dict[str, str]:
-    """Recorded name -> sha256 of each data file the job read (``data_files``: not ``code``) and of
-    every file below what it named as data itself (``explicit``); a file changed or deleted while
-    the job ran gets a value no other run can have."""
+) -> tuple[dict[str, str], dict]:
+    """Recorded name -> sha256 of each data file the job read (``read_files``: its input, not
+    ``code``) and of every file below what it named as data itself (``explicit``), a file changed
+    or deleted while the job ran with a value no other run can have; and the job's outputs seen
+    (``outputs``)."""
     data = {}
-    read = data_files(
+    found = read_files(
         opened,
         r,
         os.path.expanduser("~"),
         code=code | set(seen.code_files),
         environ=os.environ,
         started_ns=seen.started_ns,
+        written=seen.written,
+        born=seen.born,
     )
-    for opened_as in read:
+    names: dict[str, str] = {}
+    for opened_as, kind in found.items():
         path = os.path.realpath(opened_as)
+        named = names[opened_as] = display_name(
+            _as_named(opened_as, path, launch_dir), launch_dir, opened[opened_as].get("relative", True)
+        )
+        if kind == OUTPUT:
+            continue
         digest = hashes.sha256(path) or "unreadable"
-        if opened[opened_as].get("stat") != stat_key(opened_as):
+        if kind == BOTH or opened[opened_as].get("stat") != stat_key(opened_as):
             if opened[opened_as].get("child"):  # a file a child process was given and wrote: its output
+                found[opened_as] = OUTPUT
                 continue
             how = "changed" if os.path.exists(path) else "deleted"
             digest = f"{how} while the job ran ({os.path.basename(run_dir)})"
-        named = display_name(
-            _as_named(opened_as, path, launch_dir), launch_dir, opened[opened_as].get("relative", True)
-        )
+            found[opened_as] = BOTH if how == "changed" else INPUT  # one deleted is no output
         data[named] = digest
     for named, rel in _named(seen.explicit).items():
         for path in (f for f in _files_below(named) if not under(f, r.ignored)):
             data[display_name(path, launch_dir, rel)] = hashes.sha256(path) or "unreadable"
-    return data
+    return data, outputs(found, names, opened, seen.written, r, launch_dir)
+
+
+def outputs(
+    found: Mapping[str, str],
+    names: Mapping[str, str],
+    opened: Mapping[str, dict],
+    written: Mapping[str, str],
+    r: Roots,
+    launch_dir: str,
+) -> dict:
+    """The job's output files seen, for the record (never the key): recorded name -> ``OUTPUT``, or
+    ``BOTH`` for an input it changed. Those it read back (``found``, named as ``names``), and
+    those there now that it wrote through Python or natively in a watched directory; at most
+    ``MAX_OUTPUTS``, ``{"files": ..., "total": N}``."""
+    files = {names[p]: kind for p, kind in found.items() if kind != INPUT}
+    caches = tool_caches(os.path.expanduser("~"), os.environ)
+    made = [(p, info.get("relative", True)) for p, info in opened.items() if info.get("written")]
+    made += [(p, True) for p, how in written.items() if how in (CREATED, WRITTEN)]
+    for path, relative in made:
+        if path in found or "\0" in path:
+            continue
+        real = os.path.realpath(path)
+        if os.path.isfile(real) and _user_file(real, r, caches) and not _in_a_run(os.path.dirname(real)):
+            files.setdefault(display_name(_as_named(path, real, launch_dir), launch_dir, relative), OUTPUT)
+    _in_a_run.cache_clear()
+    return {"files": dict(sorted(files.items())[:MAX_OUTPUTS]), "total": len(files)}
 
 
 def _keyed(found: _Imported, seen: Observed, dists: Installed, r: Roots) -> tuple[dict, dict[str, str]]:
