@@ -73,7 +73,10 @@ def test_a_mixed_precision_fit_killed_after_epoch_2_resumes_identical(launch, tm
     resumed = record(run, work)
     for key in ("weights", "layers", "metrics", "trace", "history", "final"):
         assert resumed[key] == reference[key], key
-    assert _observed(run) == _observed(reference["run"])  # optimizer_steps: each step counted once
+    observed = _observed(run)
+    assert observed.pop("steps_restored") == 8  # epochs 1-2 of 4 steps, from the checkpoint
+    assert observed == _observed(reference["run"])  # optimizer_steps: each step counted once
+    assert "steps_restored" not in _observed(reference["run"])
     trained_only_after(done.stdout, 2, 3)
     assert WARNING not in done.stdout  # nothing of its train function escapes a checkpoint
     lines = done.stdout.splitlines()

@@ -11,7 +11,8 @@ the order an optimizer's variables are made in differs between a process that tr
 that resumes. ``checkpoint.json`` records each name's dtype and shape, and a restore that does
 not match names the variable (``ResumeError``: the resume leaves the run interrupted). It is
 written under a temporary name and renamed into place, so a checkpoint directory exists whole
-or not at all; a file damaged afterwards (a torn write on a lost node) is caught by its hash and the previous checkpoint is used.
+or not at all; a file damaged afterwards (a torn write on a lost node) is caught by its hash
+and the previous checkpoint is used.
 
 The example order needs no state: each epoch's order is a pure function of
 (seed, epoch) (``tasks.mnist.epoch_order``). Pruning keeps the newest ``keep`` and, for an

@@ -105,6 +105,7 @@ class Observer:
         self.last_step = existing[-1]["step"] if existing else -1
         self.seconds = 0.0
         self.not_bitwise: list[dict] = []  # a resumed fit's random ops whose state no checkpoint keeps
+        self.steps_restored: int | None = None  # a resumed run's optimizer steps its checkpoint brought
 
     # ------------------------------------------------------------ what was trained
     def note_model(self, model) -> None:
@@ -232,6 +233,7 @@ class Observer:
             "epochs": self.epochs,
             "optimizer_steps": self.steps() if self.trained() else 0,
             "session_variables": len(self.graph_variables) if self.session is not None else 0,
+            **({"steps_restored": self.steps_restored} if self.steps_restored is not None else {}),
             **({"resume_not_bitwise": self.not_bitwise} if self.not_bitwise else {}),
         }
 
@@ -382,7 +384,7 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
             f"its epoch {args['initial_epoch']}",
             flush=True,
         )
-        checkpoints.before_first_step = lambda: _probe_next_call(obs)
+        checkpoints.before_first_step = lambda: _resumed_step(obs, model)
         checkpoints.after_first_step = lambda: _probe_next_call(None)  # a step of no tf.function (run_eagerly)
     elif obs.resume and obs.fits < int(obs.resume.get("fit") or 0):
         resume_from = _fast_forward(obs, args)
@@ -531,6 +533,16 @@ def _wrap_v1_apply(tf, obs: Observer) -> None:
 
 
 _probe = None  # (observer) whose next top-level tf.function call is a resumed fit's first step
+
+
+def _resumed_step(obs: Observer, model) -> None:
+    """As a resumed fit's first step begins, its state restored: the optimizer steps the checkpoint
+    brought (``steps_restored``: of ``optimizer_steps``, the steps an earlier process ran), then the
+    probe of its train function."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and getattr(optimizer, "iterations", None) is not None:
+        obs.steps_restored = int(_value(optimizer.iterations))
+    _probe_next_call(obs)
 
 
 def _probe_next_call(obs: Observer | None) -> None:
