@@ -88,7 +88,7 @@ def documented_recipe() -> tuple[list[str], list[str]]:
     return pack, recipe
 
 
-@pytest.mark.long(seconds=240)
+@pytest.mark.long(seconds=180)
 def test_the_documented_recipe_replays_a_matplotlib_script_and_a_notebook_reproduced_in_one_offline_venv(
     launch, tmp_path
 ):

@@ -56,9 +56,10 @@ def test_strict_vae_replays_under_cpu_load_are_reproduced_every_time(launch, sto
         "kl_loss",
     }
     assert [step for step, _ in _trace_weights(original)] == [0, 3, 6]
-    for attempt in range(1, 4):
-        # Two busy loops beside the replay: the divergence was first seen on a busy machine.
-        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    for attempt in range(1, 3):
+        # A busy loop beside the replay: the divergence was first seen on a busy machine (it is decided
+        # per process, not by the load, so two replays and one loop keep the suite's other worker going).
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(1)]
         try:
             before = set(store.iterdir())
             replayed = launch("replay", original)
