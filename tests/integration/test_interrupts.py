@@ -255,8 +255,8 @@ STRESS_WINDOW_S = 8.0  # the moments: uniform over the job's first seconds (Tens
 
 @pytest.mark.long(seconds=55)
 def test_stress_interrupts_at_random_moments_always_end_interrupted(mnist_npz, tmp_path):
-    """12 real training launches (``LAUNCH_STRESS_LAUNCHES``), each interrupted at a random moment after its job started:
-    every one ends INTERRUPTED with exit code 130, status.json ``interrupted``, no traceback,
+    """12 real training launches (``LAUNCH_STRESS_LAUNCHES``), each interrupted at a random moment
+    after its job started: every one ends INTERRUPTED with exit code 130, status.json ``interrupted``, no traceback,
     no job left behind, and the resume hint exactly when the run can be resumed."""
     from launcher.errors import LauncherError
     from launcher.run import resume
