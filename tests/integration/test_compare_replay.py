@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,17 +12,9 @@ import numpy as np
 import pytest
 
 from launcher.record.probe import fingerprint
-from tests.conftest import TINY, copy_store, is_run, q, run_dir_of, verdict_of
+from tests.conftest import NPZ, REPO, START_ENV, TINY, build_once, copy_store, is_run, q, run_dir_of, verdict_of
 
 pytestmark = pytest.mark.slow
-
-
-def _run(launch, store, npz, *overrides) -> Path:
-    before = set(store.iterdir())
-    done = launch(f"train.data={npz}", f"store.root={store}", *TINY, *overrides)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (new,) = [p for p in set(store.iterdir()) - before if is_run(p)]
-    return new
 
 
 def _verdict(stdout: str) -> str:
@@ -31,15 +24,12 @@ def _verdict(stdout: str) -> str:
 
 
 @pytest.fixture
-def two_threads_runs(launch, tiny_runs, mnist_npz, tmp_path):
+def two_threads_runs(tiny_runs, shared_root):
     """Two equal runs (shared, ``tiny_runs``: 1 intra-op thread, strict's default), and a third with
     another thread count and (a knob that changes the bits on any machine, after step 0) another
-    learning rate."""
+    learning rate (shared: one of the ``concurrent_tiny_runs``)."""
     a, b = (r["run"] for r in tiny_runs)
-    store = tmp_path / "store"
-    store.mkdir()
-    c = _run(launch, store, mnist_npz, "determinism.intra_op_threads=2", "train.learning_rate=0.002")
-    return a, b, c
+    return a, b, concurrent_tiny_runs(shared_root)["runs"]["threads"]
 
 
 @pytest.fixture
@@ -190,12 +180,14 @@ def test_a_fingerprint_schema_this_version_cannot_read(launch, tiny_runs, writab
     assert done.returncode == 5 and "schema 99" in done.stderr and "reads 1" in done.stderr
 
 
-def test_replay_reproduces_and_links_to_the_original(launch, store, mnist_npz):
-    original = _run(launch, store, mnist_npz, "+seed=3")
+def test_replay_reproduces_and_links_to_the_original(launch, concurrent_runs, tmp_path):
+    store = copy_store(concurrent_runs["store"], tmp_path / "store")  # the replay adds a run to it
+    original = store / concurrent_runs["runs"]["3"].name  # a TINY run of seed 3 (not the default 0)
+    before = {p for p in store.iterdir() if is_run(p)}
     done = launch("replay", original)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert _verdict(done.stdout) == "REPRODUCED"
-    replays = [p for p in store.iterdir() if is_run(p) and p != original]
+    replays = [p for p in store.iterdir() if is_run(p) and p not in before]
     (new,) = replays
     job = json.loads((new / "job.json").read_text())
     assert job["replay_of"] == original.name and job["replay"]["comparable"] is True
@@ -222,27 +214,67 @@ def test_replay_refuses_when_the_environment_differs(launch, tiny_runs, tmp_path
     assert ("forced: results are bitwise equal" if same else "forced: results differ") in forced.stdout
 
 
-def test_six_launches_at_once_all_appear_in_the_index(store, mnist_npz):
-    args = [f"train.data={mnist_npz}", f"store.root={store}", *TINY, "train.max_samples=100"]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "launcher", *args, f"+seed={i}"],
-            cwd=store,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(6)
-    ]
-    for p in procs:
-        assert p.wait(timeout=600) == 0, p.stderr.read()
+# Three launches started at once, by name: tiny_runs' config (TINY, seed 0) with these overrides.
+CONCURRENT = {
+    "1": ("+seed=1",),
+    "3": ("+seed=3",),
+    "threads": ("determinism.intra_op_threads=2", "train.learning_rate=0.002"),
+}
+
+
+def concurrent_tiny_runs(shared_root: Path) -> dict:
+    """The ``CONCURRENT`` launches, started at once into one store and trained once per session:
+    ``{"store", "runs": {NAME: run}}``. Three writers at once are enough to prove the index takes
+    concurrent writers (six proved no more), and each run is also one another test needs: the
+    seed-3 run is what ``test_replay_reproduces_and_links_to_the_original`` replays, ``threads``
+    the third run of ``two_threads_runs``, and the seed-1 run what test_foundation.py's
+    ``test_different_seeds_give_different_weights`` compares with ``tiny_runs``."""
+
+    def build(directory: Path) -> dict:
+        store = directory / "store"
+        store.mkdir()
+        args = [f"train.data={q(NPZ)}", f"store.root={q(store)}", *TINY]
+        paths = [str(REPO), *filter(None, START_ENV.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {**START_ENV, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}  # as run_launch's
+        for name in CONCURRENT:  # each its own working directory: a job watches its opens
+            (directory / f"cwd-{name}").mkdir()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "launcher", *args, *overrides],
+                cwd=directory / f"cwd-{name}",
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name, overrides in CONCURRENT.items()
+        ]
+        runs = {}
+        for name, p in zip(CONCURRENT, procs, strict=True):
+            out, err = p.communicate(timeout=600)
+            assert p.returncode == 0, out[-2000:] + err[-2000:]
+            runs[name] = str(run_dir_of(subprocess.CompletedProcess(p.args, 0, out, err)))
+        return {"store": str(store), "runs": runs}
+
+    built = build_once(shared_root, "concurrent-tiny", build)
+    return {"store": Path(built["store"]), "runs": {k: Path(v) for k, v in built["runs"].items()}}
+
+
+@pytest.fixture
+def concurrent_runs(shared_root) -> dict:
+    return concurrent_tiny_runs(shared_root)
+
+
+def test_launches_at_once_all_appear_in_the_index(concurrent_runs):
+    store = concurrent_runs["store"]
+    n = len(CONCURRENT)
     listing = subprocess.run(
         [sys.executable, "-m", "launcher", "runs", "--store", str(store)], capture_output=True, text=True, check=True
     ).stdout
-    assert listing.strip().endswith("6 run(s)")
-    assert listing.count(" complete ") == 6
+    assert listing.strip().endswith(f"{n} run(s)")
+    assert listing.count(" complete ") == n
     seeds = sorted(int(line.split()[4]) for line in listing.splitlines()[1:-1])
-    assert seeds == list(range(6))
+    assert seeds == [0, 1, 3]  # the threads run has tiny_runs' seed
     only_seed = subprocess.run(
         [sys.executable, "-m", "launcher", "runs", "--store", str(store), "--status", "failed"],
         capture_output=True,

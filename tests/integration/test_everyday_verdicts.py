@@ -1,5 +1,7 @@
 """True verdicts on everyday scripts (issue 26): each test runs an ordinary script, written
-for the test and not for the launcher, twice, and checks the verdict is the true one."""
+for the test and not for the launcher, twice, and checks the verdict is the true one. (Tests
+that ask different questions of one kind of script share its runs: ``reading_runs``,
+``plain_run``, ``exiting_run``.)"""
 
 from __future__ import annotations
 
@@ -16,11 +18,102 @@ from tests.conftest import DATA, is_run, q, run_dir_of
 
 pytestmark = pytest.mark.slow
 
-CACHED_DATA = """import os
+READS_ITS_INPUTS = """import os
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"  # too late: TensorFlow read it when it started
+import runpy
 import numpy as np
 import keras
 
+settings = runpy.run_path("settings.py")  # a config file that is Python, run rather than imported
+BATCH = 32
+exec(open("config/exp.py").read())  # nanoGPT's configurator: Python read as text, then run
+lr = float(os.environ.get("LR", str(settings["LR"])))  # hyperparameters from the environment win
+batch = int(os.getenv("BATCH_SIZE", str(BATCH)))
+token = os.environ.get("WANDB_API_KEY")  # read, never stored
 with np.load(os.path.expanduser("~/.cache/myproject/digits.npz")) as f:  # where download helpers keep data
+    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
+model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
+loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+model.compile(keras.optimizers.SGD(lr), loss, jit_compile=True)  # asked for: is it in effect?
+model.fit(x, y, epochs=1, batch_size=batch, verbose=0)
+"""
+SETTINGS = {"train.py": READS_ITS_INPUTS, "settings.py": "LR = 0.1\n", "config/exp.py": "BATCH = 64\n"}
+
+
+@pytest.fixture(scope="module")
+def reading_runs(tmp_path_factory) -> dict:
+    """``READS_ITS_INPUTS`` (settings run with ``runpy.run_path`` and ``exec``, hyperparameters
+    and a secret from the environment, data under ``~/.cache/<project>/``, settings made too
+    late) run in its project, beside the home that holds its data, not inside it: twice as it
+    is; once with settings.py edited; replayed (with LR changed, then as it ran, once its files
+    are gone); once with config/exp.py, the cached data, LR and BATCH_SIZE all changed. Made once
+    for the four tests below, each of which had its own script and runs: a compare names every
+    key field that differs, so the last run answers, against the first, for each of its changes."""
+    from tests.conftest import START_ENV, run_launch
+
+    root = tmp_path_factory.mktemp("reads")
+    home = root / "home"
+    (home / ".cache" / "myproject").mkdir(parents=True)
+    data = home / ".cache" / "myproject" / "digits.npz"
+    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", data)
+    project = root / "project"  # beside the home, not around it: the data lies outside the project
+    (project / "config").mkdir(parents=True)
+    store = root / "store"
+    base = {k: v for k, v in START_ENV.items() if k not in ("LR", "BATCH_SIZE")}  # BATCH_SIZE unset
+    env = {"HOME": str(home), "XDG_CACHE_HOME": "", "WANDB_API_KEY": "s3cr3t-value", "LR": "0.01"}
+
+    def write(**changed: str) -> None:
+        for name, text in {**SETTINGS, **changed}.items():
+            (project / name).write_text(text)
+
+    def launch(*args, cwd=project, **changed_env):
+        return run_launch(*args, cwd=cwd, base_env=base, env={**env, **changed_env})
+
+    def run(**changed_env) -> Path:
+        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", **changed_env))
+
+    def outcome(done) -> dict:
+        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+    write()
+    out = {"data": data, "data_sha": _sha(data), "exp_sha": _sha(project / "config" / "exp.py")}
+    out["a"], out["b"] = run(), run()
+    write(**{"settings.py": "LR = 0.01\n"})
+    out["settings"] = run()
+    write()
+    out["replay_lr"] = outcome(launch("replay", out["a"], cwd=None, LR="0.001"))
+    for written in SETTINGS:
+        (project / written).unlink()
+    out["replay"] = outcome(launch("replay", out["a"], cwd=None))
+    write(**{"config/exp.py": "BATCH = 32\n"})  # the data read as text, the data under the cache, and
+    with np.load(data) as f:
+        arrays = dict(f)
+    arrays["x_train"][0, 0, 0] += 1
+    np.savez(data, **arrays)
+    out["changed"] = run(LR="0.001", BATCH_SIZE="32")  # the environment: each is named against "a"
+    return out
+
+
+@pytest.mark.long(seconds=85)
+def test_data_under_the_users_cache_is_in_the_key(launch, reading_runs):
+    """A data set under ~/.cache/<project>/ changed between two runs: REFUSED naming it, not
+    DIFFERENT; the tools' own caches there (matplotlib's font list) never count."""
+    a, b, data = reading_runs["a"], reading_runs["b"], reading_runs["data"]
+    assert json.loads((a / "fingerprint.json").read_text())["data"] == {
+        str(data): reading_runs["data_sha"],
+        "config/exp.py": reading_runs["exp_sha"],  # read as text by exec (test_a_settings_file_run_...)
+    }
+    same = launch("compare", a, b)
+    assert same.returncode == 0 and same.stdout.startswith("IDENTICAL"), same.stdout
+    refused = launch("compare", a, reading_runs["changed"])  # config/exp.py, LR, BATCH_SIZE too
+    assert refused.returncode == 3 and f"data.{data}" in refused.stdout, refused.stdout
+
+
+PLAIN = """import os
+import numpy as np
+import keras
+
+with np.load("digits.npz") as f:
     x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
 model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
 model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -28,43 +121,9 @@ model.fit(x, y, epochs=1, batch_size=64, verbose=0)
 """
 
 
-def test_data_under_the_users_cache_is_in_the_key(launch, tmp_path):
-    """A data set under ~/.cache/<project>/ changed between two runs: REFUSED naming it, not
-    DIFFERENT; the tools' own caches there (matplotlib's font list) never count."""
-    home = tmp_path / "home"
-    (home / ".cache" / "myproject").mkdir(parents=True)
-    data = home / ".cache" / "myproject" / "digits.npz"
-    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", data)
-    project = tmp_path / "project"  # beside the home, not around it: the data lies outside the project
-    project.mkdir()
-    (project / "train.py").write_text(CACHED_DATA)
-    env = {"HOME": str(home), "XDG_CACHE_HOME": ""}
-    store = tmp_path / "store"
-
-    def run():
-        return run_dir_of(
-            launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=project, env=env)
-        )
-
-    a, b = run(), run()
-    assert json.loads((a / "fingerprint.json").read_text())["data"] == {str(data): _sha(data)}
-    same = launch("compare", a, b)
-    assert same.returncode == 0 and same.stdout.startswith("IDENTICAL"), same.stdout
-    with np.load(data) as f:
-        arrays = dict(f)
-    arrays["x_train"][0, 0, 0] += 1
-    np.savez(data, **arrays)
-    c = run()
-    refused = launch("compare", a, c)
-    assert refused.returncode == 3 and f"data.{data}" in refused.stdout, refused.stdout
-
-
-PLAIN = CACHED_DATA.replace('os.path.expanduser("~/.cache/myproject/digits.npz")', '"digits.npz"')
-
-
 @pytest.fixture(scope="session")
 def plain_run(shared_root) -> Path:
-    """``plain.py`` (CACHED_DATA reading ``digits.npz`` beside it) run once in its project
+    """``plain.py`` (``PLAIN``: a Keras fit on ``digits.npz`` beside it) run once in its project
     directory, the run alone in its store (shared by the tests of this module)."""
     from tests.conftest import START_ENV, build_once, run_launch
 
@@ -174,81 +233,66 @@ def test_outputs_with_times_in_them_are_compared_by_what_they_mean(launch, tmp_p
     assert "determinism bug" not in differ.stdout
 
 
-READS_ENV = """import os
-import numpy as np
-import keras
-
-lr = float(os.environ.get("LR", "0.01"))
-batch = int(os.getenv("BATCH_SIZE", "64"))
-token = os.environ.get("WANDB_API_KEY")  # read, never stored
-with np.load("digits.npz") as f:
-    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
-model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
-model.compile(keras.optimizers.SGD(lr), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(x, y, epochs=1, batch_size=batch, verbose=0)
-"""
-
-
-def test_hyperparameters_from_the_environment_are_in_the_key(launch, tmp_path):
+@pytest.mark.long(seconds=85)
+def test_hyperparameters_from_the_environment_are_in_the_key(launch, reading_runs):
     """LR=0.001 vs LR=0.01, and BATCH_SIZE unset vs 32, read with os.environ/os.getenv: REFUSED,
     naming the variable, never DIFFERENT; a secret's value is never stored."""
-    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
-    (tmp_path / "train.py").write_text(READS_ENV)
-    store = tmp_path / "store"
-
-    def run(**env):
-        base = {"LR": "", "BATCH_SIZE": "", "WANDB_API_KEY": "s3cr3t-value"}
-        done = launch(
-            "train=script",
-            "train.script=train.py",
-            f"store.root={q(store)}",
-            cwd=tmp_path,
-            env={k: v for k, v in {**base, **env}.items() if v},
-        )
-        return run_dir_of(done)
-
-    env_unset = {k: v for k, v in os.environ.items() if k not in ("LR", "BATCH_SIZE")}
-    os_environ = os.environ.copy()
-    try:
-        os.environ.clear()
-        os.environ.update(env_unset)
-        a = run(LR="0.01")
-        b = run(LR="0.01")
-        c = run(LR="0.001")
-        d = run(LR="0.01", BATCH_SIZE="32")
-    finally:
-        os.environ.clear()
-        os.environ.update(os_environ)
+    a = reading_runs["a"]
     read = json.loads((a / "fingerprint.json").read_text())["environment_read"]
     assert read["LR"] == "0.01" and read["BATCH_SIZE"] is None
     assert read["WANDB_API_KEY"].startswith("sha256:")
     assert "s3cr3t-value" not in (a / "fingerprint.json").read_text()
-    assert launch("compare", a, b).returncode == 0
-    lr = launch("compare", a, c)
-    assert lr.returncode == 3 and "environment_read.LR" in lr.stdout, lr.stdout
-    batch = launch("compare", a, d)
-    assert batch.returncode == 3 and "environment_read.BATCH_SIZE" in batch.stdout, batch.stdout
-    replay = launch("replay", a, env={"LR": "0.001"})  # checked before it runs: the job would read 0.001
-    assert replay.returncode == 3 and "environment_read.LR" in replay.stdout, replay.stdout
+    assert launch("compare", a, reading_runs["b"]).returncode == 0
+    refused = launch("compare", a, reading_runs["changed"])  # LR=0.001, BATCH_SIZE=32 (and the data): each named
+    assert refused.returncode == 3 and "environment_read.LR" in refused.stdout, refused.stdout
+    assert "environment_read.BATCH_SIZE" in refused.stdout, refused.stdout
+    replay = reading_runs["replay_lr"]  # with LR=0.001: checked before it runs, the job would read 0.001
+    assert replay["returncode"] == 3 and "environment_read.LR" in replay["stdout"], replay["stdout"]
+
+
+@pytest.mark.long(seconds=85)
+def test_a_settings_file_run_with_run_path_is_code_in_the_key_and_kept(launch, reading_runs):
+    """``runpy.run_path("settings.py")`` runs a file without importing it, and
+    ``exec(open("config/exp.py").read())`` reads one as text: an edit of either is REFUSED by
+    name (each was a false "determinism bug"), and a replay after they are gone runs the kept copies."""
+    a = reading_runs["a"]
+    refused = launch("compare", a, reading_runs["settings"])
+    assert refused.returncode == 3 and "code.modules.exec:settings.py" in refused.stdout, refused.stdout
+    refused = launch("compare", a, reading_runs["changed"])  # the cached data, LR, BATCH_SIZE too
+    assert refused.returncode == 3 and "data.config/exp.py" in refused.stdout, refused.stdout
+    assert "code.modules.exec:settings.py" not in refused.stdout
+    replay = reading_runs["replay"]  # settings.py, train.py and config/exp.py deleted first
+    assert replay["returncode"] == 0 and "REPRODUCED" in replay["stdout"], (
+        replay["stdout"][-3000:] + replay["stderr"][-2000:]
+    )
 
 
 SEEDS_ITSELF = """import keras
-import numpy as np
+import tensorflow as tf
 
 keras.utils.set_random_seed(42)  # as many tutorials do
-with np.load("digits.npz") as f:
-    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
-model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dropout(0.5),
-                          keras.layers.Dense(10)])
+ds = tf.data.experimental.CsvDataset("train.csv", [tf.float32] * 4 + [tf.int32], header=True)  # read natively
+ds = ds.map(lambda a, b, c, d, label: (tf.stack([a, b, c, d]), label)).shuffle(64).batch(16)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dropout(0.5), keras.layers.Dense(2)])
 model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(x, y, epochs=1, batch_size=64, verbose=0, shuffle=True)
+model.fit(ds, epochs=1, verbose=0)
 """
 
 
 def test_a_script_that_seeds_itself_is_named_and_the_sweep_says_so(launch, tmp_path):
     """keras.utils.set_random_seed(42) in the script, swept over two seeds: one weight hash,
-    and the sweep says the seed did not reach the jobs, naming the call; each run records it."""
-    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
+    and the sweep says the seed did not reach the jobs, naming the call; each run records it.
+
+    Its data is read as the "Load CSV data" tutorial's ``CsvDataset`` does: TensorFlow opens
+    ``train.csv`` itself, seen only by the OS-level watch. A sweep's job runs in the sweep's
+    laid-out code, which links to the data (inotify reports an open in the link target's
+    directory), and a replay runs in a snapshot laid out inside the store: the file is data in
+    both, never a gap that a changed file would turn into a false DIFFERENT or a replay into NOT
+    COMPARABLE. (One sweep for both questions: each was a sweep of this kind of script.)"""
+    rows = np.random.default_rng(0).random((64, 4)).round(3)
+    (tmp_path / "train.csv").write_text(
+        "a,b,c,d,label\n" + "".join(",".join(map(str, r)) + f",{int(r.sum() > 2)}\n" for r in rows)
+    )
     (tmp_path / "train.py").write_text(SEEDS_ITSELF)
     store = tmp_path / "store"
     done = launch(
@@ -257,21 +301,55 @@ def test_a_script_that_seeds_itself_is_named_and_the_sweep_says_so(launch, tmp_p
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "2 seeds gave 1 distinct weight hash(es): the seed did not reach the jobs" in done.stdout, done.stdout
     assert "keras.utils.set_random_seed(42) at train.py:4" in done.stdout
-    run = next(p for p in store.iterdir() if (p / "manifest.json").exists())
+    run = next(p for p in store.iterdir() if is_run(p))
+    assert (run / "manifest.json").exists()
     fp = json.loads((run / "fingerprint.json").read_text())
     assert fp["determinism"]["seeds_set_by_job"] == [
         {"call": "keras.utils.set_random_seed", "value": 42, "where": "train.py:4"}
     ]
     assert "the job seeds itself" in (run / "log.txt").read_text()
+    assert fp["data"] == {"train.csv": _sha(tmp_path / "train.csv")}
+    (tmp_path / "train.csv").unlink()
+    (tmp_path / "train.py").unlink()
+    replay = launch("replay", run)
+    assert replay.returncode == 0 and "REPRODUCED" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
 
 
-def test_a_job_that_ends_with_os_exit_keeps_what_it_trained(launch, tmp_path, plain_run):
+USES_MATPLOTLIB_THEN_EXITS = (
+    "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.figure()\n"
+    + PLAIN
+    + "os._exit(0)\n"
+)
+
+
+@pytest.fixture(scope="session")
+def exiting_run(shared_root) -> Path:
+    """``USES_MATPLOTLIB_THEN_EXITS`` (``PLAIN`` that draws with matplotlib first and ends with
+    ``os._exit(0)``) run once in its project directory, alone in its store: the run of both tests
+    below, each of which asks the shared ``plain_run`` about one of its two differences."""
+    from tests.conftest import START_ENV, build_once, run_launch
+
+    def build(directory: Path) -> dict:
+        project = directory / "project"
+        project.mkdir()
+        shutil.copy(DATA / "mnist-small" / "mnist-small.npz", project / "digits.npz")
+        (project / "train.py").write_text(USES_MATPLOTLIB_THEN_EXITS)
+        done = run_launch(
+            "train=script",
+            "train.script=train.py",
+            f"store.root={q(directory / 'store')}",
+            cwd=project,
+            base_env=START_ENV,
+        )
+        return {"run": str(run_dir_of(done))}
+
+    return Path(build_once(shared_root, "everyday-matplotlib-exit", build)["run"])
+
+
+def test_a_job_that_ends_with_os_exit_keeps_what_it_trained(exiting_run, plain_run):
     """Some scripts end with os._exit(0) after training (to skip a slow or crashing teardown):
     the run is sealed with the weights and metrics observed before it."""
-    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
-    (tmp_path / "train.py").write_text(PLAIN + "os._exit(0)\n")
-    store = tmp_path / "store"
-    a = run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
+    a = exiting_run  # PLAIN, drawing a figure first, then os._exit(0) (shared)
     b = plain_run  # the same script without os._exit (shared)
     ra, rb = (json.loads((r / "result.json").read_text()) for r in (a, b))
     assert ra["weights_sha256"] == rb["weights_sha256"] and ra["final_metrics"] == rb["final_metrics"]
@@ -292,23 +370,22 @@ model.fit(x[order], y[order], epochs=1, batch_size=64, verbose=0, shuffle=False)
 
 
 def test_an_unseeded_generator_is_named_as_the_likely_cause(launch, tmp_path):
+    """An unseeded generator: ``launch audit`` finds its repeats differ, so it stops there, judges
+    no knob, and names the generator; ``launch compare`` of those two repeats (ordinary runs of
+    the script, in its store) says DIFFERENT and names it too."""
     shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
     (tmp_path / "train.py").write_text(UNSEEDED)
     store = tmp_path / "store"
-    a, b = (
-        run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
-        for _ in range(2)
-    )
-    done = launch("compare", a, b)
-    assert done.returncode == 1 and "DIFFERENT" in done.stdout, done.stdout
-    assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in done.stdout
-    # The audit: repeats differ, so it stops there, judges no knob, and names the generator.
     audit = launch("audit", "train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path)
     assert audit.returncode == 1 and "NOT STABLE" in audit.stdout, audit.stdout[-3000:]
     verdict = audit.stdout[audit.stdout.index("VERDICT") :]
     assert "must pin" not in verdict and "free here" not in verdict, verdict
     assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in verdict
-    assert len([p for p in store.iterdir() if p.name[0].isdigit()]) == 4  # two runs above, two repeats
+    repeats = sorted(p for p in store.iterdir() if p.name[0].isdigit())
+    assert len(repeats) == 2, repeats  # the two repeats, and no knob's run after them
+    done = launch("compare", *repeats)
+    assert done.returncode == 1 and "DIFFERENT" in done.stdout, done.stdout
+    assert "likely cause: a generator made without a seed: np.random.default_rng() at train.py:4" in done.stdout
 
 
 SETS_ITS_THREADS = """import numpy as np
@@ -343,42 +420,24 @@ def test_the_audit_says_a_knob_the_job_sets_itself_is_set_by_the_job_never_free(
     assert "free here" not in verdict and "must pin" not in verdict, verdict
 
 
-def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(launch, tmp_path, plain_run):
+def test_packages_are_keyed_by_use_not_by_a_librarys_optional_probe(exiting_run, plain_run):
     """Keras imports matplotlib (as it does pandas and scikit-learn) when it is installed; a
     script that never uses it does not key it (a later `pip install` of the launcher's `plot`
     extra refuses no earlier run); one that draws with it does."""
-    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
-    (tmp_path / "uses_matplotlib.py").write_text(
-        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.figure()\n" + PLAIN
-    )
-    store = tmp_path / "store"
     a = plain_run  # never uses matplotlib (shared)
-    b = run_dir_of(launch("train=script", "train.script=uses_matplotlib.py", f"store.root={q(store)}", cwd=tmp_path))
+    b = exiting_run  # draws a figure with it (then ends with os._exit(0); shared)
     sa, sb = (json.loads((r / "fingerprint.json").read_text())["software"] for r in (a, b))
     assert "matplotlib" not in sa["distributions"] and "matplotlib" in sa["distributions_probed"]
     assert "matplotlib" in sb["distributions"] and "numpy" in sb["distributions"]
     assert "tensorflow-cpu" in sa["distributions"] or "tensorflow" in sa["distributions"]
 
 
-SETS_TOO_LATE = """import os
-os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"  # too late: TensorFlow read it when it started
-import numpy as np
-import keras
-
-with np.load("digits.npz") as f:
-    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
-model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
-model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
-model.fit(x, y, epochs=1, batch_size=64, verbose=0)
-"""
-
-
-def test_settings_the_script_makes_without_effect_are_recorded_as_they_ran(launch, tmp_path):
-    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
-    (tmp_path / "train.py").write_text(SETS_TOO_LATE)
-    run = run_dir_of(
-        launch("train=script", "train.script=train.py", f"store.root={q(tmp_path / 'store')}", cwd=tmp_path)
-    )
+@pytest.mark.long(seconds=85)
+def test_settings_the_script_makes_without_effect_are_recorded_as_they_ran(reading_runs):
+    """``READS_ITS_INPUTS`` sets TF_ENABLE_ONEDNN_OPTS=0 after TensorFlow read it, and asks Keras
+    for jit_compile=True: each is recorded as it ran (the variable as read, jit not in effect)
+    beside what the script asked for, and logged."""
+    run = reading_runs["a"]
     det = json.loads((run / "fingerprint.json").read_text())["determinism"]
     assert det["env"]["TF_ENABLE_ONEDNN_OPTS"] == "1" and det["set_too_late_by_job"] == {"TF_ENABLE_ONEDNN_OPTS": "0"}
     ((name, jit),) = det["jit_compile"].items()
@@ -439,7 +498,7 @@ def _write_csv(path: Path, x: np.ndarray, y: np.ndarray) -> None:
     path.write_text(_csv(x, y))
 
 
-@pytest.mark.long(seconds=101)
+@pytest.mark.long(seconds=70)
 def test_data_a_child_process_reads_is_in_the_key_and_what_it_hides_is_never_called_a_bug(launch, tmp_path):
     """``subprocess.check_output(["zcat", "digits.csv.gz"])``: the file it names is data (a
     changed one is REFUSED by name). A program that reads a file it names itself is recorded,
@@ -475,10 +534,10 @@ def test_data_a_child_process_reads_is_in_the_key_and_what_it_hides_is_never_cal
     x2 = x.copy()
     x2[0, 14, 14] = 255 - x2[0, 14, 14]
     (tmp_path / "digits.csv.gz").write_bytes(gzip.compress(_csv(x2, y).encode(), mtime=0))
-    refused = launch("compare", a, run())
+    c = run(str(hidden))  # and reads through a program that names its file itself
+    refused = launch("compare", a, c)  # train.args differ too: a compare names every key field that differs
     assert refused.returncode == 3 and "data.digits.csv.gz" in refused.stdout, refused.stdout
 
-    c = run(str(hidden))
     _write_csv(hidden / "digits.csv", x2, y)
     d = run(str(hidden))
     unseen = launch("compare", c, d)
@@ -509,13 +568,13 @@ def test_files_read_natively_by_names_from_an_index_are_in_the_key(launch, tmp_p
     CSV in a directory outside the project: every image is data, and one changed image is
     REFUSED by name (the OS-level watch beside the index, ``launcher.job.observe.fswatch``). A file
     another process reads there meanwhile is not the job's."""
-    import tensorflow as tf
+    from PIL import Image  # Pillow comes with matplotlib, a test extra (TensorFlow's import is the job's)
 
     data = tmp_path / "shared data"
     (data / "images").mkdir(parents=True)
     x, y = _digits(48)
     for i in range(len(x)):
-        tf.io.write_file(str(data / "images" / f"{i}.png"), tf.io.encode_png(x[i][..., None]))
+        Image.fromarray(x[i]).save(data / "images" / f"{i}.png")
     (data / "index.csv").write_text("file,label\n" + "".join(f"images/{i}.png,{int(y[i])}\n" for i in range(len(x))))
     project = tmp_path / "project"
     project.mkdir()
@@ -566,87 +625,9 @@ def test_files_read_natively_by_names_from_an_index_are_in_the_key(launch, tmp_p
     (data / "other" / "notes.txt").unlink()
     (project / "trained").unlink()
     x[7, 10, 10] = 255 - x[7, 10, 10]
-    tf.io.write_file(str(data / "images" / "7.png"), tf.io.encode_png(x[7][..., None]))
+    Image.fromarray(x[7]).save(data / "images" / "7.png")
     refused = launch("compare", a, run())
     assert refused.returncode == 3 and f"data.{data / 'images' / '7.png'}" in refused.stdout, refused.stdout
-
-
-CSV_DATASET = """import tensorflow as tf
-
-ds = tf.data.experimental.CsvDataset("train.csv", [tf.float32] * 4 + [tf.int32], header=True)  # read natively
-ds = ds.map(lambda a, b, c, d, label: (tf.stack([a, b, c, d]), label)).batch(16)
-model = tf.keras.Sequential([tf.keras.layers.Input((4,)), tf.keras.layers.Dense(2)])
-model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(ds, epochs=1, verbose=0)
-"""
-
-
-def test_a_sweep_job_keys_data_read_natively_and_its_replay_reproduces(launch, tmp_path):
-    """The "Load CSV data" tutorial's ``CsvDataset``: TensorFlow opens ``train.csv`` itself, seen
-    only by the OS-level watch. A sweep's job runs in the sweep's laid-out code, which links
-    to the data (inotify reports an open in the link target's directory), and a replay runs in
-    a snapshot laid out inside the store: the file is data in both, never a gap that a
-    changed file would turn into a false DIFFERENT or a replay into NOT COMPARABLE."""
-    rows = np.random.default_rng(0).random((64, 4)).round(3)
-    (tmp_path / "train.csv").write_text(
-        "a,b,c,d,label\n" + "".join(",".join(map(str, r)) + f",{int(r.sum() > 2)}\n" for r in rows)
-    )
-    (tmp_path / "train.py").write_text(CSV_DATASET)
-    store = tmp_path / "store"
-    done = launch(
-        "-m", "train=script", "train.script=train.py", f"store.root={q(store)}", "+seed=range(1)", cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    job = next(p for p in store.iterdir() if is_run(p))
-    assert json.loads((job / "fingerprint.json").read_text())["data"] == {"train.csv": _sha(tmp_path / "train.csv")}
-    (tmp_path / "train.csv").unlink()
-    (tmp_path / "train.py").unlink()
-    replay = launch("replay", job)
-    assert replay.returncode == 0 and "REPRODUCED" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
-
-
-SETTINGS_BY_RUN_PATH = """import runpy
-import numpy as np
-import keras
-
-settings = runpy.run_path("settings.py")  # a config file that is Python, run rather than imported
-BATCH = 32
-exec(open("config/exp.py").read())  # nanoGPT's configurator: Python read as text, then run
-with np.load("digits.npz") as f:
-    x, y = f["x_train"][:256].astype("float32") / 255.0, f["y_train"][:256]
-model = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(10)])
-model.compile(keras.optimizers.SGD(settings["LR"]), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0)
-"""
-
-
-def test_a_settings_file_run_with_run_path_is_code_in_the_key_and_kept(launch, tmp_path):
-    """``runpy.run_path("settings.py")`` runs a file without importing it, and
-    ``exec(open("config/exp.py").read())`` reads one as text: an edit of either is REFUSED by
-    name (each was a false "determinism bug"), and a replay after they are gone runs the kept copies."""
-    shutil.copy(DATA / "mnist-small" / "mnist-small.npz", tmp_path / "digits.npz")
-    (tmp_path / "train.py").write_text(SETTINGS_BY_RUN_PATH)
-    (tmp_path / "settings.py").write_text("LR = 0.1\n")
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "exp.py").write_text("BATCH = 64\n")
-    store = tmp_path / "store"
-
-    def run():
-        return run_dir_of(launch("train=script", "train.script=train.py", f"store.root={q(store)}", cwd=tmp_path))
-
-    a = run()
-    (tmp_path / "settings.py").write_text("LR = 0.01\n")
-    refused = launch("compare", a, run())
-    assert refused.returncode == 3 and "code.modules.exec:settings.py" in refused.stdout, refused.stdout
-    (tmp_path / "settings.py").write_text("LR = 0.1\n")
-    (tmp_path / "config" / "exp.py").write_text("BATCH = 32\n")
-    refused = launch("compare", a, run())
-    assert refused.returncode == 3 and "data.config/exp.py" in refused.stdout, refused.stdout
-    assert "code.modules.exec:settings.py" not in refused.stdout
-    for written in ("settings.py", "train.py", "config/exp.py"):
-        (tmp_path / written).unlink()
-    replay = launch("replay", a)
-    assert replay.returncode == 0 and "REPRODUCED" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
 
 
 CHECKPOINT_MANAGER = """import numpy as np

@@ -1,9 +1,10 @@
 """Fault injection: what the user sees when the store, the launcher or the machine fails (issue 12).
 
-Each case injects one real fault (a damaged or deleted index, a SIGKILLed launcher, a
-SIGKILLed job process, a disk that fills during a checkpoint, a read-only store, an
+Each case injects one real fault (a damaged or deleted index, a SIGKILLed job process
+and a torn checkpoint, a disk that fills during a checkpoint, a read-only store, an
 empty cache) and checks three things: what the user sees is one line (never a
 traceback); nothing incomplete is sealed; nothing that was complete is lost.
+A SIGKILLed launcher (an abandoned run) is tested in test_resume.py, on the run it kills.
 The disk and read-only cases mount a small tmpfs and need root; elsewhere they are
 skipped with that reason.
 """
@@ -42,10 +43,6 @@ def _status(run: Path) -> dict:
 
 def _no_traceback(done: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr[-3000:]
-
-
-def _quick(store: Path, npz: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return run_launch(*STRICT, f"train.data={npz}", f"store.root={store}", *QUICK, *overrides, env=env)
 
 
 def _sealed_intact(run: Path) -> None:
@@ -160,13 +157,28 @@ def _resumed_to_reference(run: Path, reference: dict) -> subprocess.CompletedPro
 
 
 # ---------------------------------------------------------------- the index
+# The run a checkpoint_every/checkpoint_keep test needs (4 epochs of 3 steps, saved after
+# epochs 2 and 4, the newest kept): made by the corrupted index's test (was test_resume.py's).
+CHECKPOINT_EVERY_2_KEEP_1 = (
+    *STRICT,
+    "train.epochs=4",
+    "train.batch_size=100",
+    "train.max_samples=300",
+    "train.checkpoint_every=2",
+    "train.checkpoint_keep=1",
+)
+
+
 @pytest.mark.slow
-def test_a_corrupted_index_never_stops_a_run(tmp_path, one_run_store, mnist_npz):
+def test_a_corrupted_index_never_stops_a_run_and_checkpoint_every_and_keep(tmp_path, one_run_store, mnist_npz):
+    """A run into a store whose index is garbage completes, the index moved aside. That run
+    (``checkpoint_every=2``, ``checkpoint_keep=1``, 4 epochs) also checks those settings: saved after
+    epochs 2 and 4, and only the newest kept. (One run for what were two tests.)"""
     store = copy_store(one_run_store, tmp_path / "store")
     (first,) = _new_runs(store)
     garbage = b"\x00garbage, as a bad copy or a sync tool leaves it" * 200
     (store / "index.sqlite").write_bytes(garbage)
-    done = _quick(store, mnist_npz)
+    done = run_launch(*CHECKPOINT_EVERY_2_KEEP_1, f"train.data={mnist_npz}", f"store.root={store}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     _no_traceback(done)
     notes = [line for line in done.stderr.splitlines() if "index" in line]
@@ -179,6 +191,10 @@ def test_a_corrupted_index_never_stops_a_run(tmp_path, one_run_store, mnist_npz)
     listed = run_launch("runs", "--store", store)
     assert listed.returncode == 0 and listed.stderr == ""
     assert "2 run(s)" in listed.stdout and listed.stdout.count(" complete ") == 2
+    # checkpoint_every=2, checkpoint_keep=1 (was test_resume.py's test_checkpoint_every_and_keep)
+    assert len(json.loads((second / "result.json").read_text())["timings"]["checkpoint_s"]) == 2  # epochs 2 and 4
+    assert sorted(p.name for p in (second / "checkpoints").iterdir()) == ["epoch-000004"]  # only the newest kept
+    assert json.loads((second / "checkpoints" / "epoch-000004" / "checkpoint.json").read_text())["epoch"] == 4
 
 
 @pytest.mark.slow  # its store holds a trained run
@@ -198,31 +214,19 @@ def test_a_deleted_index_is_rebuilt_from_the_run_directories(tmp_path, one_run_s
 
 
 # ---------------------------------------------------------------- killed processes
-@pytest.mark.slow
-def test_a_sigkilled_launcher_leaves_an_abandoned_run_that_resumes(tmp_path, mnist_npz, reference):
-    store = tmp_path / "store"
-    proc = _start(store, mnist_npz)
-    run = _wait_for_checkpoint(store, proc)
-    os.kill(proc.pid, signal.SIGKILL)  # the launcher only; the job dies with it (PDEATHSIG)
-    proc.wait()
-    proc.stdout.close(), proc.stderr.close()
-    time.sleep(0.5)
-    assert _status(run)["state"] == "running" and not (run / "manifest.json").exists()
-    listed = run_launch("runs", "--store", store)
-    assert f"{run.name}" in listed.stdout and " abandoned " in listed.stdout, listed.stdout
-    refused = run_launch("compare", run, reference["run"])
-    assert refused.returncode == 4 and len(refused.stderr.strip().splitlines()) == 1
-    assert f"run {run.name} is not complete (state: abandoned: its launcher (pid {proc.pid} on " in refused.stderr
-    assert f"launch resume {run}" in refused.stderr
-    done = _resumed_to_reference(run, reference)
-    assert f"[launch] run {run.name} was abandoned: its launcher (pid {proc.pid} on " in done.stderr
+# A SIGKILLed launcher (its run abandoned, then resumed): test_resume.py's
+# test_a_killed_strict_run_is_abandoned_refused_elsewhere_and_resumes_to_the_same_bits, on its killed run.
 
 
 @pytest.mark.slow
-def test_a_sigkilled_job_process_ends_interrupted_and_resumes(tmp_path, mnist_npz, reference):
+def test_a_sigkilled_job_process_ends_interrupted_and_resumes_past_a_torn_checkpoint(tmp_path, mnist_npz, reference):
+    """The job process SIGKILLed after checkpoint 2: its launcher ends the run INTERRUPTED in one
+    line. Its newest checkpoint then torn mid-write (half its data file): the resume says so and
+    falls back to checkpoint 1, trains epochs 2-3 only, and ends on the uninterrupted run's bits.
+    (Was also test_resume.py's torn-checkpoint test: one killed run for both.)"""
     store = tmp_path / "store"
     proc = _start(store, mnist_npz)
-    run = _wait_for_checkpoint(store, proc)
+    run = _wait_for_checkpoint(store, proc, 2)
     os.kill(_job_pid(run), signal.SIGKILL)  # the job only; its launcher sees it die
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
@@ -232,7 +236,13 @@ def test_a_sigkilled_job_process_ends_interrupted_and_resumes(tmp_path, mnist_np
     )
     status = _status(run)
     assert status["state"] == "interrupted" and not (run / "manifest.json").exists()
-    _resumed_to_reference(run, reference)
+    newest = run / "checkpoints" / "epoch-000002"
+    data = next(newest.glob("state.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # torn mid-write
+    done = _resumed_to_reference(run, reference)
+    assert "checkpoint epoch-000002 is incomplete" in done.stderr and "falling back" in done.stderr  # a note: stderr
+    assert json.loads((run / "result.json").read_text())["resumed_from_epoch"] == 1
+    trained_only_after(done.stdout, 1, 3)
 
 
 # ---------------------------------------------------------------- the disk, the store

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from launcher.errors import ExitCode
-from tests.conftest import QUICK, quick_run
+from tests.conftest import QUICK, TINY, quick_run
+from tests.integration.test_compare_replay import concurrent_tiny_runs
 
 pytestmark = pytest.mark.slow
 
@@ -45,17 +46,17 @@ def test_strict_run_twice_gives_identical_weights(tiny_runs):
         assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == 0
 
 
-def test_different_seeds_give_different_weights(launch, store, mnist_npz, tiny_runs):
-    quick_run(launch, store, mnist_npz, "+seed=1", "train.max_samples=300")  # tiny_runs' config, another seed
-    (a,), b = _runs(store), tiny_runs[0]["run"]
+def test_different_seeds_give_different_weights(shared_root, tiny_runs):
+    # tiny_runs' config with seed 1: a run test_compare_replay.py launches beside two others, shared.
+    a, b = concurrent_tiny_runs(shared_root)["runs"]["1"], tiny_runs[0]["run"]
     assert yaml.safe_load((a / "config.yaml").read_text())["seed"] == 1
     assert yaml.safe_load((b / "config.yaml").read_text())["seed"] == 0
     assert _json(a / "result.json")["weights_sha256"] != _json(b / "result.json")["weights_sha256"]
 
 
 def test_off_runs_record_their_drawn_seed(launch, store, mnist_npz):
-    quick_run(launch, store, mnist_npz, "determinism=off")
-    quick_run(launch, store, mnist_npz, "determinism=off")
+    for _ in range(2):  # TINY: 3 steps (the seed is drawn before the first)
+        quick_run(launch, store, mnist_npz, "determinism=off", "train.max_samples=300")
     seeds = []
     for run in _runs(store):
         seed = yaml.safe_load((run / "config.yaml").read_text())["seed"]
@@ -228,7 +229,7 @@ def test_data_that_is_not_mnist_fails_the_run_cleanly(launch, store, tmp_path):
 
 
 def test_idx_directory_trains(launch, store, mnist_idx_dir):
-    quick_run(launch, store, mnist_idx_dir)
+    quick_run(launch, store, mnist_idx_dir, "train.max_samples=300")  # TINY: what is read is the point
     run = _runs(store)[-1]
     assert len(_json(run / "fingerprint.json")["data"]) == 4
 
@@ -238,7 +239,7 @@ def test_hostile_paths_for_store_and_data(launch, weird_dir, mnist_npz):
 
     data = weird_dir / "mn'ist.npz"
     data.write_bytes(mnist_npz.read_bytes())
-    done = launch(f"train.data={q(data)}", f"store.root={q(weird_dir / 'runs')}", *QUICK)
+    done = launch(f"train.data={q(data)}", f"store.root={q(weird_dir / 'runs')}", *TINY)
     assert done.returncode == 0, done.stderr[-2000:]
     run = _runs(weird_dir / "runs")[-1]
     recorded = _json(run / "fingerprint.json")["data"]  # train.data is absolute in the config: recorded so

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import q, quick_run, run_dir_of
+from tests.conftest import QUICK, TINY, q, quick_run, run_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -39,31 +39,6 @@ def _refused_on(done, field: str) -> None:
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.startswith("REFUSED"), done.stdout
     assert any(line.split()[0] == field for line in done.stdout.splitlines()[1:] if line.strip()), done.stdout
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """The helper-importing script and its helper, copied outside any git checkout."""
-    target = tmp_path / "project"
-    target.mkdir()
-    for name in ("with_helper.py", "helper.py"):
-        shutil.copy(SCRIPTS / name, target / name)
-    return target
-
-
-@pytest.mark.long(seconds=71)
-def test_a_changed_helper_module_is_refused_and_an_unchanged_one_is_identical(launch, store, mnist_npz, project):
-    a = _run(launch, store, project / "with_helper.py", str(mnist_npz))
-    b = _run(launch, store, project / "with_helper.py", str(mnist_npz))
-    modules = json.loads((a / "fingerprint.json").read_text())["code"]["modules"]
-    assert set(modules) == {"helper"}, modules
-    assert launch("compare", a, b).returncode == 0
-    helper = project / "helper.py"
-    helper.write_text(helper.read_text().replace("0.1", "0.05"))
-    c = _run(launch, store, project / "with_helper.py", str(mnist_npz))
-    _refused_on(launch("compare", a, c), "code.modules.helper")
-    replayed = launch("replay", a)  # from the run's own snapshot: the helper as it was
-    assert replayed.returncode == 0 and "REPRODUCED: " in replayed.stdout, replayed.stdout[-2000:]
 
 
 @pytest.mark.long(seconds=68)
@@ -113,34 +88,71 @@ def test_files_read_by_native_code_are_found_by_the_listing(launch, store, mnist
     _refused_on(launch("compare", a, c), f"data.imgs/{labels[0]}/{changed.name}")
 
 
-def test_onednn_isa_is_refused_and_log_verbosity_is_not(launch, store, mnist_npz, tiny_runs):
-    quiet = quick_run(launch, store, mnist_npz, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    chatty = quick_run(launch, store, mnist_npz, env={"TF_CPP_MIN_LOG_LEVEL": "0"})
-    avx2 = quick_run(
-        launch,
-        store,
-        mnist_npz,
-        "determinism.onednn_opts=true",
-        "train.max_samples=300",
-        env={"ONEDNN_MAX_CPU_ISA": "AVX2"},
-    )
-    runs = [run_dir_of(d) for d in (quiet, chatty, avx2)]
-    runs.append(tiny_runs[0]["run"])  # the same without ONEDNN_MAX_CPU_ISA (strict: onednn_opts=true; shared)
-    done = launch("compare", runs[0], runs[1])
-    assert done.returncode == 0, done.stdout
-    _refused_on(launch("compare", runs[3], runs[2]), "environment.ONEDNN_MAX_CPU_ISA")
+@pytest.fixture(scope="module")
+def unkeyed_run(tmp_path_factory) -> dict:
+    """A strict MNIST run of ``TINY`` that differs from the shared ``tiny_runs`` only in what is
+    recorded and never keyed: made inside an unrelated git checkout (``checkout``), with
+    ``TF_CPP_MIN_LOG_LEVEL=0`` and a distribution it never loads on its path (``site``). Each of
+    the three tests below asks about one of these (it stands for the three runs they made)."""
+    from tests.conftest import NPZ, START_ENV, run_launch
 
-
-def test_a_package_the_job_never_loads_does_not_refuse(launch, store, mnist_npz, tmp_path, tiny_runs):
+    root = tmp_path_factory.mktemp("unkeyed")
+    checkout = root / "checkout"
+    checkout.mkdir()
+    for argv in (
+        ["git", "init", "-q"],
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"],
+    ):
+        subprocess.run(argv, cwd=checkout, check=True)
     # A distribution installed between two runs (here: on the job's path, as pip would put it).
-    site = tmp_path / "site"
+    site = root / "site"
     (site / "unused_pkg-1.0.dist-info").mkdir(parents=True)
     metadata = "Metadata-Version: 2.1\nName: unused-pkg\nVersion: 1.0\n"
     (site / "unused_pkg-1.0.dist-info" / "METADATA").write_text(metadata)
     (site / "unused_pkg").mkdir()
     (site / "unused_pkg" / "__init__.py").write_text("")
+    done = run_launch(
+        "train=mnist",
+        f"train.data={q(NPZ)}",
+        f"store.root={q(root / 'run store')}",
+        *TINY,
+        cwd=checkout,
+        base_env=START_ENV,
+        env={"TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": str(site)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return {"run": run_dir_of(done), "checkout": checkout, "site": site}
+
+
+def test_onednn_isa_is_refused_and_log_verbosity_is_not(launch, store, mnist_npz, tiny_runs, unkeyed_run):
+    """Against the shared TINY run (launched without TF_CPP_MIN_LOG_LEVEL: its job ran with the
+    launcher's default 2), the same run with TF_CPP_MIN_LOG_LEVEL=0 is IDENTICAL, and one with
+    ONEDNN_MAX_CPU_ISA=AVX2 is REFUSED naming it."""
+    quiet = tiny_runs[0]["run"]  # strict (onednn_opts=true), no ONEDNN_MAX_CPU_ISA, quiet by default (shared)
+    chatty = unkeyed_run["run"]  # TF_CPP_MIN_LOG_LEVEL=0 (and only other unkeyed differences)
+    avx2 = quick_run(
+        launch,
+        store,
+        mnist_npz,
+        "determinism.onednn_opts=true",
+        *TINY[len(QUICK) :],
+        env={"ONEDNN_MAX_CPU_ISA": "AVX2"},
+    )
+    levels = [
+        json.loads((r / "fingerprint.json").read_text())["environment"]["TF_CPP_MIN_LOG_LEVEL"] for r in (quiet, chatty)
+    ]
+    assert levels[1] == "0" != levels[0], levels  # recorded as each job ran
+    done = launch("compare", quiet, chatty)
+    assert done.returncode == 0, done.stdout
+    _refused_on(launch("compare", quiet, run_dir_of(avx2)), "environment.ONEDNN_MAX_CPU_ISA")
+
+
+def test_a_package_the_job_never_loads_does_not_refuse(launch, tiny_runs, unkeyed_run):
+    """A distribution installed between two runs (on the job's path, as pip would put it) that
+    the job never imports: listed in the run's packages, not in its distributions, and the runs
+    compare IDENTICAL."""
     a = tiny_runs[0]["run"]  # shared: the same run without it
-    b = run_dir_of(quick_run(launch, store, mnist_npz, "train.max_samples=300", env={"PYTHONPATH": str(site)}))
+    b = unkeyed_run["run"]  # unused_pkg on its PYTHONPATH
     fa, fb = (json.loads((r / "fingerprint.json").read_text())["software"] for r in (a, b))
     assert "unused-pkg==1.0" in fb["packages"] and "unused-pkg==1.0" not in fa["packages"]
     assert "keras" in fa["distributions"] and "unused-pkg" not in fb["distributions"]
@@ -148,19 +160,12 @@ def test_a_package_the_job_never_loads_does_not_refuse(launch, store, mnist_npz,
     assert done.returncode == 0, done.stdout
 
 
-def test_mnist_replays_from_inside_an_unrelated_git_checkout(launch, store, mnist_npz, tmp_path):
+def test_mnist_replays_from_inside_an_unrelated_git_checkout(launch, unkeyed_run):
     """The launch directory's git commit is recorded, not keyed: a run made inside a checkout
     replays from there as REPRODUCED, though the replay (run from its snapshot) has none."""
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    for argv in (
-        ["git", "init", "-q"],
-        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"],
-    ):
-        subprocess.run(argv, cwd=checkout, check=True)
-    run = run_dir_of(quick_run(launch, store, mnist_npz, cwd=checkout))
+    run, checkout = unkeyed_run["run"], unkeyed_run["checkout"]
     assert json.loads((run / "fingerprint.json").read_text())["code"]["git_commit"]  # recorded
-    done = launch("replay", run, cwd=checkout)
+    done = launch("replay", run, cwd=checkout, env={"PYTHONPATH": str(unkeyed_run["site"])})  # as it was launched
     assert done.returncode == 0, done.stdout + done.stderr
     (verdict,) = [line for line in done.stdout.splitlines() if line.startswith("REPRODUCED: replay ")]
     replay = Path(verdict.removeprefix("REPRODUCED: replay ").split(" of ")[0])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, REPO, copy_store, is_run, q, run_dir_of, verdict_of
+from tests.conftest import DATA, REPO, copy_store, is_run, q, run_dir_of, run_launch, verdict_of
 
 pytestmark = pytest.mark.slow
 
@@ -36,11 +36,9 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def project_run(tmp_path_factory) -> dict:
-    """A run of a user's project (``project``'s files), made once for the tests that only replay it:
-    ``{"project", "store", "run"}``. One test edits the project afterwards; each test that adds
-    a replay to the store works on its own copy (``copy_store``)."""
-    from tests.conftest import run_launch
-
+    """A run of a user's project (``project``'s files), for a test that only replays it:
+    ``{"project", "store", "run"}``. The test edits the project afterwards, and adds its replays to
+    its own copy of the store (``copy_store``)."""
     root = tmp_path_factory.mktemp("project run")
     path = root / "project"
     path.mkdir()
@@ -67,9 +65,13 @@ def _fp(run: Path) -> dict:
     return json.loads((run / "fingerprint.json").read_text())
 
 
-def test_replay_after_the_code_was_edited_and_the_script_and_data_deleted(launch, project_run, tmp_path):
+def test_replay_after_the_code_was_edited_and_deleted_by_a_launcher_that_differs_outside_the_job(project_run, tmp_path):
+    """The project edited, its script and data deleted; replayed from elsewhere by the same launcher
+    but for a comment in its CLI, from another path, in another venv: REPRODUCED, from what the run
+    kept. A change in a launcher file the job imports is refused by file; without its snapshot the
+    run is refused. (One replay for what were two tests: an edited project, another launcher.)"""
     project = project_run["project"]  # where the run ran: edited below (no other test reads it)
-    store = copy_store(project_run["store"], tmp_path / "store")  # the replay adds a run to it
+    store = copy_store(project_run["store"], tmp_path / "store")  # the replays add runs to it
     run = store / project_run["run"].name
     snap = json.loads((run / "snapshot.json").read_text())
     assert {e["role"] for e in snap["files"].values()} == {"script", "module", "data"}
@@ -80,7 +82,26 @@ def test_replay_after_the_code_was_edited_and_the_script_and_data_deleted(launch
     (project / "digits.npz").unlink()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = launch("replay", str(run), cwd=elsewhere)
+    other = tmp_path / "other launcher"
+    shutil.copytree(REPO / "launcher", other / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
+    main = other / "launcher" / "cli" / "main.py"
+    main.write_text(main.read_text() + "\n# a comment the job never imports\n")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    env = {**os.environ, "PYTHONPATH": str(other)}
+
+    def replay() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+
+    done = replay()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
     replayed = Path(done.stdout.splitlines()[-2].split()[2])
@@ -88,12 +109,19 @@ def test_replay_after_the_code_was_edited_and_the_script_and_data_deleted(launch
     assert b["code"]["script_sha256"] == a["code"]["script_sha256"]
     assert b["code"]["modules"] == a["code"]["modules"]  # the same names, paths and hashes
     assert b["data"] == a["data"] == {"digits.npz": a["data"]["digits.npz"]}
+    assert b["code"]["launcher_version"] != a["code"]["launcher_version"]
     assert not [p for p in store.iterdir() if p.name.startswith(".replay-")]  # the working copy is gone
+
+    # A change in a launcher file the job imports is a change of the code that ran: refused, by file.
+    observe = other / "launcher" / "job" / "training" / "observer.py"
+    observe.write_text(observe.read_text() + "\n# a comment in the job's own code\n")
+    done = replay()
+    assert done.returncode == 3 and "code.launcher.launcher.job.training.observer" in done.stdout, done.stdout[-3000:]
 
     # Without the snapshot the same replay is refused, naming what changed and what is gone.
     (run / "snapshot.json").chmod(0o644)
     os.rename(run / "snapshot.json", tmp_path / "kept.json")
-    done = launch("replay", str(run), cwd=elsewhere)
+    done = run_launch("replay", str(run), cwd=elsewhere)
     assert done.returncode == 4 and "snapshot.json is missing" in done.stderr  # the seal says so first
 
 
@@ -125,70 +153,13 @@ def test_a_sweep_keeps_one_copy_of_its_code_and_an_edit_during_it_changes_no_job
     assert len(objects) == 3  # the script, the helper and the data: once, for both jobs
 
 
-def test_a_data_file_too_large_to_keep_is_found_by_hash_or_refused_by_name(launch, project, tmp_path):
-    store = tmp_path / "store"
-    run = _script_run(launch, project, store, "store.snapshot_max_mb=0")
-    snap = json.loads((run / "snapshot.json").read_text())
-    assert f"{project}/digits.npz" in snap["left_out"] and f"{project}/digits.npz" not in snap["files"]
-    copy = tmp_path / "copy-of-digits.npz"
-    shutil.move(project / "digits.npz", copy)
-
-    done = launch("replay", str(run), cwd=tmp_path)
-    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
-    recorded = _fp(run)["data"]["digits.npz"]
-    assert "data.digits.npz" in done.stdout and recorded[:12] in done.stdout and "missing" in done.stdout
-    assert "--data digits.npz=PATH" in done.stdout
-
-    done = launch("replay", str(run), "--data", f"digits.npz={tmp_path / 'nope.npz'}", cwd=tmp_path)
-    assert done.returncode == 2 and "no such file" in done.stderr
-    done = launch("replay", str(run), "--data", f"digits.npz={copy}", cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
-
-
-def test_a_launcher_that_differs_outside_the_job_replays_an_old_run(project_run, tmp_path):
-    """The same launcher but for a comment in its CLI, from another path, in another venv."""
-    store = copy_store(project_run["store"], tmp_path / "store")  # the replays add runs to it
-    run = store / project_run["run"].name
-    other = tmp_path / "other launcher"
-    shutil.copytree(REPO / "launcher", other / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
-    main = other / "launcher" / "cli" / "main.py"
-    main.write_text(main.read_text() + "\n# a comment the job never imports\n")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    env = {**os.environ, "PYTHONPATH": str(other)}
-    done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
-    replayed = Path(done.stdout.splitlines()[-2].split()[2])
-    assert _fp(replayed)["code"]["launcher_version"] != _fp(run)["code"]["launcher_version"]
-
-    # A change in a launcher file the job imports is a change of the code that ran: refused, by file.
-    observe = other / "launcher" / "job" / "training" / "observer.py"
-    observe.write_text(observe.read_text() + "\n# a comment in the job's own code\n")
-    done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "launcher", "replay", str(run)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 3 and "code.launcher.launcher.job.training.observer" in done.stdout, done.stdout[-3000:]
-
-
-def test_the_job_runs_the_installed_launcher_not_one_in_the_launch_directory(launch, project, tmp_path):
+def test_the_installed_launcher_runs_beside_a_decoy_and_data_too_large_to_keep_is_found_by_hash_or_refused(
+    launch, project, tmp_path
+):
     """Launched from a directory holding a ``launcher/`` package (a checkout), the job still
-    imports the launcher the command runs (safe paths)."""
+    imports the launcher the command runs (safe paths). The same run keeps no data
+    (``store.snapshot_max_mb=0``): its replay is refused naming the file by its hash, or given the
+    file with ``--data``. (One run for what were two tests.)"""
     decoy = project / "launcher"
     decoy.mkdir()
     (decoy / "__init__.py").write_text("raise SystemExit('the decoy launcher was imported')\n")
@@ -206,6 +177,7 @@ def test_the_job_runs_the_installed_launcher_not_one_in_the_launch_directory(lau
             "train.script=train.py",
             "train.args=[digits.npz]",
             f"store.root={q(store)}",
+            "store.snapshot_max_mb=0",
         ],
         cwd=project,
         env=env,
@@ -216,6 +188,23 @@ def test_the_job_runs_the_installed_launcher_not_one_in_the_launch_directory(lau
     )
     run = run_dir_of(done)
     assert "decoy" not in (run / "log.txt").read_text()
+
+    snap = json.loads((run / "snapshot.json").read_text())
+    assert f"{project}/digits.npz" in snap["left_out"] and f"{project}/digits.npz" not in snap["files"]
+    copy = tmp_path / "copy-of-digits.npz"
+    shutil.move(project / "digits.npz", copy)
+
+    done = launch("replay", str(run), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
+    recorded = _fp(run)["data"]["digits.npz"]
+    assert "data.digits.npz" in done.stdout and recorded[:12] in done.stdout and "missing" in done.stdout
+    assert "--data digits.npz=PATH" in done.stdout
+
+    done = launch("replay", str(run), "--data", f"digits.npz={tmp_path / 'nope.npz'}", cwd=tmp_path)
+    assert done.returncode == 2 and "no such file" in done.stderr
+    done = launch("replay", str(run), "--data", f"digits.npz={copy}", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.splitlines()[-2].startswith("REPRODUCED: ")
 
 
 def test_a_run_recorded_before_the_house_moved_names_the_in_job_modules_that_changed(launch, tmp_path):

@@ -1,4 +1,5 @@
-"""Checkpoint and resume with a real SIGKILL (issue: checkpoint and resume)."""
+"""Checkpoint and resume with a real SIGKILL (issue: checkpoint and resume). A torn checkpoint's
+fallback is tested with test_faults.py's SIGKILLed job process, on the same killed run."""
 
 import json
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.record.store import runs
 from tests.conftest import REPO, THREE_EPOCHS, is_run
 from tests.integration.resumed import trained_only_after
 
@@ -33,9 +35,10 @@ def _start(store: Path, npz: Path) -> subprocess.Popen:
     )
 
 
-def _kill_after_checkpoint(store: Path, npz: Path, epoch: int) -> Path:
+def _kill_after_checkpoint(store: Path, npz: Path, epoch: int) -> tuple[Path, int]:
     """Start a strict run and SIGKILL its launcher (only) once checkpoint ``epoch`` exists; its job
-    process dies with it (PR_SET_PDEATHSIG; a silent job is checked in test_interrupts.py)."""
+    process dies with it (PR_SET_PDEATHSIG; a silent job is checked in test_interrupts.py).
+    Returns the run and the killed launcher's pid."""
     before = set(store.iterdir())
     proc = _start(store, npz)
     deadline = time.monotonic() + 300
@@ -48,7 +51,7 @@ def _kill_after_checkpoint(store: Path, npz: Path, epoch: int) -> Path:
             gone = time.monotonic() + 10
             while _processes_mentioning(new[0]) and time.monotonic() < gone:
                 time.sleep(0.05)
-            return new[0]
+            return new[0], proc.pid
         assert proc.poll() is None, "the run ended before its checkpoint"
         time.sleep(0.02)
     raise AssertionError("no checkpoint appeared")
@@ -76,15 +79,36 @@ def _checkpoints(run: Path) -> list[str]:
     return sorted(p.name for p in (run / "checkpoints").iterdir())
 
 
-def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, uninterrupted):
-    run = _kill_after_checkpoint(store, mnist_npz, 1)
+def test_a_killed_strict_run_is_abandoned_refused_elsewhere_and_resumes_to_the_same_bits(
+    launch, store, mnist_npz, uninterrupted
+):
+    """The launcher SIGKILLed after checkpoint 1 (its job dies with it): the run is left running, so
+    abandoned (``launch runs`` says so; ``launch compare`` refuses it in one line, saying how to resume
+    it); a resume under a changed environment is refused and leaves it untouched; the resume then
+    trains epochs 2-3 only, to the uninterrupted run's bits, and a second resume finds it complete.
+    (One killed run for what were three tests, one of them test_faults.py's killed launcher.)"""
+    run, pid = _kill_after_checkpoint(store, mnist_npz, 1)
     assert json.loads((run / "status.json").read_text())["state"] == "running"
     deadline = time.monotonic() + 10  # a killed process with a large address space takes a moment to go
     while _processes_mentioning(run) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _processes_mentioning(run), "the job process outlived its killed launcher"
+    # What the user sees of an abandoned run (was test_faults.py's sigkilled-launcher test)
+    listed = launch("runs", "--store", store)
+    assert f"{run.name}" in listed.stdout and " abandoned " in listed.stdout, listed.stdout
+    refused = launch("compare", run, uninterrupted["run"])
+    assert refused.returncode == 4 and len(refused.stderr.strip().splitlines()) == 1
+    assert f"run {run.name} is not complete (state: abandoned: its launcher (pid {pid} on " in refused.stderr
+    assert f"launch resume {run}" in refused.stderr
+    # A changed environment is refused, the run left as it was (was test_resume_refuses_a_changed_environment)
+    changed = launch("resume", run, env={"OMP_NUM_THREADS": "7"})
+    assert changed.returncode == 3 and "environment.OMP_NUM_THREADS" in changed.stdout
+    assert json.loads((run / "status.json").read_text())["state"] == "running"  # untouched
     done = launch("resume", run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr[-3000:]
+    assert f"[launch] run {run.name} was abandoned: its launcher (pid {pid} on " in done.stderr
+    runs.verify_seal(run)  # sealed, every file it lists intact
     result = _result(run)
     assert result["weights_sha256"] == uninterrupted["result"]["weights_sha256"]
     assert result["layer_sha256"] == uninterrupted["result"]["layer_sha256"]
@@ -101,43 +125,12 @@ def test_a_killed_strict_run_resumes_to_the_same_bits(launch, store, mnist_npz, 
     assert again.returncode == 2 and "is complete; nothing to resume" in again.stderr
 
 
-def test_a_torn_checkpoint_falls_back_to_the_previous_one(launch, store, mnist_npz, uninterrupted):
-    run = _kill_after_checkpoint(store, mnist_npz, 2)
-    newest = run / "checkpoints" / "epoch-000002"
-    data = next(newest.glob("state.data-*"))
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # torn mid-write
-    done = launch("resume", run)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "checkpoint epoch-000002 is incomplete" in done.stderr and "falling back" in done.stderr  # a note: stderr
-    assert _result(run)["resumed_from_epoch"] == 1
-    trained_only_after(done.stdout, 1, 3)
-    assert _result(run)["weights_sha256"] == uninterrupted["result"]["weights_sha256"]
+# A torn checkpoint falling back to the previous one: test_faults.py's
+# test_a_sigkilled_job_process_ends_interrupted_and_resumes_past_a_torn_checkpoint (one killed run for both).
 
 
-def test_resume_refuses_a_changed_environment(launch, store, mnist_npz):
-    run = _kill_after_checkpoint(store, mnist_npz, 1)
-    done = launch("resume", run, env={"OMP_NUM_THREADS": "7"})
-    assert done.returncode == 3 and "environment.OMP_NUM_THREADS" in done.stdout
-    assert json.loads((run / "status.json").read_text())["state"] == "running"  # untouched
-
-
-def test_checkpoint_every_and_keep(launch, store, mnist_npz):
-    done = launch(
-        "train=mnist",
-        "determinism=strict",
-        "train.epochs=4",
-        "train.batch_size=100",
-        "train.max_samples=300",
-        "train.checkpoint_every=2",
-        "train.checkpoint_keep=1",
-        f"train.data={mnist_npz}",
-        f"store.root={store}",
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (run,) = [p for p in store.iterdir() if is_run(p)]
-    assert len(_result(run)["timings"]["checkpoint_s"]) == 2  # saved after epochs 2 and 4
-    assert _checkpoints(run) == ["epoch-000004"]  # and only the newest one kept
-    assert json.loads((run / "checkpoints" / "epoch-000004" / "checkpoint.json").read_text())["epoch"] == 4
+# checkpoint_every and checkpoint_keep: test_faults.py's
+# test_a_corrupted_index_never_stops_a_run_and_checkpoint_every_and_keep (on the run it makes).
 
 
 def test_resume_bad_input(launch, tmp_path):

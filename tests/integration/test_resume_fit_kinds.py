@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, is_run
+from tests.conftest import REPO, copy_store, is_run
 from tests.integration.resumed import (
     env,
     epoch_lines,
@@ -96,25 +96,47 @@ def test_a_fit_on_arrays_killed_after_epoch_1_resumes_to_the_same_bits(launch, t
     trained_only_after(out, 1, 3)
 
 
-def test_a_two_fit_script_killed_in_its_second_fit_resumes_to_the_same_bits(launch, tmp_path, two_fits_reference):
+@pytest.fixture(scope="module")
+def two_fits_killed(tmp_path_factory) -> dict:
+    """The two-fit script killed after the second fit's first epoch (checkpoint 3), keeping one
+    checkpoint: ``{"work", "store", "run"}``. Each test resumes its own copy of the store (the
+    resumed job runs in ``work``, where the run ran, one test after the other), so one killed run
+    serves both: from checkpoint 3, and from the first fit's end (checkpoint 2, checkpoint 3 removed
+    as from a run killed there a little late)."""
+    parent = tmp_path_factory.mktemp("two-fits-killed")
+    work = work_dir(parent, "work")
+    run = _kill_after(work, parent / "store", 3, *TWO_FITS, KEEP_ONE)
+    # the first fit's last checkpoint (epoch 2) outlived the pruning
+    assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-000002", "epoch-000003"]
+    return {"work": work, "store": parent / "store", "run": run}
+
+
+def _copy_of(killed: dict, tmp_path: Path) -> Path:
+    """The killed run, in a copy of its store of this test's own."""
+    return copy_store(killed["store"], tmp_path / "store") / killed["run"].name
+
+
+def test_a_two_fit_script_killed_in_its_second_fit_resumes_to_the_same_bits(
+    launch, tmp_path, two_fits_reference, two_fits_killed
+):
     """Killed after the second fit's first epoch, keeping one checkpoint: the first fit's last one
     (epoch 2) is kept too, and the resumed job fast-forwards the first fit from it."""
-    work = work_dir(tmp_path, "work")
-    run = _kill_after(work, tmp_path / "store", 3, *TWO_FITS, KEEP_ONE)
+    run = _copy_of(two_fits_killed, tmp_path)
     assert sorted(p.name for p in (run / "checkpoints").glob("epoch-*")) == ["epoch-000002", "epoch-000003"]
-    out = _resumes_to_the_reference(launch, run, work, two_fits_reference)
+    out = _resumes_to_the_reference(launch, run, two_fits_killed["work"], two_fits_reference)
     assert "[launch] fit 1 fast-forwarded to its end from checkpoints/epoch-000002" in out
     assert "resumed from checkpoints/epoch-000003: fit 2 continues after its epoch 1" in out
     assert epoch_lines(out) == ["Epoch 2/2"]  # fit 1 trained no epoch, fit 2 its second only
 
 
-def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(launch, tmp_path, two_fits_reference):
+def test_a_two_fit_script_killed_at_its_first_fits_end_resumes_to_the_same_bits(
+    launch, tmp_path, two_fits_reference, two_fits_killed
+):
     """Killed once the first fit's last checkpoint exists: the first fit runs no epoch, and the
     second, on the same pipeline, reads the iterators the uninterrupted run read."""
-    work = work_dir(tmp_path, "work")
-    run = _kill_after(work, tmp_path / "store", 2, *TWO_FITS, KEEP_ONE)
-    shutil.rmtree(run / "checkpoints" / "epoch-000003", ignore_errors=True)  # killed a little late: from epoch 2
-    out = _resumes_to_the_reference(launch, run, work, two_fits_reference)
+    run = _copy_of(two_fits_killed, tmp_path)
+    shutil.rmtree(run / "checkpoints" / "epoch-000003")  # killed a little late: from epoch 2
+    out = _resumes_to_the_reference(launch, run, two_fits_killed["work"], two_fits_reference)
     assert epoch_lines(out) == ["Epoch 1/2", "Epoch 2/2"]  # fit 1 trained no epoch; fit 2 both of its own
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import is_run
-from tests.integration import resumed
 from tests.integration.resumed import (
+    NPZ,
     env,
     epoch_lines,
     record,
@@ -40,9 +40,32 @@ def _args(store: Path, script_args: str = f"data.npz,{EPOCHS},outputs", script: 
     ]
 
 
+def _work(parent: Path, name: str) -> Path:
+    """A launch directory with the data and the issue's script in it (``keras_resume.py``, run by
+    that name inside it): the same config, so `launch compare`, for every run made from one, and a
+    copy that a test may edit while its run waits."""
+    work = work_dir(parent, name)
+    shutil.copy(SCRIPT, work / SCRIPT.name)
+    return work
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
-    return resumed.uninterrupted(tmp_path_factory.mktemp("reference"), SCRIPT, f"data.npz,{EPOCHS},outputs")
+    """The script's 6 epochs, nothing stopping it, launched from a directory of its own (``_work``)."""
+    parent = tmp_path_factory.mktemp("reference")
+    work, store = _work(parent, "work"), parent / "store"
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", *_args(store, script=work / SCRIPT.name)],
+        cwd=work,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = run_of(store)
+    return {"run": run, **record(run, work)}
 
 
 def _stop_after_checkpoint(
@@ -68,23 +91,48 @@ def _cmdline(path: Path) -> str:
         return ""
 
 
-def test_a_killed_script_run_resumes_to_the_same_bits(launch, tmp_path, uninterrupted):
-    work = work_dir(tmp_path, "work")
+def test_a_killed_script_run_resumes_to_the_same_bits_with_the_code_it_ran_and_not_on_changed_data(
+    launch, tmp_path, uninterrupted
+):
+    """SIGKILL after checkpoint 2. While the run waits, its data file changes: the resume refuses,
+    naming it, and leaves the run as it was. The data put back, the script is edited (an edit that
+    would fail at once): the script kept in the run at its checkpoint is what resumes, from anywhere,
+    where the run ran, and ends on the uninterrupted run's bits. (One killed run for what were three
+    tests: a killed run resumed, a changed data file refused, an edited script not run.)"""
+    work = _work(tmp_path, "work")
+    script = work / SCRIPT.name
     # The store inside the launch directory, as the README lays it out: the resumed job runs
     # there, its code laid out in the store, and names its data as the uninterrupted run did.
-    run, proc = _stop_after_checkpoint(work, work / "runs", 2, signal.SIGKILL)
+    store = work / "runs"
+    run, proc = _stop_after_checkpoint(work, store, 2, signal.SIGKILL, script=script)
     proc.communicate(timeout=60)
     _gone(run, 10)
     assert not (run / "manifest.json").exists(), "the run finished before it could be killed"
+    kept = json.loads((run / "snapshot.json").read_text())["files"]  # taken by the job before its checkpoint
+    assert kept[str(script)]["role"] == "script", kept
+
+    with open(work / "data.npz", "ab") as f:
+        f.write(b"\0")  # the data changed between the kill and the resume
+    refused = launch("resume", run)
+    assert refused.returncode == 3, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert "data.npz" in refused.stdout + refused.stderr
+    assert json.loads((run / "status.json").read_text())["state"] == "running"  # left as it was: unfinished
+    assert not (run / "manifest.json").exists()
+
+    shutil.copy(NPZ, work / "data.npz")  # the data put back
+    script.write_text('raise SystemExit("edited after the kill")\n' + script.read_text())
     done = launch("resume", run, cwd=tmp_path)  # from anywhere: the script runs again where it ran
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "resumed from checkpoints/epoch-00000" in done.stdout
-    resumed = record(run, work)
+    assert f"resuming with the code the run ran, kept in it; changed since: {script}" in done.stderr
+    resumed = record(run, work)  # history.json written into the launch directory, as the run would have
     for key in ("weights", "layers", "metrics", "trace", "history", "outputs", "saved"):
         assert resumed[key] == uninterrupted[key], key
     result = json.loads((run / "result.json").read_text())
     assert result["resumed_from_epoch"] >= 2
     trained_only_after(done.stdout, result["resumed_from_epoch"], EPOCHS)
+    assert json.loads((run / "job.json").read_text())["resume"]["code_from_snapshot"] is True
+    assert not [p for p in store.iterdir() if p.name.startswith(".resume-")]  # laid-out code removed
     compared = launch("compare", uninterrupted["run"], run)
     assert compared.returncode == 0 and "IDENTICAL" in compared.stdout, compared.stdout[-2000:]
 
@@ -96,9 +144,9 @@ def test_a_script_that_catches_the_stop_and_saves_ends_interrupted_and_resumes(l
     file it saved, and its trace: the step the stopped job recorded last, after the checkpoint,
     is not kept (it numbered the retrained steps after it; a Slurm requeue then compared NOT
     COMPARABLE)."""
-    work = work_dir(tmp_path, "work")
+    work = _work(tmp_path, "work")
     # Sent 0.4 s after checkpoint 2, the stop lands in the script's 1 s pause after epoch 3's first step.
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM, wait=0.4)
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM, script=work / SCRIPT.name, wait=0.4)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert "stopped: saving the model as it is" in out  # the script's own handler ran
@@ -122,43 +170,6 @@ def test_a_script_that_catches_the_stop_and_saves_ends_interrupted_and_resumes(l
         assert resumed[key] == uninterrupted[key], key  # "saved": outputs/model.keras, by its weights and config
     compared = launch("compare", uninterrupted["run"], run)
     assert compared.returncode == 0 and compared.stdout.startswith("IDENTICAL"), compared.stdout[-2000:]
-
-
-def test_resume_refuses_a_changed_data_file_and_names_it(launch, tmp_path):
-    work = work_dir(tmp_path, "work")
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL)
-    proc.communicate(timeout=60)
-    _gone(run, 10)
-    with open(work / "data.npz", "ab") as f:
-        f.write(b"\0")  # the data changed between the kill and the resume
-    done = launch("resume", run)
-    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "data.npz" in done.stdout + done.stderr
-    assert json.loads((run / "status.json").read_text())["state"] == "running"  # left as it was: unfinished
-    assert not (run / "manifest.json").exists()
-
-
-def test_resume_reruns_the_code_the_run_ran_after_the_script_was_edited(launch, tmp_path, uninterrupted):
-    """The script kept in the run at its checkpoint is what resumes: an edit made while the run
-    waited (here one that would fail at once) is not run, and the resumed run writes where it did."""
-    work = work_dir(tmp_path, "work")
-    script = work / "train_copy.py"
-    shutil.copy(SCRIPT, script)
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 1, signal.SIGKILL, script=script)
-    proc.communicate(timeout=60)
-    _gone(run, 10)
-    kept = json.loads((run / "snapshot.json").read_text())["files"]  # taken by the job before its checkpoint
-    assert kept[str(script)]["role"] == "script", kept
-    script.write_text('raise SystemExit("edited after the kill")\n' + script.read_text())
-    done = launch("resume", run, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"resuming with the code the run ran, kept in it; changed since: {script}" in done.stderr
-    trained_only_after(done.stdout, json.loads((run / "result.json").read_text())["resumed_from_epoch"], EPOCHS)
-    resumed = record(run, work)  # history.json written into the launch directory, as the run would have
-    for key in ("weights", "layers", "metrics", "trace", "history"):
-        assert resumed[key] == uninterrupted[key], key
-    assert json.loads((run / "job.json").read_text())["resume"]["code_from_snapshot"] is True
-    assert not [p for p in (tmp_path / "store").iterdir() if p.name.startswith(".resume-")]  # laid-out code removed
 
 
 def test_a_fit_that_early_stopping_ended_resumes_to_its_end(launch, tmp_path):

@@ -5,20 +5,26 @@ with an uninterrupted run's.
 - The most common Keras shape (the acceptance shape of issue 42): a tf.data pipeline reshuffled every
   epoch, a map applying tf.image.random_flip_left_right and a RandomTranslation layer made outside the
   model (its seed generator: a variable outside the model that advances with every image), batch,
-  prefetch; a CNN with Dropout, ReduceLROnPlateau and EarlyStopping; SIGKILL after epoch 2, SIGTERM
-  after epoch 3.
+  prefetch; a CNN with Dropout, ReduceLROnPlateau and EarlyStopping; SIGKILL after epoch 2, then its
+  resume SIGTERMed after epoch 3, and resumed again.
 - A fit on a Python generator (with steps_per_epoch) of a Sequential without Input, and one on a
   keras.utils.PyDataset of a model built in its first call: fast-forwarded, and built before the restore.
 
 Each resumed process must have trained the remaining epochs only (its epoch lines)."""
 
 import json
+import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.integration.resumed import (
+    env,
+    epoch_lines,
     record,
     stop_after_checkpoint,
     strict_script,
@@ -62,23 +68,42 @@ def _resumes_to(launch, run: Path, work: Path, reference: dict, epochs: int) -> 
     return done.stdout
 
 
-def test_augmentation_in_the_pipeline_killed_after_epoch_2_resumes_to_the_same_bits(
+def test_augmentation_killed_after_epoch_2_and_its_resume_stopped_after_epoch_3_resumes_to_the_same_bits(
     launch, tmp_path, augment_reference
 ):
+    """SIGKILL after epoch 2; its resume SIGTERMed after epoch 3 (a run stopped twice, the second time
+    in a resumed job, whose checkpoint 3 must hold what a fresh job's would); resumed again: epochs 4-6
+    only, every bit of the uninterrupted run's. (One run for what were a SIGKILL and a SIGTERM test.)"""
     work = work_dir(tmp_path, "work")
     run, _, _ = _stop_after(work, tmp_path / "store", 2, signal.SIGKILL, *AUGMENT)
     extra = json.loads((run / "checkpoints" / "epoch-000002" / "extra.json").read_text())
     assert [v["key"][0] for v in extra["variables"]] == ["seed_generator/seed_generator_state:0"]  # RandomTranslation's
+    resuming = subprocess.Popen(
+        [sys.executable, "-m", "launcher", "resume", str(run)],
+        cwd=work,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (run / "checkpoints" / "epoch-000003").is_dir():
+            assert resuming.poll() is None and time.monotonic() < deadline, resuming.communicate()[0][-2000:]
+            time.sleep(0.02)
+        os.kill(resuming.pid, signal.SIGTERM)  # the launcher alone, as a scheduler's stop
+        out, err = resuming.communicate(timeout=120)
+    finally:
+        if resuming.poll() is None:
+            os.killpg(resuming.pid, signal.SIGKILL)
+    assert resuming.returncode == 130 and "INTERRUPTED: SIGTERM" in out + err, (out + err)[-2000:]
+    assert not (run / "manifest.json").exists(), "the resume finished before it could be stopped"
+    assert epoch_lines(out)[0] == "Epoch 3/6", out[-2000:]  # the first resume trained on from epoch 3
     _resumes_to(launch, run, work, augment_reference, 6)
-
-
-def test_augmentation_in_the_pipeline_stopped_after_epoch_3_resumes_to_the_same_bits(
-    launch, tmp_path, augment_reference
-):
-    work = work_dir(tmp_path, "work")
-    run, returncode, out = _stop_after(work, tmp_path / "store", 3, signal.SIGTERM, *AUGMENT)
-    assert returncode == 130 and "INTERRUPTED: SIGTERM" in out, out[-2000:]
-    _resumes_to(launch, run, work, augment_reference, 6)
+    assert json.loads((run / "result.json").read_text())["resumed_from_epoch"] == 3
+    assert [h["from_epoch"] for h in json.loads((run / "job.json").read_text())["resume"]["history"]] == [2, 3]
 
 
 @pytest.mark.parametrize("kind", [GENERATOR, PYDATASET], ids=["generator-lazy-sequential", "pydataset-subclassed"])

@@ -141,6 +141,9 @@ def test_the_documented_recipe_replays_a_matplotlib_script_and_a_notebook_reprod
     (python / "python").symlink_to(sys.executable)
     env = offline_env(elsewhere / "venv", elsewhere / "home")
     env["PATH"] = f"{python}:/usr/bin:/bin"  # no venv yet: the recipe makes it and activates it
+    # pip's byte-compiling of every module it installs (TensorFlow's thousands) is a cache, not the
+    # recipe: skipped here, the interpreter compiles what the replay imports.
+    env["PIP_NO_COMPILE"] = "1"
 
     def recipe_for(kind: str) -> subprocess.CompletedProcess:
         """The block as docs/sharing.md writes it, for one archive, in ``elsewhere``: the venv made

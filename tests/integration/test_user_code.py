@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conftest import q, run_dir_of
+from tests.conftest import NPZ, START_ENV, build_once, copy_store, is_run, q, run_dir_of, run_launch
 
 pytestmark = pytest.mark.slow
 
@@ -57,9 +58,39 @@ def test_keras_fit_inside_a_function_is_observed_and_identical_twice(launch, ker
     assert done.stdout.startswith("IDENTICAL: weights, 2 epochs' metrics and 4 traced steps are bitwise equal")
 
 
-def test_the_trace_and_saved_weights_never_change_the_weights(launch, store, mnist_npz, untraced_runs):
+@pytest.fixture
+def keras_fit_audit(shared_root) -> dict:
+    """``launch audit`` of ``keras_fit.py`` for one epoch, knob ``intra_op_threads``, made once per
+    session: ``{"stdout", "repeats"}``, ``repeats`` the run directories of its two baseline runs.
+    Every audit run is an ordinary sealed run of the store, with the audit's
+    ``determinism.trace_every=1`` and the script task's default ``train.save_weights=true``."""
+
+    def build(directory: Path) -> dict:
+        store = directory / "store"
+        done = run_launch(
+            "audit",
+            "train=script",
+            f"train.script={q(SCRIPTS / 'keras_fit.py')}",
+            f"train.args=[{q(NPZ)},1]",
+            f"store.root={q(store)}",
+            "audit.knobs=[intra_op_threads]",
+            base_env=START_ENV,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        (audit,) = (store / "audits").iterdir()
+        rows = json.loads((audit / "audit.json").read_text())["rows"]
+        repeats = [str(store / row["run"]) for row in rows if row["knob"] == "repeat"]
+        return {"stdout": done.stdout, "repeats": repeats}
+
+    built = build_once(shared_root, "user-code-keras-fit-audit", build)
+    return {"stdout": built["stdout"], "repeats": [Path(r) for r in built["repeats"]]}
+
+
+def test_the_trace_and_saved_weights_never_change_the_weights(launch, store, mnist_npz, untraced_runs, keras_fit_audit):
     """``determinism.trace_every`` and ``train.save_weights`` read the weights, never change
-    them (which is why neither is in the config hash): the script task and the mnist task."""
+    them (which is why neither is in the config hash): the script task and the mnist task. The
+    script's run with both on (trace every step, weights saved) is a baseline run of its audit
+    (``keras_fit_audit``: seed 0, ``trace_every=1``, ``save_weights`` true, as this run's own)."""
     plain = _script_run(
         launch,
         store,
@@ -68,14 +99,10 @@ def test_the_trace_and_saved_weights_never_change_the_weights(launch, store, mni
         "1",
         overrides=("determinism.trace_every=0", "train.save_weights=false"),
     )
-    both = _script_run(
-        launch,
-        store,
-        "keras_fit.py",
-        str(mnist_npz),
-        "1",
-        overrides=("determinism.trace_every=1", "train.save_weights=true"),
-    )
+    both = keras_fit_audit["repeats"][0]
+    config = yaml.safe_load((both / "config.yaml").read_text())
+    assert config["determinism"]["trace_every"] == 1 and config["train"]["save_weights"] is True
+    assert config["seed"] == yaml.safe_load((plain / "config.yaml").read_text())["seed"] == 0
     assert not (plain / "trace.jsonl").exists() and not (plain / "weights.npz").exists()
     assert len((both / "trace.jsonl").read_text().splitlines()) == 7 and (both / "weights.npz").is_file()
     assert _result(plain)["weights_sha256"] == _result(both)["weights_sha256"]
@@ -144,16 +171,45 @@ def test_a_loop_without_an_optimizer_is_hashed_from_its_assignments(launch, stor
     assert _result(seeded)["weights_sha256"] != ra["weights_sha256"]
 
 
-def test_a_script_that_trains_nothing_is_nothing_compared(launch, store):
-    a = _script_run(launch, store, "nothing.py")
-    b = _script_run(launch, store, "nothing.py")
+@pytest.fixture
+def nothing_audit(shared_root) -> dict:
+    """``launch audit`` of ``nothing.py``, made once per session: ``{"stdout", "store", "run"}``.
+    It stops after its first run (there is nothing to compare the others with), which is an
+    ordinary sealed run of ``nothing.py`` (seed 0, ``determinism.trace_every=1``)."""
+
+    def build(directory: Path) -> dict:
+        store = directory / "store"
+        done = run_launch(
+            "audit",
+            "train=script",
+            f"train.script={q(SCRIPTS / 'nothing.py')}",
+            f"store.root={q(store)}",
+            "audit.knobs=[intra_op_threads]",
+            base_env=START_ENV,
+        )
+        assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+        (audit,) = (store / "audits").iterdir()
+        (row,) = json.loads((audit / "audit.json").read_text())["rows"]
+        return {"stdout": done.stdout, "store": str(store), "run": str(store / row["run"])}
+
+    built = build_once(shared_root, "user-code-nothing-audit", build)
+    return {"stdout": built["stdout"], "store": Path(built["store"]), "run": Path(built["run"])}
+
+
+def test_a_script_that_trains_nothing_is_nothing_compared(launch, nothing_audit, tmp_path):
+    """A run of the script (the one run of its audit, ``nothing_audit``) is replayed, and compared
+    with its replay: the replay is the script's second run, in the same store."""
+    store = copy_store(nothing_audit["store"], tmp_path / "store")  # the replay adds a run to it
+    a = store / nothing_audit["run"].name
     assert _result(a)["weights_sha256"] is None
-    done = _compare(launch, a, b)
-    assert done.returncode == 6, done.stdout
-    assert done.stdout.startswith("NOTHING COMPARED")
     replayed = launch("replay", a)
     assert replayed.returncode == 6, replayed.stdout
     assert any(line.startswith("NOTHING COMPARED: replay") for line in replayed.stdout.splitlines()), replayed.stdout
+    (b,) = [p for p in store.iterdir() if is_run(p) and p != a]
+    assert _result(b)["weights_sha256"] is None
+    done = _compare(launch, a, b)
+    assert done.returncode == 6, done.stdout
+    assert done.stdout.startswith("NOTHING COMPARED")
 
 
 def test_devices_configured_by_the_script_and_mirrored_strategy_under_strict(launch, store, mnist_npz):
@@ -180,35 +236,19 @@ def test_custom_entrypoint_is_observed(launch, store, mnist_npz):
     assert _compare(launch, *runs).returncode == 0
 
 
-def test_audit_of_a_script_reports_threads_changed(launch, store, mnist_npz):
-    script = f"train.script={q(SCRIPTS / 'keras_fit.py')}"
-    done = launch(
-        "audit",
-        "train=script",
-        script,
-        f"train.args=[{q(mnist_npz)},1]",
-        f"store.root={q(store)}",
-        "audit.knobs=[intra_op_threads]",
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    rows = [line for line in done.stdout.splitlines() if line.startswith("intra_op_threads")]
-    assert rows, done.stdout
+def test_audit_of_a_script_reports_threads_changed(keras_fit_audit):
+    stdout = keras_fit_audit["stdout"]  # its exit status (0) is asserted where it is made
+    rows = [line for line in stdout.splitlines() if line.startswith("intra_op_threads")]
+    assert rows, stdout
     if not any(line.split()[1] == "2" and "CHANGED" in line for line in rows):
         pytest.skip(
             "2 intra-op threads give the same weights as 1 on this machine (TensorFlow's fact about its "
             "CPU): the audit cannot show the thread count reaching the script"
         )
-    assert "STABLE" in done.stdout and "must pin" in done.stdout
+    assert "STABLE" in stdout and "must pin" in stdout
 
 
-def test_audit_of_a_script_that_records_nothing_judges_nothing(launch, store):
-    done = launch(
-        "audit",
-        "train=script",
-        f"train.script={q(SCRIPTS / 'nothing.py')}",
-        f"store.root={q(store)}",
-        "audit.knobs=[intra_op_threads]",
-    )
-    assert done.returncode == 1, done.stdout[-3000:]
-    assert "NOT JUDGED" in done.stdout and "STABLE" not in done.stdout.replace("NOT JUDGED", "")
-    assert "free here" not in done.stdout
+def test_audit_of_a_script_that_records_nothing_judges_nothing(nothing_audit):
+    stdout = nothing_audit["stdout"]  # its exit status (1) is asserted where it is made
+    assert "NOT JUDGED" in stdout and "STABLE" not in stdout.replace("NOT JUDGED", "")
+    assert "free here" not in stdout
