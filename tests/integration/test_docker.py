@@ -306,6 +306,7 @@ def test_killed_launcher_leaves_no_container(base_image, project, docker_store, 
     assert _job_containers(daemon, run.name) == []
 
 
+@pytest.mark.slow  # a real Docker build (15 s), not training: kept out of the fast tier's 90 s
 def test_failed_build_is_not_tagged(base_image, daemon, tmp_path):
     from launcher.docker import containers, imagebuild, images
     from launcher.errors import BuildFailed
