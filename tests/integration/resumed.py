@@ -79,12 +79,25 @@ def strict_script(store: Path, script: Path, args: str, *extra: str) -> list[str
     ]
 
 
-def uninterrupted(parent: Path, script: Path, args: str, *extra: str) -> dict:
-    """A run of ``script`` that nothing stops, launched in a directory of its own under ``parent``:
-    what a resumed run must equal, bit for bit."""
-    work, store = work_dir(parent, "work"), parent / "store"
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    """``launch ARGS`` in ``cwd``, in a session of its own (a test may signal its whole group),
+    its output captured; not waited for."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "launcher", *args],
+        cwd=cwd,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def launched(work: Path, store: Path, overrides: list[str]) -> dict:
+    """``launch OVERRIDES`` run to its end in ``work``: its run and what it recorded (``record``)."""
     done = subprocess.run(
-        [sys.executable, "-m", "launcher", *strict_script(store, script, args, *extra)],
+        [sys.executable, "-m", "launcher", *overrides],
         cwd=work,
         env=env(),
         capture_output=True,
@@ -97,6 +110,13 @@ def uninterrupted(parent: Path, script: Path, args: str, *extra: str) -> dict:
     return {"run": run, **record(run, work)}
 
 
+def uninterrupted(parent: Path, script: Path, args: str, *extra: str) -> dict:
+    """A run of ``script`` that nothing stops, launched in a directory of its own under ``parent``:
+    what a resumed run must equal, bit for bit."""
+    work, store = work_dir(parent, "work"), parent / "store"
+    return launched(work, store, strict_script(store, script, args, *extra))
+
+
 def stop_after_checkpoint(
     work: Path, store: Path, epoch: int, signum: int, overrides: list[str], wait: float = 0.0
 ) -> tuple[Path, subprocess.Popen]:
@@ -104,16 +124,7 @@ def stop_after_checkpoint(
     checkpoint ``epoch`` of its run exists, SIGKILL the launch's process group (the job too, at once) or
     send ``signum`` to the launcher alone. Returns the run and the launch, not yet waited for."""
     store.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launcher", *overrides],
-        cwd=work,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start(overrides, work)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         found = [p for p in store.iterdir() if is_run(p)]

@@ -17,10 +17,10 @@ import pytest
 
 from tests.conftest import REPO, copy_store, is_run
 from tests.integration.resumed import (
-    env,
     epoch_lines,
     record,
     run_of,
+    start,
     stop_after_checkpoint,
     strict_script,
     trained_only_after,
@@ -181,16 +181,7 @@ def test_a_killed_notebook_resumes_with_its_kept_cells_to_the_same_bits(launch, 
     reference = run_of(tmp_path / "reference")
     store = tmp_path / "store"
     store.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launcher", *_notebook_args(store, notebook)],
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start(_notebook_args(store, notebook), tmp_path)
     deadline = time.monotonic() + 300
     while not (
         (runs := [p for p in store.iterdir() if is_run(p)]) and (runs[0] / "checkpoints" / "epoch-000001").is_dir()

@@ -6,7 +6,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,10 +14,11 @@ import pytest
 from tests.conftest import is_run
 from tests.integration.resumed import (
     NPZ,
-    env,
     epoch_lines,
+    launched,
     record,
     run_of,
+    start,
     stop_after_checkpoint,
     trained_only_after,
     work_dir,
@@ -54,18 +54,7 @@ def uninterrupted(tmp_path_factory) -> dict:
     """The script's 6 epochs, nothing stopping it, launched from a directory of its own (``_work``)."""
     parent = tmp_path_factory.mktemp("reference")
     work, store = _work(parent, "work"), parent / "store"
-    done = subprocess.run(
-        [sys.executable, "-m", "launcher", *_args(store, script=work / SCRIPT.name)],
-        cwd=work,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = run_of(store)
-    return {"run": run, **record(run, work)}
+    return launched(work, store, _args(store, script=work / SCRIPT.name))
 
 
 def _stop_after_checkpoint(
@@ -207,24 +196,8 @@ def test_a_submitit_local_job_signalled_to_requeue_resumes_its_run(tmp_path, uni
     to the uninterrupted run's bits (the same path a Slurm preemption takes, tests/integration/test_slurm.py)."""
     work = work_dir(tmp_path, "work")
     store = tmp_path / "store"
-    sweep = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "launcher",
-            "-m",
-            *_args(store),
-            "+seed=0",
-            "hydra/launcher=submitit_local",
-            "hydra.launcher.timeout_min=30",
-        ],
-        cwd=work,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
+    sweep = start(
+        ["-m", *_args(store), "+seed=0", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30"], work
     )
     try:
         deadline = time.monotonic() + 300

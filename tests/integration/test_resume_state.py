@@ -15,17 +15,15 @@ Each resumed process must have trained the remaining epochs only (its epoch line
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.integration.resumed import (
-    env,
     epoch_lines,
     record,
+    start,
     stop_after_checkpoint,
     strict_script,
     trained_only_after,
@@ -78,16 +76,7 @@ def test_augmentation_killed_after_epoch_2_and_its_resume_stopped_after_epoch_3_
     run, _, _ = _stop_after(work, tmp_path / "store", 2, signal.SIGKILL, *AUGMENT)
     extra = json.loads((run / "checkpoints" / "epoch-000002" / "extra.json").read_text())
     assert [v["key"][0] for v in extra["variables"]] == ["seed_generator/seed_generator_state:0"]  # RandomTranslation's
-    resuming = subprocess.Popen(
-        [sys.executable, "-m", "launcher", "resume", str(run)],
-        cwd=work,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    resuming = start(["resume", str(run)], work)
     try:
         deadline = time.monotonic() + 300
         while not (run / "checkpoints" / "epoch-000003").is_dir():
