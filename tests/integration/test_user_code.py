@@ -58,6 +58,23 @@ def test_keras_fit_inside_a_function_is_observed_and_identical_twice(launch, ker
     assert done.stdout.startswith("IDENTICAL: weights, 2 epochs' metrics and 4 traced steps are bitwise equal")
 
 
+def _audit_of_script(store: Path, status: int, script: str, *overrides: str) -> tuple[str, list[dict]]:
+    """``launch audit`` of ``scripts/SCRIPT`` (knob ``intra_op_threads``) into ``store``, ending with
+    ``status``: its stdout and its audit's rows."""
+    done = run_launch(
+        "audit",
+        "train=script",
+        f"train.script={q(SCRIPTS / script)}",
+        *overrides,
+        f"store.root={q(store)}",
+        "audit.knobs=[intra_op_threads]",
+        base_env=START_ENV,
+    )
+    assert done.returncode == status, done.stdout[-3000:] + done.stderr[-2000:]
+    (audit,) = (store / "audits").iterdir()
+    return done.stdout, json.loads((audit / "audit.json").read_text())["rows"]
+
+
 @pytest.fixture
 def keras_fit_audit(shared_root) -> dict:
     """``launch audit`` of ``keras_fit.py`` for one epoch, knob ``intra_op_threads``, made once per
@@ -67,20 +84,9 @@ def keras_fit_audit(shared_root) -> dict:
 
     def build(directory: Path) -> dict:
         store = directory / "store"
-        done = run_launch(
-            "audit",
-            "train=script",
-            f"train.script={q(SCRIPTS / 'keras_fit.py')}",
-            f"train.args=[{q(NPZ)},1]",
-            f"store.root={q(store)}",
-            "audit.knobs=[intra_op_threads]",
-            base_env=START_ENV,
-        )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-        (audit,) = (store / "audits").iterdir()
-        rows = json.loads((audit / "audit.json").read_text())["rows"]
+        stdout, rows = _audit_of_script(store, 0, "keras_fit.py", f"train.args=[{q(NPZ)},1]")
         repeats = [str(store / row["run"]) for row in rows if row["knob"] == "repeat"]
-        return {"stdout": done.stdout, "repeats": repeats}
+        return {"stdout": stdout, "repeats": repeats}
 
     built = build_once(shared_root, "user-code-keras-fit-audit", build)
     return {"stdout": built["stdout"], "repeats": [Path(r) for r in built["repeats"]]}
@@ -179,18 +185,8 @@ def nothing_audit(shared_root) -> dict:
 
     def build(directory: Path) -> dict:
         store = directory / "store"
-        done = run_launch(
-            "audit",
-            "train=script",
-            f"train.script={q(SCRIPTS / 'nothing.py')}",
-            f"store.root={q(store)}",
-            "audit.knobs=[intra_op_threads]",
-            base_env=START_ENV,
-        )
-        assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-        (audit,) = (store / "audits").iterdir()
-        (row,) = json.loads((audit / "audit.json").read_text())["rows"]
-        return {"stdout": done.stdout, "store": str(store), "run": str(store / row["run"])}
+        stdout, (row,) = _audit_of_script(store, 1, "nothing.py")
+        return {"stdout": stdout, "store": str(store), "run": str(store / row["run"])}
 
     built = build_once(shared_root, "user-code-nothing-audit", build)
     return {"stdout": built["stdout"], "store": Path(built["store"]), "run": Path(built["run"])}
