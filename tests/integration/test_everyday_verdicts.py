@@ -121,27 +121,33 @@ model.fit(x, y, epochs=1, batch_size=64, verbose=0)
 """
 
 
-@pytest.fixture(scope="session")
-def plain_run(shared_root) -> Path:
-    """``plain.py`` (``PLAIN``: a Keras fit on ``digits.npz`` beside it) run once in its project
-    directory, the run alone in its store (shared by the tests of this module)."""
+def _script_run_once(shared_root: Path, label: str, name: str, text: str) -> Path:
+    """The script ``text``, as ``name`` beside ``digits.npz`` in a project directory, run once per
+    session (``build_once`` under ``label``), alone in its store: its run."""
     from tests.conftest import START_ENV, build_once, run_launch
 
     def build(directory: Path) -> dict:
         project = directory / "project"
         project.mkdir()
         shutil.copy(DATA / "mnist-small" / "mnist-small.npz", project / "digits.npz")
-        (project / "plain.py").write_text(PLAIN)
+        (project / name).write_text(text)
         done = run_launch(
             "train=script",
-            "train.script=plain.py",
+            f"train.script={name}",
             f"store.root={q(directory / 'store')}",
             cwd=project,
             base_env=START_ENV,
         )
         return {"run": str(run_dir_of(done))}
 
-    return Path(build_once(shared_root, "everyday-plain", build)["run"])
+    return Path(build_once(shared_root, label, build)["run"])
+
+
+@pytest.fixture(scope="session")
+def plain_run(shared_root) -> Path:
+    """``plain.py`` (``PLAIN``: a Keras fit on ``digits.npz`` beside it) run once in its project
+    directory, the run alone in its store (shared by the tests of this module)."""
+    return _script_run_once(shared_root, "everyday-plain", "plain.py", PLAIN)
 
 
 def _sha(path: Path) -> str:
@@ -327,23 +333,7 @@ def exiting_run(shared_root) -> Path:
     """``USES_MATPLOTLIB_THEN_EXITS`` (``PLAIN`` that draws with matplotlib first and ends with
     ``os._exit(0)``) run once in its project directory, alone in its store: the run of both tests
     below, each of which asks the shared ``plain_run`` about one of its two differences."""
-    from tests.conftest import START_ENV, build_once, run_launch
-
-    def build(directory: Path) -> dict:
-        project = directory / "project"
-        project.mkdir()
-        shutil.copy(DATA / "mnist-small" / "mnist-small.npz", project / "digits.npz")
-        (project / "train.py").write_text(USES_MATPLOTLIB_THEN_EXITS)
-        done = run_launch(
-            "train=script",
-            "train.script=train.py",
-            f"store.root={q(directory / 'store')}",
-            cwd=project,
-            base_env=START_ENV,
-        )
-        return {"run": str(run_dir_of(done))}
-
-    return Path(build_once(shared_root, "everyday-matplotlib-exit", build)["run"])
+    return _script_run_once(shared_root, "everyday-matplotlib-exit", "train.py", USES_MATPLOTLIB_THEN_EXITS)
 
 
 def test_a_job_that_ends_with_os_exit_keeps_what_it_trained(exiting_run, plain_run):
