@@ -38,6 +38,27 @@ def test_classify(path, kind):
     assert places.classify(path, ROOTS) == kind
 
 
+def test_real_paths_resolve_as_realpath_does_through_linked_directories_and_files(tmp_path):
+    (tmp_path / "real" / "pkg").mkdir(parents=True)
+    (tmp_path / "real" / "pkg" / "mod.py").write_text("")
+    (tmp_path / "real" / "pkg" / "other.py").write_text("")
+    (tmp_path / "linked").symlink_to(tmp_path / "real")  # a linked directory
+    (tmp_path / "real" / "pkg" / "alias.py").symlink_to("other.py")  # a linked file, relative
+    (tmp_path / "real" / "up").symlink_to("pkg/../pkg/mod.py")
+    real = places.RealPaths()
+    paths = [
+        tmp_path / "linked" / "pkg" / "mod.py",
+        tmp_path / "linked" / "pkg" / "alias.py",
+        tmp_path / "linked" / "pkg" / ".." / "pkg" / "mod.py",
+        tmp_path / "linked" / "up",
+        tmp_path / "linked" / "pkg" / "missing.py",
+        tmp_path / "linked",
+        Path("relative.py"),
+    ]
+    for path in [*paths, *paths]:  # the second time from what it remembered
+        assert real(str(path)) == os.path.realpath(path), path
+
+
 def test_parse_maps_keeps_shared_libraries_in_first_mapped_order():
     text = "\n".join(
         [

@@ -42,7 +42,7 @@ class Installed:
     def owner(self, path: str, site_dirs: Iterable[str]) -> str | None:
         for root in site_dirs:
             if under(path, [root]):
-                rel = os.path.relpath(path, root)
+                rel = path[len(root.rstrip("/")) + 1 :] or "."  # os.path.relpath, for a normalized path
                 break
         else:
             return None

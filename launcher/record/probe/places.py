@@ -54,6 +54,25 @@ def under(path: str, roots: Iterable[str]) -> bool:
     return any(root and (path == root or path.startswith(root.rstrip("/") + "/")) for root in roots)
 
 
+class RealPaths:
+    """``os.path.realpath``, for many files in few directories: each directory is resolved once,
+    and a file itself costs one ``lstat`` (``realpath`` stats every component of every path:
+    a job's 4,000 module files cost it 40,000 calls)."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        path = os.path.abspath(path)
+        head, base = os.path.split(path)
+        if not base or os.path.islink(path):
+            return os.path.realpath(path)
+        real = self._dirs.get(head)
+        if real is None:
+            real = self._dirs[head] = os.path.realpath(head)
+        return os.path.join(real, base)
+
+
 def system_path(path: str) -> bool:
     """Whether a real path is the OS's, a device's or a pseudo-file's (``SYSTEM_DIRS``, but
     the RAM disks of ``USER_DATA_IN_SYSTEM_DIRS``): never data, on any layout of ``/``

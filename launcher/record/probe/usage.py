@@ -50,7 +50,7 @@ from launcher.record.probe.distributions import (
     requires,
     version_of,
 )
-from launcher.record.probe.places import Roots, classify, roots, system_path, under
+from launcher.record.probe.places import RealPaths, Roots, classify, roots, system_path, under
 
 # ~/.cache and ~/.config hold data sets (kagglehub, Hugging Face datasets, download
 # helpers) and are read like any directory; only these tools' own caches below them are
@@ -399,12 +399,13 @@ def gather(seen: Observed, run_dir: str, launch_dir: str) -> dict:
             maps_text = ""
     dists = Installed(r.site)
     files = module_files(seen.modules)
+    real = RealPaths()
     with FileHashes() as hashes:
-        found = _imported(files, r, dists, hashes)
-        _executed(found, files, seen, r, launch_dir, hashes)
+        found = _imported(files, r, dists, hashes, real)
+        _executed(found, files, seen, r, launch_dir, hashes, real)
         libraries = _libraries(maps_text, r, dists, hashes, found.used)
         data, outputs = _data(opened, seen, r, {m["path"] for m in found.code.values()}, run_dir, launch_dir, hashes)
-    distributions, probed = _keyed(found, seen, dists, r)
+    distributions, probed = _keyed(found, seen, dists, r, real)
     return {
         "modules": found.code,
         "distributions": distributions,
@@ -437,14 +438,16 @@ def _opened(seen: Observed) -> dict[str, dict]:
     return opened
 
 
-def _imported(files: Mapping[str, str], r: Roots, dists: Installed, hashes: FileHashes) -> _Imported:
+def _imported(
+    files: Mapping[str, str], r: Roots, dists: Installed, hashes: FileHashes, real: Callable[[str], str]
+) -> _Imported:
     """Each imported module (name -> file) by where its file lies: the launcher's, a distribution's
     in site-packages, or the job's own code."""
     found = _Imported()
     for name, path in sorted(files.items()):
         kind = classify(path, r)
         if kind == "user":
-            path = os.path.realpath(path)
+            path = real(path)
             kind = classify(path, r)  # a symlink into site-packages is still site-packages
         if kind == "launcher":
             found.launcher[module_name(os.path.relpath(path, r.launcher))] = hashes.sha256(path) or "missing"
@@ -459,17 +462,23 @@ def _imported(files: Mapping[str, str], r: Roots, dists: Installed, hashes: File
 
 
 def _executed(
-    found: _Imported, files: Mapping[str, str], seen: Observed, r: Roots, launch_dir: str, hashes: FileHashes
+    found: _Imported,
+    files: Mapping[str, str],
+    seen: Observed,
+    r: Roots,
+    launch_dir: str,
+    hashes: FileHashes,
+    real: Callable[[str], str],
 ) -> None:
     """Add to ``found.code`` the job's own source files it ran with ``exec`` (``exec:<name>``) that
     are neither imported modules (``files``) nor ``code_files``, and were there before it started."""
-    known = {os.path.realpath(p) for p in [*files.values(), *seen.code_files]}
+    known = {real(p) for p in [*files.values(), *seen.code_files]}
     for path in seen.executed:
-        real = os.path.realpath(path)
-        if real in known or classify(real, r) != "user" or not _existed_before(real, seen.started_ns):
+        resolved = real(path)
+        if resolved in known or classify(resolved, r) != "user" or not _existed_before(resolved, seen.started_ns):
             continue
-        known.add(real)
-        found.code[f"exec:{display_name(path, launch_dir)}"] = {"path": real, "sha256": hashes.sha256(real)}
+        known.add(resolved)
+        found.code[f"exec:{display_name(path, launch_dir)}"] = {"path": resolved, "sha256": hashes.sha256(resolved)}
 
 
 def _libraries(maps_text: str, r: Roots, dists: Installed, hashes: FileHashes, used: dict[str, None]) -> dict[str, str]:
@@ -564,11 +573,13 @@ def outputs(
     return {"files": dict(sorted(files.items())[:MAX_OUTPUTS]), "total": len(files)}
 
 
-def _keyed(found: _Imported, seen: Observed, dists: Installed, r: Roots) -> tuple[dict, dict[str, str]]:
+def _keyed(
+    found: _Imported, seen: Observed, dists: Installed, r: Roots, real: Callable[[str], str]
+) -> tuple[dict, dict[str, str]]:
     """(name -> identity of each used distribution the key holds, name -> version of each used only
     by a library's optional probe): all are keyed without ``direct_imports``."""
     used, imported = found.used, found.imported
-    owner = functools.lru_cache(maxsize=None)(functools.partial(_owner, dists, r))
+    owner = functools.lru_cache(maxsize=None)(functools.partial(_owner, dists, r, real))
     by = None if seen.importers is None else imported_by(seen.importers, imported, owner)
     keyed = (
         set(used)
@@ -601,14 +612,14 @@ def imported_by(
     return out
 
 
-def _owner(dists: Installed, r: Roots, filename: str) -> str | None:
+def _owner(dists: Installed, r: Roots, real: Callable[[str], str], filename: str) -> str | None:
     """The distribution whose code ``filename`` (a running frame's) is, or None (the standard
     library, the interpreter's own ``<frozen ...>``, a file no distribution owns)."""
     if filename.startswith("<"):
         return None
     path = os.path.abspath(filename)
     if classify(path, r) == "user":
-        path = os.path.realpath(path)  # a link into site-packages is still site-packages
+        path = real(path)  # a link into site-packages is still site-packages
     return dists.owner(path, r.site) if classify(path, r) == "site" else None
 
 
