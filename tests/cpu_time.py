@@ -1,4 +1,5 @@
-"""``--cpu-time=N``: the N tests that spent the most CPU, their launches and jobs included.
+"""``--cpu-time=N``: the N tests that spent the most CPU, their launches and jobs included, and
+the N that waited most (wall time less CPU time).
 
 Under xdist, ``--durations`` gives wall times, which depend on what ran beside a test. What a
 test costs the suite is the CPU it and every process it waited for used (``RUSAGE_SELF`` plus
@@ -13,6 +14,7 @@ import json
 import os
 import resource
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -46,11 +48,16 @@ def _cpu_s() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     log = os.environ.get(LOG_ENV) if item.config.getoption("cpu_time") else None
-    before = _cpu_s() if log else 0.0
+    before, started = (_cpu_s(), time.monotonic()) if log else (0.0, 0.0)
     yield
     if log:
+        row = {
+            "test": item.nodeid,
+            "cpu_s": round(_cpu_s() - before, 2),
+            "wall_s": round(time.monotonic() - started, 2),
+        }
         with open(log, "a") as out:  # one short line per write: appends from two workers do not interleave
-            out.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_s() - before, 2)}) + "\n")
+            out.write(json.dumps(row) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
@@ -69,3 +76,9 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     write("by module:")
     for module, seconds in by_module.most_common(count):
         write(f"{seconds:8.1f} s  {module}")
+    # A test whose wall time exceeds its CPU time waited: on a daemon (Docker, Slurm: their CPU is
+    # not the test's), a sleep, a timeout, or a core busy with the other worker's test.
+    waited = sorted(rows, key=lambda r: r["cpu_s"] - r.get("wall_s", 0.0))[:count]
+    write(f"waited most (wall - CPU; all tests: {sum(r.get('wall_s', 0.0) - r['cpu_s'] for r in rows):,.0f} s):")
+    for row in waited:
+        write(f"{row.get('wall_s', 0.0) - row['cpu_s']:8.1f} s  {row['test']}")
