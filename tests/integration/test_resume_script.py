@@ -134,8 +134,9 @@ def test_a_script_that_catches_the_stop_and_saves_ends_interrupted_and_resumes(l
     is not kept (it numbered the retrained steps after it; a Slurm requeue then compared NOT
     COMPARABLE)."""
     work = _work(tmp_path, "work")
-    # Sent 0.4 s after checkpoint 2, the stop lands in the script's 1 s pause after epoch 3's first step.
-    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM, script=work / SCRIPT.name, wait=0.4)
+    # Sent 0.8 s after checkpoint 2, the stop lands in the script's 2 s pause after epoch 3's first step
+    # (epoch 3's first step ends 0.1-0.3 s after the checkpoint on a quiet machine, later on a busy one).
+    run, proc = _stop_after_checkpoint(work, tmp_path / "store", 2, signal.SIGTERM, script=work / SCRIPT.name, wait=0.8)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert "stopped: saving the model as it is" in out  # the script's own handler ran

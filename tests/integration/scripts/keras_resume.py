@@ -4,8 +4,8 @@ hand (Ctrl-C, or SIGTERM turned into one), it saves the model it has, as Keras' 
 and ends with status 0; it saves the model and writes its history when it ends.
 Args: DATA.npz EPOCHS OUT_DIR [PATIENCE MIN_DELTA]
 (EarlyStopping's on val_loss; default 10 0: it never stops early in 6 epochs).
-A slow callback of its own (a logger's pause: 1 s after epoch 3's first step) gives a stop sent
-just after epoch 2's checkpoint the time to land inside epoch 3."""
+A slow callback of its own (a logger's pause: 2 s after epoch 3's first step) gives a stop sent
+just after epoch 2's checkpoint the time to land inside epoch 3, on a busy machine too."""
 import json
 import os
 import sys
@@ -49,7 +49,7 @@ class Pause(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self.third and batch == 0:
-            time.sleep(1.0)
+            time.sleep(2.0)
 
 
 callbacks = [Pause(), keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
