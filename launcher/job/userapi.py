@@ -71,11 +71,13 @@ def trace_callback():
     It records the loss and the weights' hashes every ``determinism.trace_every`` steps,
     so ``launch compare`` and ``replay`` can name the first step and layer where two
     runs split. Pass the same callback to every ``fit`` of a run. Outside ``launch``,
-    or with ``trace_every=0``, it does nothing.
+    or with ``trace_every=0``, it does nothing. A callback of the Keras ``tf.keras`` names: tf_keras'
+    where ``TF_USE_LEGACY_KERAS`` selects it (its ``fit`` takes only its own callbacks), else Keras 3's.
     """
-    from launcher.job.training import trace
+    from launcher.job.training import legacy, trace
 
-    return trace.keras_callback(run_dir(), int(os.environ.get("LAUNCH_TRACE_EVERY") or 0))
+    flavour = legacy.NAME if legacy.selected() else "keras"
+    return trace.keras_callback(run_dir(), int(os.environ.get("LAUNCH_TRACE_EVERY") or 0), flavour)
 
 
 def __getattr__(name: str):

@@ -13,6 +13,13 @@ used: a link pointing outside the run is refused, and its ``snapshot.json`` is r
 checked (``snapshot.read``) and must name only what the run's own record names, with the
 same content (``snapshot.check_recorded``), before anything is laid out or written.
 
+A multi-worker run (``distribute.workers=N``) whose code trains with a Keras ``fit`` (tf_keras under
+``MultiWorkerMirroredStrategy``) restarts as N workers again (the same count and ``TF_CONFIG`` shape,
+fresh ports), every one restoring the chief's newest complete checkpoint: under the strategy every
+worker holds the same variables. Each worker's metrics and trace are cut back to that checkpoint as
+the chief's are. A multi-worker run of the script's own loop has no checkpoints the launcher can
+continue, and is refused, naming why (``check_resumable``).
+
 Nor does the run say who it is: resume asks its store's ledger (``runs.creation``) whether
 this store made it, and says so (``origin``); with ``store.require_signed=true`` it resumes
 only a run this store made. The resumed run's seal is signed with the resumer's
@@ -36,7 +43,7 @@ from launcher.errors import NotComparable, ResumeError, SealError, SignatureErro
 from launcher.record import checkpoints, layout, trace
 from launcher.record.probe import fingerprint, key
 from launcher.record.store import index, runs, signing, snapshot
-from launcher.run import gpus, pipeline, precheck
+from launcher.run import gpus, pipeline, precheck, workers
 
 
 def _alive(pid: object) -> bool:
@@ -64,8 +71,6 @@ def _task(run_dir: Path) -> str | None:
 
 def _workers(run_dir: Path) -> int:
     """How many workers the run ran on (``distribute.workers``; 1 without a readable config)."""
-    from launcher.run import workers
-
     try:
         return workers.count(OmegaConf.load(layout.RunPaths(run_dir).config))
     except Exception:  # no readable config: resume says why elsewhere
@@ -73,6 +78,12 @@ def _workers(run_dir: Path) -> int:
 
 
 def _why_none(run_dir: Path) -> str:
+    if (n := _workers(run_dir)) > 1:
+        return (
+            f"the launcher checkpoints the epochs of a Keras fit, and this run on {n} workers had none: it trains "
+            "with its own loop (strategy.run: where it stands is known only to the loop), or it ran with "
+            "determinism=off or train.checkpoint_every=0, or died in its first epoch; run it again with launch"
+        )
     if _task(run_dir) in USER_CODE:
         return (
             "the launcher checkpoints the epochs of your code's Keras fit in seeded and strict runs; "
@@ -101,16 +112,24 @@ def check_resumable(run_dir: Path) -> tuple[Path, int, list[str]]:
             )
         if alive is False:
             owner = [f"run {run_dir.name} was {runs.describe_state(run_dir)}; resuming it"]
-    if (n := _workers(run_dir)) > 1:
+    n = _workers(run_dir)
+    if n > 1 and (step := workers.slurm_task(os.environ)) is not None:
         raise ResumeError(
-            f"run {run_dir.name} cannot be resumed: it ran on {n} workers (distribute.workers={n}), and resume "
-            "restarts one job from its own checkpoint, not a cluster; run it again with launch"
+            f"run {run_dir.name} cannot be resumed here: it ran on {n} workers, and resume restarts them all "
+            f"on one machine, which this task of a Slurm step of {step[1]} tasks is not (its other tasks would "
+            "start workers of their own); run launch resume outside the step"
         )
     path, epoch, notes = checkpoints.latest_complete(run_dir)
     if path is None:
         why = "; ".join(notes) if notes else f"it has no checkpoints ({_why_none(run_dir)})"
         raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
     fit, _ = checkpoints.read_extra(path)
+    if fit is None and n > 1:
+        raise ResumeError(
+            f"run {run_dir.name} cannot be resumed: it ran on {n} workers, and its checkpoints are its own "
+            "loop's (launcher.Checkpointer), not a Keras fit's: resume restarts the workers of a fit from the "
+            "chief's checkpoint, and where the loop stands is known only to the loop; run it again with launch"
+        )
     if fit is not None and (why := checkpoints.why_not_resumable(fit)):
         raise ResumeError(f"run {run_dir.name} cannot be resumed: {why}")
     return path, epoch, owner + notes
@@ -175,6 +194,7 @@ def _stored_fingerprint(run_dir: Path) -> dict:
     of its last checkpoint."""
     paths = layout.RunPaths(run_dir)
     stored = runs.read_json(paths.fingerprint)
+    expected = stored.get("cluster")  # a multi-worker run: its workers as the launcher started them
     if paths.job_facts.exists():
         facts = runs.read_json(paths.job_facts)
         if facts.get("modules") is not None:  # what the job had used by its last checkpoint (user code)
@@ -182,7 +202,19 @@ def _stored_fingerprint(run_dir: Path) -> dict:
             stored = fingerprint.merge_job_facts(stored, facts, container)
         else:
             stored["software"], stored["determinism"] = facts["software"], facts["determinism"]
-    return stored
+    return with_cluster(stored, expected)
+
+
+def with_cluster(stored: dict, expected: dict | None) -> dict:
+    """An interrupted multi-worker run's fingerprint with its cluster part as the key reads it: the
+    chief's facts say only what its own strategy used (``implementation``), never settled from every
+    worker (``workers.settle``, at a run's end), so the workers, their order and hardware are the ones
+    the launcher started (``expected``), with the collective the chief's strategy used (pure)."""
+    seen = stored.get("cluster")
+    if expected is None or seen is None or seen.get("workers") is not None:
+        return stored
+    collective = seen.get("implementation") or expected.get("collective")
+    return {**stored, "cluster": {**expected, "collective": collective}}
 
 
 def checked_snapshot(run_dir: Path, stored: dict, previous: dict) -> dict | None:
@@ -353,6 +385,8 @@ def _continue(
         shutil.rmtree(paths.outputs, ignore_errors=True)
     keep_metrics_through(run_dir, epoch)
     trace.keep_through(run_dir, epoch, checkpoints.trace_points(checkpoint))
+    for i in range(1, workers.count(resolved)):  # every other worker restarts from the chief's checkpoint
+        worker_through(paths.worker(i), checkpoint, epoch)
     history = [*((previous.get("resume") or {}).get("history", [])), {"from_epoch": epoch}]
     resume_info = {
         "checkpoint": checkpoint.relative_to(run_dir).as_posix(),
@@ -373,6 +407,19 @@ def _continue(
         pipeline.Options(echo=echo, resume=resume_info, cwd=cwd, root=root, signing_key=signing_key),
     )
     return left_interrupted(outcome)
+
+
+def worker_through(worker: layout.RunPaths, checkpoint: Path, epoch: int) -> None:
+    """Another worker of a resumed multi-worker run: how it ended is gone (its result, error, facts,
+    the end its Slurm task noted), and its metrics and trace are cut back to the chief's ``checkpoint``
+    (the points its own checkpoint of that epoch counted, else the chief's count: the workers train in
+    step). What it had not written when it was stopped stays unwritten."""
+    for leftover in (worker.result, worker.error, worker.job_facts, worker.status):
+        leftover.unlink(missing_ok=True)
+    keep_metrics_through(worker.run_dir, epoch)
+    own = worker.checkpoints / checkpoint.name
+    points = checkpoints.trace_points(own) if own.is_dir() else None
+    trace.keep_through(worker.run_dir, epoch, points if points is not None else checkpoints.trace_points(checkpoint))
 
 
 REFUSED_BY_JOB = "the resume stopped before it trained; the run is as it was"

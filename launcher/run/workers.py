@@ -118,7 +118,9 @@ def slurm_cluster(env: Mapping[str, str]) -> tuple[list[str], int]:
 # ---------------------------------------------------------------- the run directory
 def prepare(run_dir: Path, n: int) -> None:
     """Lay out workers 1..n-1 beside the chief: each its ``config.yaml`` and ``job.json`` (the
-    chief's, with its own index), as a run directory the bootstrap can start in."""
+    chief's, with its own index), as a run directory the bootstrap can start in. A resumed run's
+    workers all restore the chief's checkpoint (``resume.from``: the chief's run directory, relative
+    to the worker's): under ``MultiWorkerMirroredStrategy`` every worker holds the same variables."""
     paths = layout.RunPaths(run_dir)
     job = runs.read_json(paths.job)
     config = paths.config.read_bytes()
@@ -127,7 +129,18 @@ def prepare(run_dir: Path, n: int) -> None:
         worker = paths.worker(i)
         worker.run_dir.mkdir(parents=True, exist_ok=True)
         runs.write_bytes(worker.config, config)
-        runs.write_json(worker.job, {**job, "worker": {"index": i, "count": n}})
+        own = {**job, "worker": {"index": i, "count": n}}
+        if job.get("resume"):
+            own["resume"] = {**job["resume"], "from": resumed_from(run_dir, i)}
+        runs.write_json(worker.job, own)
+
+
+def resumed_from(run_dir: Path, index: int) -> str:
+    """Where worker ``index`` of a resumed run finds the checkpoint it restores: the chief's run
+    directory, relative to its own (``../..``)."""
+    import os
+
+    return os.path.relpath(run_dir, layout.RunPaths(run_dir).worker(index).run_dir)
 
 
 # ---------------------------------------------------------------- how the workers ended

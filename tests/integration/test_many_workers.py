@@ -78,6 +78,9 @@ def test_every_workers_weights_are_recorded_and_equal(runs):
     # Sealed with the run: the manifest covers every worker's files.
     manifest = json.loads(run.manifest.read_text())["files"]
     assert f"{layout.WORKERS}/1/{layout.RESULT}" in manifest
+    # A job that does not select tf_keras (TF_USE_LEGACY_KERAS) never loads it, installed or not.
+    software = fp["software"]
+    assert "tf-keras" not in software["distributions"] and "tf-keras" not in (software["distributions_probed"] or {})
 
 
 def test_one_worker_against_two_is_refused_naming_the_worker_count(runs):
@@ -147,6 +150,12 @@ def test_a_worker_killed_after_its_second_epoch_ends_the_run_naming_it(tmp_path,
     assert status["error"].startswith("worker 1 was killed by signal 9"), status
     assert not _processes_naming(str(run)), "a worker outlived its run"
     assert "worker 1 was killed by signal 9" in out.strip().splitlines()[-1]
+    # The script's own loop: where it stands is known to the loop alone, so resume refuses, in one line.
+    refused = run_launch("resume", run)
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
+    said = refused.stderr.strip()
+    assert said.count("\n") == 0 and said.startswith(f"launch: error: run {run.name} cannot be resumed: "), said
+    assert "this run on 2 workers had none: it trains with its own loop" in said, said
 
 
 def test_sigterm_to_the_launcher_stops_every_worker(tmp_path, mnist_npz_module):

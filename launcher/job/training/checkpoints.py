@@ -28,6 +28,7 @@ import shutil
 from pathlib import Path
 
 from launcher.errors import StoreError
+from launcher.job.training import legacy
 from launcher.record import hashing, layout, trace
 from launcher.record.checkpoints import ARRAYS, EXTRA, MANIFEST, PREFIX, is_fit_end, name
 from launcher.record.store import runs
@@ -43,11 +44,15 @@ class Checkpointer:
         self.root = layout.RunPaths(run_dir).checkpoints
         self.keep = keep
         self.model = model
-        if not model.optimizer.built:  # create the moments now, to restore into; never twice (a
-            model.optimizer.build(model.trainable_variables)  # LossScaleOptimizer would add a second loss scale)
+        if not legacy.optimizer_built(model.optimizer):  # create the moments now, to restore into; never
+            if legacy.is_tf_keras(model):  # twice (a LossScaleOptimizer would add a second loss scale)
+                legacy.build_optimizer(model)  # named as its first step names them
+            else:
+                model.optimizer.build(model.trainable_variables)
         self.named = named_variables(model)
         self.checkpoint = tf.train.Checkpoint(
-            variables={key: v.value for key, v in self.named.items()}, generator=tf.random.get_global_generator()
+            variables={key: _tf_variable(v) for key, v in self.named.items()},
+            generator=tf.random.get_global_generator(),
         )
 
     def save(self, epoch: int, extra: dict | None = None, arrays: dict | None = None) -> Path:
@@ -81,7 +86,7 @@ class Checkpointer:
                     "epoch": epoch,
                     "files": files,
                     "trace_points": trace.count(self.run_dir),
-                    "variables": [v.path for v in self.model.variables],
+                    "variables": [_path(v) for v in self.model.variables],
                     "state": {key: _described(v) for key, v in self.named.items()},  # restored by these names
                 },
             )
@@ -132,8 +137,9 @@ class Checkpointer:
         variables by their place in ``model.variables`` and ``optimizer.variables``."""
         import tensorflow as tf
 
-        variables = {f"model_{i}": v.value for i, v in enumerate(self.model.variables)}
-        variables.update({f"optimizer_{i}": v.value for i, v in enumerate(self.model.optimizer.variables)})
+        variables = {f"model_{i}": _tf_variable(v) for i, v in enumerate(self.model.variables)}
+        optimizer = legacy.optimizer_variables(self.model.optimizer)
+        variables.update({f"optimizer_{i}": _tf_variable(v) for i, v in enumerate(optimizer)})
         return tf.train.Checkpoint(variables=variables, generator=tf.random.get_global_generator())
 
     def _prune(self) -> None:
@@ -151,7 +157,8 @@ def named_variables(model) -> dict:
     (``iteration``, ``learning_rate``, ``dense_kernel_velocity``: Keras names a slot after its model
     variable's path), and a wrapped optimizer's under its attribute
     (``optimizer/inner_optimizer/<name>`` in a ``LossScaleOptimizer``), as Keras' own saving walks
-    them. A name met twice gets ``#2``, ``#3``... in order."""
+    them. A name met twice gets ``#2``, ``#3``... in order. A tf_keras model's variables have no path:
+    its names (``model/dense/kernel:0``, ``optimizer/SGD/m/dense/kernel:0``) stand for it."""
     named: dict = {}
 
     def add(key: str, variable) -> None:
@@ -162,17 +169,29 @@ def named_variables(model) -> dict:
         named[unique] = variable
 
     for v in model.variables:
-        add(f"model/{v.path}", v)
+        add(f"model/{_path(v)}", v)
     pending = [("optimizer", model.optimizer)]
     while pending:
         prefix, optimizer = pending.pop(0)
         inner = [(a, o) for a, o in sorted(vars(optimizer).items()) if _is_optimizer(o) and o is not optimizer]
         nested = {id(v) for _, o in inner for v in o.variables}
-        for v in optimizer.variables:
+        for v in legacy.optimizer_variables(optimizer):
             if id(v) not in nested:
                 add(f"{prefix}/{getattr(v, 'name', None) or v.path}", v)
         pending += [(f"{prefix}/{attribute}", o) for attribute, o in inner]
     return named
+
+
+def _path(variable) -> str:
+    """A model variable's path (Keras 3), or its name (tf_keras' ``tf.Variable``: no path)."""
+    return getattr(variable, "path", None) or variable.name
+
+
+def _tf_variable(variable):
+    """The TensorFlow variable a checkpoint writes: a Keras 3 variable's ``value``, a ``tf.Variable``
+    (tf_keras') itself (its ``value`` is a method)."""
+    value = getattr(variable, "value", None)
+    return variable if value is None or callable(value) else value
 
 
 def _is_optimizer(value: object) -> bool:

@@ -47,6 +47,7 @@ import weakref
 import numpy as np
 
 from launcher.job.observe import reads
+from launcher.job.training import legacy
 from launcher.job.training.jobstate import decode, encode  # noqa: F401 - the checkpoint's JSON, also for tests
 
 
@@ -115,16 +116,30 @@ def made(dataset: object) -> int:
 class IteratorAlignment:
     """Which iterator of a dataset each epoch of a fit uses (its index, from 0), and, when
     resuming, the index each resumed epoch must use: the checkpoint's count of iterators
-    for its next epoch, then the uninterrupted run's own step between epochs (pure)."""
+    for its next epoch, then the uninterrupted run's own step between epochs (pure).
 
-    def __init__(self, used: list[int] | None = None, made_at_checkpoint: int | None = None) -> None:
+    ``lead``: how many iterators an epoch makes before the one it reads (Keras 3: none, it reads
+    the first it makes; tf_keras' evaluation makes one as it starts and reads the next)."""
+
+    def __init__(self, used: list[int] | None = None, made_at_checkpoint: int | None = None, lead: int = 0) -> None:
         self.used = list(used or [])  # per epoch of the fit so far: the index of the iterator it used
-        self.resume_at = made_at_checkpoint  # the index the first resumed epoch uses
+        self.resume_at = made_at_checkpoint  # the index the first resumed epoch's first iterator gets
         self.step = used[-1] - used[-2] if used and len(used) >= 2 else 2  # Keras: two per epoch
+        self.lead = int(lead or 0)
+        self.began: int | None = None  # iterators made when the current epoch began (measured)
 
     def target(self, epochs_resumed: int) -> int | None:
         """The index the ``epochs_resumed``-th resumed epoch (0 = the first) must use."""
-        return None if self.resume_at is None else self.resume_at + epochs_resumed * self.step
+        return None if self.resume_at is None else self.resume_at + self.lead + epochs_resumed * self.step
+
+    def next_made(self, epochs_resumed: int) -> int | None:
+        """The index the first iterator the ``epochs_resumed``-th resumed epoch makes must have."""
+        target = self.target(epochs_resumed)
+        return None if target is None else target - self.lead
+
+    def seen_lead(self) -> int:
+        """The lead the current epoch showed: the iterator it read, past those made when it began."""
+        return self.used[-1] - self.began if self.used and self.began is not None else 0
 
     @staticmethod
     def to_make(target: int | None, made_now: int) -> int:
@@ -208,8 +223,14 @@ def has_cache(dataset: object) -> bool:
 def fast_forward_reason(fit: dict, dataset: object) -> str | None:
     """Why a resume must read the data the interrupted run consumed again (no training step) rather than
     only restore: its input's position is in no variable. None for a ``tf.data`` pipeline or arrays,
-    which start every epoch with a new iterator (aligned, ``IteratorAlignment``)."""
+    which start every epoch with a new iterator (aligned, ``IteratorAlignment``). A tf_keras fit is
+    always read again (``legacy.replay_epochs``): it makes an epoch's iterator before the epoch begins."""
     kind = fit.get("input")
+    if fit.get("keras") == legacy.NAME:
+        reason = fast_forward_reason({**fit, "keras": None}, dataset)
+        return (
+            f"tf_keras' fit, {reason}" if reason else "tf_keras' fit, which makes an epoch's iterator before it begins"
+        )
     if kind == "generator":
         return "a Python generator"
     if kind == "PyDataset":
@@ -291,6 +312,9 @@ class FitCheckpoints:
         self.fast_forwarded = False
         self.before_first_step = None  # called once, as a resumed fit's first step begins (after every callback)
         self.after_first_step = None  # and once as it ends
+        self.resume_from = None  # the checkpoint this fit restores, when resumed (keras_callbacks)
+        self.first_epoch = int(fit.get("initial_epoch") or 0)  # the uninterrupted fit's first epoch
+        self.read_before: tuple | None = None  # a tf_keras fit's data read again: (epochs, steps, seconds, moved)
 
     def checkpointer(self):
         from launcher.job.training.checkpoints import Checkpointer
@@ -311,14 +335,52 @@ class FitCheckpoints:
 
     def batches_read(self, steps: int) -> int:
         """The batches ``steps`` training steps read (``steps_per_execution`` each)."""
-        return steps * int(getattr(self.model, "steps_per_execution", 1) or 1)
+        return steps * legacy.steps_per_execution(self.model)
+
+    @property
+    def legacy(self) -> bool:
+        """A tf_keras fit (``launcher.job.training.legacy``)?"""
+        return self.fit.get("keras") == legacy.NAME
 
     def begin(self) -> None:
         """Once every callback's ``on_train_begin`` ran: what the fit began with (the job's generators,
-        its callbacks' attributes) and the fit's epoch iterator."""
+        its callbacks' attributes) and the fit's epoch iterator. A resumed tf_keras fit's data handler
+        is told to read its earlier epochs again before it makes the first resumed epoch's iterator."""
         self.epoch_iterator = newest_epoch_iterator()
         self.generators.begin()
         self.callback_state.begin()
+        if self.legacy and self.resume_from is not None and self.epoch_iterator is not None:
+            setattr(self.epoch_iterator, legacy.REPLAY, self)
+
+    def read_again(self, read, epochs: int) -> None:
+        """A resumed tf_keras fit: its data read again (``read() -> steps``, ``legacy.replay_epochs``), and
+        what that moved (variables, generators, the global RNGs), kept for ``restore``."""
+        import random
+        import time
+
+        from launcher.job.training import jobstate
+
+        variables = jobstate.snapshot_variables(self.model)
+        generators = self.generators.snapshot()
+        globals_before = (random.getstate(), _numpy_state())
+        started = time.perf_counter()
+        steps = read()
+        seconds = time.perf_counter() - started
+        moved = self._moved(variables, generators, globals_before)
+        self.read_before = (epochs, steps, seconds, moved)
+
+    def _moved(self, variables: dict, generators: dict, globals_before: tuple) -> tuple[set, set, bool]:
+        """What moved since the snapshots: variables, generators (by id), the global RNGs."""
+        import random
+
+        from launcher.job.training import jobstate
+
+        after = jobstate.snapshot_variables(self.model)
+        moved_variables = {k for k, v in after.items() if variables.get(k) != v}
+        now = self.generators.snapshot()
+        moved_generators = {k for k, v in now.items() if generators.get(k) != v}
+        moved_globals = (random.getstate(), _numpy_state()) != globals_before
+        return moved_variables, moved_generators, moved_globals
 
     def save(self, epoch: int, logs: dict | None) -> None:
         import time
@@ -334,6 +396,10 @@ class FitCheckpoints:
             {"made": made(d), "used": a.used} if d is not None else None
             for d, a in zip(self.data, self.alignment, strict=True)
         ]
+        if self.legacy:  # tf_keras' evaluation reads the second iterator it makes (IteratorAlignment.lead)
+            for kept, a in zip(iterators, self.alignment, strict=True):
+                if kept is not None:
+                    kept["lead"] = a.seen_lead()
         extra = {
             **self.fit,
             "fit_epoch": epoch + 1,
@@ -376,11 +442,20 @@ class FitCheckpoints:
         moved_variables: set = set()
         moved_generators: set = set()
         moved_globals = False
-        if extra.get("fast_forward"):
+        if self.legacy:  # read again before its first resumed epoch's iterator was made
+            if self.read_before is None:
+                raise _resume_error(
+                    "its tf_keras fit's data was not read again to its position (tf_keras' DataHandler "
+                    "was not found as this launcher knows it)"
+                )
+            epochs, steps, seconds, moved = self.read_before
+            moved_variables, moved_generators, moved_globals = moved
+            self._check_read_again(extra, epochs, steps, seconds)
+        elif extra.get("fast_forward"):
             moved_variables, moved_generators, moved_globals = self.fast_forward(extra)
         for i, kept in enumerate(extra.get("iterators") or [None, None]):
             if kept is not None and self.data[i] is not None and not (i == 0 and self.fast_forwarded):
-                self.alignment[i].__init__(kept["used"], kept["made"])
+                self.alignment[i].__init__(kept["used"], kept["made"], kept.get("lead", 0))
         self.checkpointer().restore(path, rngs=not moved_globals)
         problems = jobstate.restore_variables(self.model, extra.get("variables") or [], arrays, moved_variables)
         problems += self.generators.restore(extra.get("generators") or [], moved_generators)
@@ -404,7 +479,7 @@ class FitCheckpoints:
         if all(getattr(layer, "built", True) for layer in model._flatten_layers()) and had_variables:
             return
         iterator = self.epoch_iterator
-        dataset = getattr(iterator, "_distributed_dataset", None)
+        dataset = getattr(iterator, "_distributed_dataset", None) or getattr(iterator, "_dataset", None)
         spec = getattr(dataset, "element_spec", None)
         if spec is None and had_variables:
             return
@@ -415,11 +490,14 @@ class FitCheckpoints:
                 "(model(x[:1])), and its runs resume"
             )
         try:
-            import keras
-            import tensorflow as tf
+            if self.legacy:
+                legacy.build_from_spec(model, spec)
+            else:
+                import keras
+                import tensorflow as tf
 
-            batch = tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), spec)
-            model._symbolic_build(data_batch=batch)
+                batch = tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), spec)
+                model._symbolic_build(data_batch=batch)
         except Exception as exc:  # noqa: BLE001 - one line: why, and the fix
             if had_variables:  # a model of its own train_step and no call (keras-io's VAE): its layers are
                 return  # built; the restore, by name, says which variable it lacks if one is missing
@@ -453,6 +531,12 @@ class FitCheckpoints:
         started = time.perf_counter()
         steps = _read_epochs(iterator, epochs, int(getattr(iterator, "steps_per_execution", 1) or 1))
         seconds = time.perf_counter() - started
+        self._check_read_again(extra, epochs, steps, seconds)
+        return self._moved(variables, generators, globals_before)
+
+    def _check_read_again(self, extra: dict, epochs: int, steps: int, seconds: float) -> None:
+        """The input read again gave what the interrupted fit trained on: as many steps, and a
+        generator's batches the same; said in one line, with the time it took."""
         if self.yielded is not None and extra.get("yielded") is not None:
             again = chain(self.yielded[: self.batches_read(int(extra.get("batches") or 0))])
             if again != extra["yielded"]:
@@ -468,16 +552,10 @@ class FitCheckpoints:
             )
         print(
             f"[launch] fast-forwarding the input pipeline through {epochs} epoch{'s' * (epochs != 1)} "
-            f"({extra['fast_forward']}): {seconds:.1f} s",
+            f"({extra.get('fast_forward') or fast_forward_reason(self.fit, self.data[0])}): {seconds:.1f} s",
             flush=True,
         )
         self.fast_forwarded = True
-        after = jobstate.snapshot_variables(self.model)
-        moved_variables = {k for k, v in after.items() if variables.get(k) != v}
-        now = self.generators.snapshot()
-        moved_generators = {k for k, v in now.items() if generators.get(k) != v}
-        moved_globals = (random.getstate(), _numpy_state()) != globals_before
-        return moved_variables, moved_generators, moved_globals
 
     def finish_restored(self, path) -> None:
         """A fit with no epoch left, its last epoch's state restored: it ends there. The iterators of
@@ -503,17 +581,23 @@ class FitCheckpoints:
             if dataset is None or (which == 0 and self.fast_forwarded):
                 continue
             try:
-                count = IteratorAlignment.to_make(alignment.target(self.uses[which]), made(dataset))
+                count = IteratorAlignment.to_make(alignment.next_made(self.uses[which]), made(dataset))
             except ValueError as exc:
                 raise _resume_error(f"the data pipeline's order cannot be reproduced: {exc}") from None
             for _ in range(count):
                 iter(dataset)
 
+    def note_epoch_began(self) -> None:
+        """As an epoch begins (after the alignment): the iterators made of each dataset so far."""
+        for dataset, alignment in zip(self.data, self.alignment, strict=True):
+            if dataset is not None:
+                alignment.began = made(dataset)
+
     def note_first_batch(self, which: int) -> None:
         """At the first training (0) or validation (1) batch of an epoch: the iterator it uses,
         checked against the uninterrupted run's when resuming."""
         dataset, alignment = self.data[which], self.alignment[which]
-        if dataset is None:
+        if dataset is None or made(dataset) == 0:  # read through another dataset (a distributed one): not counted
             return
         index = made(dataset) - 1
         target = alignment.target(self.uses[which]) if self.resuming else None
@@ -529,8 +613,10 @@ class FitCheckpoints:
         self.uses[which] += 1
 
     def keras_callbacks(self, keras, resume_from=None):
-        """(first, last): callbacks to add first and last to the fit's callbacks."""
+        """(first, last): callbacks to add first and last to the fit's callbacks (``keras``: the
+        module whose ``callbacks.Callback`` they are, Keras 3 or tf_keras)."""
         owner = self
+        self.resume_from = resume_from
 
         class SaveFitState(keras.callbacks.Callback):
             def on_train_begin(self, logs=None) -> None:
@@ -555,6 +641,7 @@ class FitCheckpoints:
                     self.pending = False
                     owner.restore(resume_from)
                 owner.align()
+                owner.note_epoch_began()
 
             def on_train_end(self, logs=None) -> None:
                 # No epoch left to run (the checkpoint is the fit's last epoch, or EarlyStopping

@@ -125,17 +125,27 @@ def variable_keys(variables: list) -> list[tuple]:
 
 def known_elsewhere(model) -> set[int]:
     """The ids of the variables the checkpointer keeps (the model's, its optimizer's, the global
-    generator's) and of the compiled metrics (reset by Keras before every epoch): not kept here."""
+    generator's) and of the compiled metrics (reset by Keras before every epoch): not kept here. A
+    distributed variable's (``MirroredVariable``, ``SyncOnReadVariable``) per-device components with it:
+    restoring the variable restores them."""
     import tensorflow as tf
+
+    from launcher.job.training import legacy
 
     def raw(v):
         return getattr(v, "value", v) if not isinstance(v, tf.Variable) else v
 
-    owned = [*model.variables, *getattr(model, "metrics_variables", [])]
+    metrics = getattr(model, "metrics_variables", None)
+    if metrics is None:  # tf_keras: the compiled metrics' own variables
+        metrics = [v for m in getattr(model, "metrics", None) or [] for v in getattr(m, "variables", [])]
+    owned = [*model.variables, *metrics]
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
-        owned += list(optimizer.variables)
-    ids = {id(raw(v)) for v in owned}
+        owned += legacy.optimizer_variables(optimizer)
+    ids = set()
+    for v in owned:
+        ids.add(id(raw(v)))
+        ids.update(id(c) for c in getattr(raw(v), "_values", None) or ())
     generator = _global_generator()
     if generator is not None:
         ids.add(id(generator.state))

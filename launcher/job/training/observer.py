@@ -40,6 +40,10 @@ it closes, and every ``Session.run`` of its train op as a step.
 Not observed as steps: assignments without an optimizer (their variables are hashed,
 but the step trace counts optimizer steps only). ``launcher.record_model(model)``
 remains the explicit choice of what to hash.
+
+tf_keras (Keras 2, ``TF_USE_LEGACY_KERAS=1``) is observed the same way, once the job has imported it
+(``launcher.job.training.legacy``): its ``Model.fit`` (metrics, trace, checkpoints; a resumed fit reads
+its earlier epochs' data again), model creation, and its optimizers' ``apply_gradients``.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.job import interrupts
-from launcher.job.training import fitstate, jobstate, tf1, trace
+from launcher.job.training import fitstate, jobstate, legacy, tf1, trace
 from launcher.record import layout
 from launcher.record.hashing import keras_weights, weights_digest
 from launcher.record.probe import places
@@ -78,6 +82,9 @@ class Observer:
         self.run_dir, self.trace_every, self.log_epoch = Path(run_dir), trace_every, log_epoch
         self.checkpoint = checkpoint  # {"every": N, "keep": K}: checkpoint every fit's epochs (None: never)
         self.resume = resume  # the checkpoint a resumed job continues from, until its fit starts
+        # where that checkpoint lies: the run's own checkpoints, or (another worker of a multi-worker
+        # run) the chief's, which serve every worker (``from``: the chief's run directory, relative)
+        self.resume_dir = Path(os.path.normpath(self.run_dir / (resume or {}).get("from", ".")))
         self.on_checkpoint = on_checkpoint  # called before each checkpoint (the job's facts so far)
         self.checkpoint_seconds: list[float] = []
         self.models: list = []  # trained Keras models, first trained first (strong references)
@@ -264,8 +271,8 @@ def install(
     from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
     _observer = obs = Observer(run_dir, trace_every, log_epoch, checkpoint, resume, on_checkpoint)
-    _wrap_model_new(keras, obs)
-    _wrap_fit(keras, obs)
+    _wrap_model_new(keras.Model, obs)
+    _wrap_fit(keras, keras.Model, obs)
     fitstate.count_iterators(tf.data.Dataset)
     jobstate.observe_variables()
     from keras.src.backend.tensorflow.trainer import TFEpochIterator
@@ -278,11 +285,25 @@ def install(
     _wrap_gradient(tf, obs)
     _wrap_assignments(keras, obs)
     tf1.observe_sessions(obs)
+    legacy.when_imported(lambda tf_keras: _install_tf_keras(tf_keras, tf, obs))
     return obs
 
 
-def _wrap_model_new(keras, obs: Observer) -> None:
-    original = keras.Model.__new__
+def _install_tf_keras(tf_keras, tf, obs: Observer) -> None:
+    """The same observation of tf_keras' models, fits and optimizers, once the job imported it (never
+    imported here: a job that does not use it does not load it)."""
+    model = legacy.model_class(tf_keras)
+    _wrap_model_new(model, obs)
+    _wrap_fit(tf_keras, model, obs)
+    handler = legacy.data_handler_class(tf_keras)
+    fitstate.observe_epoch_iterators(handler)
+    legacy.observe_data_handlers(handler)
+    for cls in legacy.optimizer_classes(tf_keras):
+        _wrap_apply_gradients(cls, tf, obs)
+
+
+def _wrap_model_new(model_class, obs: Observer) -> None:
+    original = model_class.__new__
 
     def __new__(cls, *args, **kwargs):
         model = original(cls, *args, **kwargs)
@@ -292,19 +313,22 @@ def _wrap_model_new(keras, obs: Observer) -> None:
             pass
         return model
 
-    keras.Model.__new__ = staticmethod(__new__)
+    model_class.__new__ = staticmethod(__new__)
 
 
-def _wrap_fit(keras, obs: Observer) -> None:
-    original = keras.Model.fit
+def _wrap_fit(keras, model_class, obs: Observer) -> None:
+    """Wrap ``model_class.fit`` (Keras 3's ``keras.Model``, or tf_keras'), adding callbacks of
+    ``keras`` (the module: Keras 3 or tf_keras)."""
+    original = model_class.fit
     signature = inspect.signature(original)
+    flavour = keras.__name__.split(".", 1)[0]
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
         own = list(bound.arguments.get("callbacks") or [])
         callbacks = [*own, _epoch_logger(keras, obs)]
-        recorder_class = trace.recorder_class()
+        recorder_class = trace.recorder_class(flavour)
         if obs.trace_every and not any(isinstance(c, recorder_class) for c in callbacks):
             callbacks.append(recorder_class(layout.RunPaths(obs.run_dir).trace, obs.trace_every))
         obs.fits += 1
@@ -328,7 +352,7 @@ def _wrap_fit(keras, obs: Observer) -> None:
             existing = trace.read(obs.run_dir)
             obs.last_step = existing[-1]["step"] if existing else obs.last_step
 
-    keras.Model.fit = fit
+    model_class.fit = fit
 
 
 def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
@@ -350,6 +374,8 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
         "built": bool(model.variables),
         "validation": fitstate.input_kind(validation) if validation is not None else None,
     }
+    if legacy.is_tf_keras(model):  # its data is read again on resume (legacy.replay_epochs)
+        fit["keras"] = legacy.NAME
     if fit["input"] == "arrays":  # the order Keras shuffles arrays in comes from TensorFlow's global seed
         fit["tf_seed"] = _tf_global_seed()
     yielded = None
@@ -372,7 +398,7 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
     obs.checkpoint_seconds = checkpoints.seconds  # the cost, in result.json (the last fit's)
     resume_from = None
     if obs.resume and int(obs.resume.get("fit") or 0) == obs.fits:
-        resume_from = obs.run_dir / obs.resume["checkpoint"]
+        resume_from = obs.resume_dir / obs.resume["checkpoint"]
         args["initial_epoch"] = int(obs.resume["fit_epoch"])
         if obs.resume.get("stop_training"):  # EarlyStopping had ended this fit: no epoch is left
             args["initial_epoch"] = max(args["initial_epoch"], int(args.get("epochs", 1)))
@@ -380,7 +406,7 @@ def _fit_checkpoints(keras, obs: Observer, model, bound, own: list):
         obs.history = _logged_metrics(obs.run_dir, obs.epochs)  # the final metrics, if no epoch is left
         obs.resume = None
         print(
-            f"[launch] resumed from {resume_from.relative_to(obs.run_dir)}: fit {fit['fit']} continues after "
+            f"[launch] resumed from {_shown_checkpoint(obs, resume_from)}: fit {fit['fit']} continues after "
             f"its epoch {args['initial_epoch']}",
             flush=True,
         )
@@ -398,19 +424,26 @@ def _fast_forward(obs: Observer, args: dict) -> Path:
     from launcher.errors import ResumeError
     from launcher.record import checkpoints
 
-    extra, _ = checkpoints.read_extra(obs.run_dir / obs.resume["checkpoint"])
+    extra, _ = checkpoints.read_extra(obs.resume_dir / obs.resume["checkpoint"])
     ended = [e for e in (extra or {}).get("before") or [] if e.get("fit") == obs.fits and e.get("checkpoint")]
     if not ended:
         raise ResumeError(
             f"fit {obs.fits} of the job has no checkpoint of its end in the resumed checkpoint's "
             "record: it cannot be fast-forwarded"
         )
-    path = layout.RunPaths(obs.run_dir).checkpoints / ended[0]["checkpoint"]
+    path = layout.RunPaths(obs.resume_dir).checkpoints / ended[0]["checkpoint"]
     args["initial_epoch"] = max(int(args.get("initial_epoch") or 0), int(args.get("epochs", 1)))
     obs.epochs = int(path.name.split("-")[1])
     obs.history = _logged_metrics(obs.run_dir, obs.epochs)
-    print(f"[launch] fit {obs.fits} fast-forwarded to its end from {path.relative_to(obs.run_dir)}", flush=True)
+    print(f"[launch] fit {obs.fits} fast-forwarded to its end from {_shown_checkpoint(obs, path)}", flush=True)
     return path
+
+
+def _shown_checkpoint(obs: Observer, path: Path) -> str:
+    """A checkpoint as said: relative to the run (``checkpoints/epoch-000002``), and, where another
+    worker restores the chief's, ``the chief's checkpoints/epoch-000002``."""
+    shown = path.relative_to(obs.resume_dir).as_posix()
+    return shown if obs.resume_dir == Path(os.path.normpath(obs.run_dir)) else f"the chief's {shown}"
 
 
 def _tf_global_seed() -> int | None:
@@ -480,6 +513,18 @@ def _epoch_logger(keras, obs: Observer):
     return EpochLogger()
 
 
+def _before_step(obs: Observer, optimizer, variables: list) -> None:
+    """An optimizer about to apply gradients to ``variables``: note both, and outside ``fit`` the
+    weights before the first step (the trace's step 0)."""
+    obs.note_optimizer(optimizer)
+    obs.note_variables(variables)
+    if not obs.in_fit:
+        try:
+            obs.record_initial()
+        except Exception:  # reading weights mid-trace failed: no step-0 point
+            pass
+
+
 def _wrap_keras_apply(keras, tf, obs: Observer) -> None:
     base = keras.optimizers.Optimizer.__mro__
     cls = next(c for c in base if "apply" in c.__dict__ and c.__name__ == "BaseOptimizer")
@@ -489,13 +534,7 @@ def _wrap_keras_apply(keras, tf, obs: Observer) -> None:
     def apply(self, grads, trainable_variables=None):
         variables = list(trainable_variables) if trainable_variables is not None else None
         if variables is not None:
-            obs.note_optimizer(self)
-            obs.note_variables(variables)
-            if not obs.in_fit:
-                try:
-                    obs.record_initial()
-                except Exception:  # reading weights mid-trace failed: no step-0 point
-                    pass
+            _before_step(obs, self, variables)
         with interrupts.deferred():  # a Ctrl-C stops the job after this step, never inside it
             result = original(self, grads, variables if variables is not None else trainable_variables)
         if variables is None:  # a built optimizer applying to its own variables
@@ -529,6 +568,27 @@ def _wrap_v1_apply(tf, obs: Observer) -> None:
             obs.note_train_op(result, [v for _, v in pairs if v is not None])
         return result
 
+    cls.apply_gradients = apply_gradients
+
+
+def _wrap_apply_gradients(cls, tf, obs: Observer) -> None:
+    """A tf_keras optimizer's ``apply_gradients`` (its own and ``OptimizerV2``'s, in ``fit`` and in a
+    custom loop): note the optimizer and the variables it trains, and in eager code count the step."""
+    original = cls.__dict__.get("apply_gradients")
+    if original is None or getattr(original, "_launch_observed", False):
+        return
+
+    @functools.wraps(original)
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        pairs = list(grads_and_vars)
+        _before_step(obs, self, [v for _, v in pairs if v is not None])
+        with interrupts.deferred():  # a Ctrl-C stops the job after this step, never inside it
+            result = original(self, pairs, *args, **kwargs)
+        if tf.executing_eagerly() and not obs.in_fit:
+            obs.after_step()
+        return result
+
+    apply_gradients._launch_observed = True  # type: ignore[attr-defined]
     cls.apply_gradients = apply_gradients
 
 

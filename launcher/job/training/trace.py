@@ -15,23 +15,34 @@ from launcher.record.trace import append, point, read
 __all__ = ["append", "point", "read", "keras_callback", "recorder_class"]
 
 
-def keras_callback(run_dir: Path | None, every: int):
+def keras_callback(run_dir: Path | None, every: int, flavour: str = "keras"):
     """A Keras callback that records the trace of ``run_dir``; a no-op when ``every`` is 0.
 
     Pass the same callback to every ``fit`` of a run: it resumes the step count from
-    the optimizer and never records a step twice. Job process only (imports Keras).
+    the optimizer and never records a step twice. ``flavour``: ``keras`` (Keras 3) or ``tf_keras``
+    (a callback of tf_keras' own: its ``fit`` takes no other). Job process only (imports Keras).
     """
-    import keras
-
     if not every or run_dir is None:
-        return keras.callbacks.Callback()
-    return recorder_class()(layout.RunPaths(run_dir).trace, every)
+        return _keras(flavour).callbacks.Callback()
+    return recorder_class(flavour)(layout.RunPaths(run_dir).trace, every)
+
+
+def _keras(flavour: str):
+    import importlib
+
+    return importlib.import_module(flavour)
+
+
+def recorder_class(flavour: str = "keras"):
+    """The Keras callback class that records a trace (one class per process and flavour, so it can be
+    recognized): a ``keras.callbacks.Callback`` (Keras 3), or with ``flavour`` ``tf_keras`` a
+    ``tf_keras.callbacks.Callback`` (tf_keras' ``fit`` takes only its own)."""
+    return _recorder_class(flavour)
 
 
 @functools.cache
-def recorder_class():
-    """The Keras callback class that records a trace (one class per process, so it can be recognized)."""
-    import keras
+def _recorder_class(flavour: str):
+    keras = _keras(flavour)
 
     from launcher.record.hashing import keras_weights
 
