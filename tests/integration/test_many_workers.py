@@ -91,9 +91,19 @@ def test_one_worker_against_two_is_refused_naming_the_worker_count(runs):
     assert row == ["cluster.workers", "1", "2"], done.stdout
 
 
-def test_replay_starts_two_workers_and_reproduces(runs):
-    done = run_launch("replay", runs["a"])
+def test_a_packed_run_verifies_and_replays_elsewhere_on_two_workers_and_reproduces(runs, tmp_path):
+    """Packed, the 2-worker run carries every worker's files (the seal covers them: verify checks
+    them); replayed from the archive into another store, it starts two workers and is REPRODUCED."""
+    archive = tmp_path / "a.launch.tar.gz"
+    packed = run_launch("pack", runs["a"], "-o", archive)
+    assert packed.returncode == 0, packed.stdout[-3000:] + packed.stderr[-3000:]
+    verified = run_launch("verify", archive)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
+    elsewhere = tmp_path / "elsewhere"
+    done = run_launch("replay", archive, "--store", elsewhere)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    unpacked = layout.RunPaths(elsewhere / runs["a"].name)
+    assert unpacked.worker(1).result.read_text() == layout.RunPaths(runs["a"]).worker(1).result.read_text()
     said = verdict_of(done.stdout)
     line = next(ln for ln in said.splitlines() if ln.startswith("REPRODUCED: "))
     new = Path(line.split(" of ")[0].removeprefix("REPRODUCED: replay "))
