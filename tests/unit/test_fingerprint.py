@@ -328,3 +328,23 @@ def test_installed_distributions_follow_an_install_and_an_uninstall_made_after_t
     (info / "METADATA").unlink()
     info.rmdir()
     assert probes.installed_distributions() == before
+
+
+def test_a_distributions_name_and_version_are_read_from_its_headers_as_importlib_reads_them(tmp_path):
+    from importlib import metadata
+
+    description = "Name: not-this\nVersion: 0.0\n\nA description that quotes headers:\nName: nor-this\n"
+    texts = [
+        "Metadata-Version: 2.1\nName: Some_Dist\nVersion: 1.2.post3  \nSummary: s\n\n" + description,
+        "Metadata-Version: 2.1\nName: bare\nVersion: 4\n",
+        "Metadata-Version: 2.1\nSummary: no name\n",
+        "Metadata-Version: 2.1\nName: no-version\n\nVersion: 9 (in the description)\n",
+        "Metadata-Version: 2.1\r\nName: crlf\r\nVersion: 5.0\r\n\r\nName: nor-this\r\n",
+    ]
+    for i, text in enumerate(texts):
+        info = tmp_path / f"d{i}-1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_bytes(text.encode())
+        dist = metadata.PathDistribution(info)
+        expected = (dist.metadata["Name"], dist.metadata["Version"])
+        assert probes.name_and_version(dist.read_text("METADATA")) == expected, text
