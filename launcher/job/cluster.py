@@ -25,9 +25,18 @@ from launcher.record import layout
 
 KERAS3_FIT_REFUSED = (
     "Keras 3's Model.fit does not run under tf.distribute.MultiWorkerMirroredStrategy "
-    "(keras-team/keras#20585); train with a custom loop (strategy.run), or with tf_keras: "
-    "pip install tf_keras and set TF_USE_LEGACY_KERAS=1"
+    "(keras-team/keras#20585); train with a custom loop (strategy.run), or with tf_keras at your "
+    "TensorFlow's version, {tf_keras}, and TF_USE_LEGACY_KERAS=1"
 )
+
+
+def keras3_fit_refused(tf_version: str) -> str:
+    """The one-line refusal, with the install that keeps this TensorFlow: tf_keras requires the
+    ``tensorflow`` distribution, which pip's resolver would write over ``tensorflow-cpu``."""
+    minor = ".".join(tf_version.split(".")[:2])
+    return KERAS3_FIT_REFUSED.format(tf_keras=f"pip install --no-deps 'tf_keras~={minor}.0'")
+
+
 WAIT_FOR_WORKERS_S = 120.0  # how long the chief keeps the cluster up for the others to record their end
 
 _seen: dict = {}
@@ -78,7 +87,7 @@ def _refuse_keras3_fit(strategy_class: type) -> None:
     def fit(self, *args, **kwargs):
         strategy = getattr(self, "_distribute_strategy", None) or tf.distribute.get_strategy()
         if isinstance(strategy, strategy_class):
-            raise ConfigError(KERAS3_FIT_REFUSED)
+            raise ConfigError(keras3_fit_refused(tf.__version__))
         return original(self, *args, **kwargs)
 
     keras.Model.fit = fit

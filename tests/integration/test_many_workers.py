@@ -200,4 +200,6 @@ def test_keras3_fit_under_the_strategy_is_refused_in_one_line(tmp_path, mnist_np
     last = next(ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("[launch] run "))
     assert " FAILED: Keras 3's Model.fit does not run under tf.distribute.MultiWorkerMirroredStrategy" in last, last
     assert "keras-team/keras#20585" in last and "custom loop" in last and "TF_USE_LEGACY_KERAS=1" in last
+    # the install that keeps tensorflow-cpu: tf_keras' own requirement is the `tensorflow` distribution
+    assert "pip install --no-deps 'tf_keras~=2." in last, last
     assert "Traceback" not in done.stdout + done.stderr

@@ -230,7 +230,7 @@ TF_KERAS_NAMES = textwrap.dedent(
 @pytest.mark.slow
 def test_a_tf_keras_optimizer_built_for_a_restore_names_its_slots_as_its_first_step_does(tmp_path):
     if importlib.util.find_spec("tf_keras") is None:  # not imported here: this process stays Keras 3's
-        pytest.skip("tf_keras is not installed (pip install tf_keras)")
+        pytest.skip("tf_keras is not installed (pip install --no-deps tf_keras at TensorFlow's version)")
     done = subprocess.run(
         [sys.executable, "-c", TF_KERAS_NAMES],
         capture_output=True,

@@ -1,5 +1,6 @@
-"""tf_keras (Keras 2: ``pip install tf_keras``, then ``TF_USE_LEGACY_KERAS=1``, so that ``tf.keras`` is
-``tf_keras``): where it differs from Keras 3 for the observer, its checkpoints and their resume.
+"""tf_keras (Keras 2: ``pip install --no-deps tf_keras`` at TensorFlow's version, then
+``TF_USE_LEGACY_KERAS=1``, so that ``tf.keras`` is ``tf_keras``): where it differs from Keras 3 for
+the observer, its checkpoints and their resume.
 
 Measured with tf_keras 2.21 (TensorFlow 2.21):
 
