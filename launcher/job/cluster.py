@@ -10,6 +10,8 @@ The launcher starts each worker with ``TF_CONFIG`` (its cluster and its index) a
 - Keras 3's ``Model.fit`` under that strategy is refused in one line before it trains: it
   fails inside Keras (keras-team/keras#20585), and a worker that fails alone leaves the
   others waiting in a collective;
+- ``TF_CONFIG``, which the launcher set (fresh ports every run), is not keyed as a variable the
+  script read (``envreads``): the key holds the cluster as ``cluster.*``;
 - the chief (worker 0), when its task has ended, waits a bounded time for the other workers
   to record theirs: it serves the cluster's coordination service, and a worker whose chief
   is gone fails its own ending.
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 from launcher.errors import ConfigError
+from launcher.job.observe import envreads
 from launcher.record import layout
 
 KERAS3_FIT_REFUSED = (
@@ -48,6 +51,8 @@ def install(level: str) -> None:
     refuse Keras 3's ``fit`` under one."""
     from tensorflow.python.distribute import collective_all_reduce_strategy as cars
     from tensorflow.python.distribute import collective_util
+
+    envreads.set_by_the_launcher("TF_CONFIG")  # the script may read it, as TensorFlow's tutorial does
 
     original = cars.CollectiveAllReduceStrategy.__init__
     pin = level != "off"

@@ -28,7 +28,14 @@ read: dict[str, str | None] = {}  # name -> what the job's code found first (Non
 # trace setting, which the key holds as settings. Keyed by value, they would refuse every
 # comparison, replay and resume of a run whose code reads them.
 LAUNCHERS_OWN = frozenset({"LAUNCH_RUN_DIR", "LAUNCH_OUTPUT_DIR", "LAUNCH_SEED", "LAUNCH_TRACE_EVERY"})
+_owned: set[str] = set(LAUNCHERS_OWN)
 _original = None
+
+
+def set_by_the_launcher(name: str) -> None:
+    """``name`` is the launcher's own in this job: ``TF_CONFIG`` of a multi-worker run, which names
+    fresh ports every run and which the key holds as ``cluster.*`` (workers, their order)."""
+    _owned.add(name)
 
 
 def install() -> None:
@@ -55,7 +62,7 @@ def install() -> None:
         return value
 
     def _note(self, key, value) -> None:
-        if self is not os.environ or not isinstance(key, str) or key in read or key in LAUNCHERS_OWN:
+        if self is not os.environ or not isinstance(key, str) or key in read or key in _owned:
             return
         frame = sys._getframe(2)
         while frame is not None and standard(frame.f_code.co_filename):

@@ -2,7 +2,10 @@
 from TF_CONFIG, MultiWorkerMirroredStrategy, the model built and compiled in strategy.scope(), a
 shuffled, repeated tf.data pipeline, model.fit with steps_per_epoch. It runs under tf_keras (Keras 2:
 TF_USE_LEGACY_KERAS=1, so that tf.keras is tf_keras): Keras 3's fit does not run under the strategy.
+Its main.py reads TF_CONFIG itself for the worker count, as here.
 Arguments: DATA.npz [EPOCHS [STEPS_PER_EPOCH]]."""
+import json
+import os
 import sys
 
 import numpy as np
@@ -40,8 +43,11 @@ def build_and_compile_cnn_model():
     return model
 
 
+tf_config = json.loads(os.environ["TF_CONFIG"])
+num_workers = len(tf_config["cluster"]["worker"])
+
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
-global_batch_size = per_worker_batch_size * strategy.num_replicas_in_sync
+global_batch_size = per_worker_batch_size * num_workers
 multi_worker_dataset = mnist_dataset(global_batch_size)
 with strategy.scope():
     # Model building/compiling need to be within `strategy.scope()`.
